@@ -1,0 +1,1 @@
+//! Experiments over the VORT layer: reports, plots and (later) training.

@@ -141,9 +141,7 @@ fn ln_gamma_ratio(z: f64, b: f64) -> f64 {
         }
         s
     };
-    (b - 1.0) * z.ln() + (z + b - 0.5) * (b / z).ln_1p()
-        - (z + 0.5) * (1.0 / z).ln_1p()
-        - (b - 1.0)
+    (b - 1.0) * z.ln() + (z + b - 0.5) * (b / z).ln_1p() - (z + 0.5) * (1.0 / z).ln_1p() - (b - 1.0)
         + (series(z + b) - series(z + 1.0))
 }
 
@@ -201,8 +199,14 @@ mod tests {
     #[test]
     fn invalid_inputs_are_errors() {
         assert!(matches!(weight(1.5, 3), Err(MathError::OrderOutOfRange(_))));
-        assert!(matches!(weight(-0.1, 3), Err(MathError::OrderOutOfRange(_))));
-        assert!(matches!(weight(f64::NAN, 3), Err(MathError::OrderOutOfRange(_))));
+        assert!(matches!(
+            weight(-0.1, 3),
+            Err(MathError::OrderOutOfRange(_))
+        ));
+        assert!(matches!(
+            weight(f64::NAN, 3),
+            Err(MathError::OrderOutOfRange(_))
+        ));
         assert!(matches!(
             weight(0.5, MAX_LAG + 1),
             Err(MathError::LagTooLarge(_))
@@ -216,7 +220,10 @@ mod tests {
                 let h = 1e-6;
                 let fd = (weight(a + h, j).unwrap() - weight(a - h, j).unwrap()) / (2.0 * h);
                 let d = weight_derivative(a, j).unwrap();
-                assert!((d - fd).abs() <= 1e-7 * d.abs().max(1e-3), "a={a} j={j}: {d} vs {fd}");
+                assert!(
+                    (d - fd).abs() <= 1e-7 * d.abs().max(1e-3),
+                    "a={a} j={j}: {d} vs {fd}"
+                );
             }
         }
         // a = 0: dw_j/da = 1/j.

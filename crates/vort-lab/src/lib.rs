@@ -1,1 +1,3 @@
 //! Experiments over the VORT layer: reports, plots and (later) training.
+pub mod plot;
+pub mod theory_report;

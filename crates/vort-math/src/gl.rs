@@ -8,7 +8,8 @@
 //!
 //! a = 1 gives w_j = 1 (nothing is forgotten); a -> 0 gives w_j ≈ a / j (the kernel vanishes).
 //! The step response S_t = Σ_{j<=t} w_j(a) is the coefficient of the same family at order
-//! a + 1: S_t(a) = Γ(t + 1 + a) / (Γ(1 + a) Γ(t + 1)), so both go through [`gl_coefficient`].
+//! a + 1: S_t(a) = Γ(t + 1 + a) / (Γ(1 + a) Γ(t + 1)), so both go through one
+//! function of (b, j), `gl_coefficient`.
 //!
 //! Accuracy: the product form is used for j < [`PRODUCT_FORM_MAX_LAG`] (at most ~2j roundings,
 //! < 1e-14 relative) and the Stirling-series difference ln Γ(j+b) - ln Γ(j+1) beyond, written

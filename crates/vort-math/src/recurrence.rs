@@ -71,7 +71,7 @@ mod tests {
     fn step_response_of_the_soe_matches_the_exact_one_within_the_certificate() {
         // Reference (gl_soe_golden.json, "recurrence_step_response" of the R1 SOE for a = 0.35):
         // y_1000 = 12.593656791175132, exact S_1000 = 12.593633746753023.
-        let soe = Soe::build(0.35, 100_000, 1e-4).unwrap();
+        let soe = Soe::build_r1(0.35, 100_000, 1e-4).unwrap();
         let ys = SoeRecurrence::run(&soe.terms, &[1.0; 1001]);
         assert!((ys[1000] / 12.593656791175132 - 1.0).abs() < 1e-13);
         let exact = gl::step_response(0.35, 1000).unwrap();

@@ -345,10 +345,11 @@ fn solve_vandermonde(v: &[f64], m: &[f64]) -> Vec<f64> {
             .max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))
             .unwrap_or(col);
         a.swap(col, piv);
-        for r in col + 1..n {
-            let f = a[r][col] / a[col][col];
-            for k in col..=n {
-                a[r][k] -= f * a[col][k];
+        let pivot_row = a[col].clone();
+        for row in a.iter_mut().skip(col + 1) {
+            let f = row[col] / pivot_row[col];
+            for (x, p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
+                *x -= f * p;
             }
         }
     }

@@ -1,0 +1,556 @@
+//! Small PNG plotting helpers over `plotters` for reports and the CLI.
+//!
+//! The font (DejaVu Sans, `assets/fonts/`) is compiled into the binary and registered with
+//! plotters as `sans-serif` on first use, so no system fonts are needed.
+//!
+//! - [`line_plot`]: one panel of line series, optional log axes.
+//! - [`panels_plot`]: several such panels stacked vertically in one PNG.
+//! - [`histogram`]: counts of values in equal-width bins.
+//!
+//! Points that cannot be shown (NaN, infinities, and values <= 0 on a log axis) are dropped,
+//! never an error; a panel with nothing to show is drawn with a placeholder range.
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+/// DejaVu Sans, bundled with the repository (licence: `assets/fonts/DejaVu-LICENSE.txt`).
+static FONT: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSans.ttf");
+/// Family name under which the bundled font is registered.
+const FAMILY: &str = "sans-serif";
+
+/// Width of one panel in pixels.
+pub const PANEL_WIDTH: u32 = 1000;
+/// Height of one panel in pixels.
+pub const PANEL_HEIGHT: u32 = 600;
+
+/// Most decades shown on a log axis (values further below the top are clipped).
+pub const MAX_DECADES: f64 = 40.0;
+
+/// Line colours, in order (the "tab10" palette).
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// Why a plot could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    /// Drawing or encoding the PNG failed (typically: the file cannot be written).
+    #[error("cannot write plot {path}: {message}")]
+    Draw {
+        /// The PNG that was being written.
+        path: PathBuf,
+        /// What plotters reported.
+        message: String,
+    },
+    /// The arguments describe no plot (no panels, zero bins, ...).
+    #[error("invalid plot request: {0}")]
+    Invalid(String),
+}
+
+/// How a series is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SeriesStyle {
+    /// Solid line through the points.
+    #[default]
+    Line,
+    /// Dashed line through the points (reference values, bounds).
+    Dashed,
+    /// One marker per point, no line.
+    Points,
+}
+
+/// One named curve: (x, y) points in drawing order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Series {
+    /// Legend entry (empty: not shown in the legend).
+    pub name: String,
+    /// The points (x, y).
+    pub points: Vec<(f64, f64)>,
+    /// Line, dashed line or markers.
+    pub style: SeriesStyle,
+    /// Palette index of the colour (None: the series' position in its panel).
+    pub color: Option<usize>,
+}
+
+impl Series {
+    /// A solid line.
+    pub fn line(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
+        Series {
+            name: name.into(),
+            points,
+            style: SeriesStyle::Line,
+            color: None,
+        }
+    }
+    /// A dashed line.
+    pub fn dashed(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
+        Series {
+            name: name.into(),
+            points,
+            style: SeriesStyle::Dashed,
+            color: None,
+        }
+    }
+    /// The same series drawn with palette colour `index` (series of one family share a colour).
+    pub fn with_color(mut self, index: usize) -> Series {
+        self.color = Some(index);
+        self
+    }
+    /// Markers only.
+    pub fn points(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
+        Series {
+            name: name.into(),
+            points,
+            style: SeriesStyle::Points,
+            color: None,
+        }
+    }
+}
+
+/// One panel: title, axis labels, scales and its series.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Panel {
+    /// Title drawn above the panel.
+    pub title: String,
+    /// Label of the x axis.
+    pub x_label: String,
+    /// Label of the y axis.
+    pub y_label: String,
+    /// Logarithmic x axis (non-positive x are dropped).
+    pub log_x: bool,
+    /// Logarithmic y axis (non-positive y are dropped).
+    pub log_y: bool,
+    /// The curves.
+    pub series: Vec<Series>,
+}
+
+/// Registers the bundled font with plotters (idempotent, thread-safe).
+pub fn ensure_font() {
+    static REGISTER: Once = Once::new();
+    REGISTER.call_once(|| {
+        // The bytes are a valid TrueType file checked in with the repository; a failure here
+        // would only mean text is not drawn, so it is not worth an error path.
+        let _ = plotters::style::register_font(FAMILY, FontStyle::Normal, FONT);
+    });
+}
+
+/// Draws one panel of line series into a PNG of [`PANEL_WIDTH`] x [`PANEL_HEIGHT`] pixels.
+pub fn line_plot(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    log_x: bool,
+    log_y: bool,
+) -> Result<(), PlotError> {
+    let panel = Panel {
+        title: title.into(),
+        x_label: x_label.into(),
+        y_label: y_label.into(),
+        log_x,
+        log_y,
+        series: series.to_vec(),
+    };
+    panels_plot(path, &[panel])
+}
+
+/// Draws two panels, one above the other, into one PNG.
+pub fn two_panel_plot(path: &Path, top: &Panel, bottom: &Panel) -> Result<(), PlotError> {
+    panels_plot(path, &[top.clone(), bottom.clone()])
+}
+
+/// Draws `panels` stacked vertically, each [`PANEL_WIDTH`] x [`PANEL_HEIGHT`] pixels.
+pub fn panels_plot(path: &Path, panels: &[Panel]) -> Result<(), PlotError> {
+    if panels.is_empty() {
+        return Err(PlotError::Invalid("no panels to draw".into()));
+    }
+    ensure_font();
+    let draw_err = |e: &dyn std::fmt::Display| PlotError::Draw {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    check_writable(path)?;
+    let height = PANEL_HEIGHT * panels.len() as u32;
+    let root = BitMapBackend::new(path, (PANEL_WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| draw_err(&e))?;
+    let areas = root.split_evenly((panels.len(), 1));
+    for (area, panel) in areas.iter().zip(panels) {
+        draw_panel_dispatch(area, panel).map_err(|e| draw_err(&e))?;
+    }
+    root.present().map_err(|e| draw_err(&e))?;
+    drop(root);
+    // The bitmap backend reports some write failures only on drop; check the file is there.
+    match std::fs::metadata(path) {
+        Ok(m) if m.len() > 0 => Ok(()),
+        Ok(_) => Err(draw_err(&"the file is empty")),
+        Err(e) => Err(draw_err(&e)),
+    }
+}
+
+/// Histogram of `values` in `bins` equal-width bins over their range (non-finite values are
+/// ignored), drawn as bars into a PNG of one panel.
+pub fn histogram(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    values: &[f64],
+    bins: usize,
+) -> Result<(), PlotError> {
+    if bins == 0 {
+        return Err(PlotError::Invalid(
+            "a histogram needs at least one bin".into(),
+        ));
+    }
+    ensure_font();
+    let draw_err = |e: &dyn std::fmt::Display| PlotError::Draw {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    check_writable(path)?;
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    // pad = 0: exactly [min, max] when they differ, a placeholder range otherwise.
+    let (lo, hi) = padded_range(finite.iter().copied(), false, 0.0);
+    let width = (hi - lo) / bins as f64;
+    let mut counts = vec![0usize; bins];
+    for v in &finite {
+        let b = (((v - lo) / width) as usize).min(bins - 1);
+        counts[b] += 1;
+    }
+    let max_count = counts.iter().copied().max().unwrap_or(0).max(1) as f64;
+
+    let root = BitMapBackend::new(path, (PANEL_WIDTH, PANEL_HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| draw_err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, (FAMILY, 22))
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(lo..hi, 0.0..max_count * 1.05)
+        .map_err(|e| draw_err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc("count")
+        .label_style((FAMILY, 15))
+        .axis_desc_style((FAMILY, 17))
+        .x_label_formatter(&|v| tick_label(*v))
+        .y_label_formatter(&|v| tick_label(*v))
+        .draw()
+        .map_err(|e| draw_err(&e))?;
+    chart
+        .draw_series(counts.iter().enumerate().map(|(i, &c)| {
+            let x0 = lo + i as f64 * width;
+            Rectangle::new(
+                [(x0, 0.0), (x0 + width, c as f64)],
+                PALETTE[0].mix(0.7).filled(),
+            )
+        }))
+        .map_err(|e| draw_err(&e))?;
+    root.present().map_err(|e| draw_err(&e))?;
+    drop(root);
+    match std::fs::metadata(path) {
+        Ok(m) if m.len() > 0 => Ok(()),
+        Ok(_) => Err(draw_err(&"the file is empty")),
+        Err(e) => Err(draw_err(&e)),
+    }
+}
+
+/// Creates (truncates) the output file first, so an unwritable path is reported as the plain
+/// I/O error rather than as a backend error after drawing.
+fn check_writable(path: &Path) -> Result<(), PlotError> {
+    std::fs::File::create(path)
+        .map(drop)
+        .map_err(|e| PlotError::Draw {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+}
+
+/// Log-spaced integer lags 1 = j_0 < j_1 < ... <= `t`, about `per_decade` per decade (plus
+/// every lag below `per_decade`, where log spacing would repeat integers).
+pub fn log_lags(t: u64, per_decade: usize) -> Vec<u64> {
+    let t = t.max(1);
+    let n = ((t as f64).log10() * per_decade as f64).ceil().max(1.0) as usize;
+    let mut lags: Vec<u64> = (0..=n)
+        .map(|i| 10f64.powf((t as f64).log10() * i as f64 / n as f64).round() as u64)
+        .collect();
+    lags.push(t);
+    lags.sort_unstable();
+    lags.dedup();
+    lags.retain(|&j| (1..=t).contains(&j));
+    lags
+}
+
+type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+fn draw_panel_dispatch<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    panel: &Panel,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let xs = panel
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .filter(|v| v.is_finite() && (!panel.log_x || *v > 0.0));
+    let ys = panel
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter())
+        .filter(|p| p.0.is_finite() && (!panel.log_x || p.0 > 0.0))
+        .map(|p| p.1)
+        .filter(|v| v.is_finite() && (!panel.log_y || *v > 0.0));
+    // Lines run edge to edge; markers get a margin so the outer ones are not cut in half.
+    let has_points = panel.series.iter().any(|s| s.style == SeriesStyle::Points);
+    let (x0, x1) = padded_range(xs, panel.log_x, if has_points { 0.03 } else { 0.0 });
+    let (y0, y1) = padded_range(ys, panel.log_y, 0.05);
+    // Ticks closer to 0 than 1e-9 of a linear axis's span are 0 (not -1.4e-20).
+    let snap = |log: bool, lo: f64, hi: f64| if log { 0.0 } else { 1e-9 * (hi - lo) };
+    let zero = (snap(panel.log_x, x0, x1), snap(panel.log_y, y0, y1));
+    match (panel.log_x, panel.log_y) {
+        (false, false) => draw_panel(area, panel, x0..x1, y0..y1, zero),
+        (true, false) => draw_panel(area, panel, (x0..x1).log_scale(), y0..y1, zero),
+        (false, true) => draw_panel(area, panel, x0..x1, (y0..y1).log_scale(), zero),
+        (true, true) => draw_panel(
+            area,
+            panel,
+            (x0..x1).log_scale(),
+            (y0..y1).log_scale(),
+            zero,
+        ),
+    }
+}
+
+fn draw_panel<DB, X, Y>(
+    area: &DrawingArea<DB, Shift>,
+    panel: &Panel,
+    x: X,
+    y: Y,
+    zero: (f64, f64),
+) -> DrawResult
+where
+    DB: DrawingBackend,
+    DB::ErrorType: 'static,
+    X: AsRangedCoord<Value = f64>,
+    Y: AsRangedCoord<Value = f64>,
+    X::CoordDescType: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y::CoordDescType: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    let mut chart = ChartBuilder::on(area)
+        .caption(&panel.title, (FAMILY, 22))
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(90)
+        .build_cartesian_2d(x, y)?;
+    chart
+        .configure_mesh()
+        .x_desc(panel.x_label.as_str())
+        .y_desc(panel.y_label.as_str())
+        .label_style((FAMILY, 15))
+        .axis_desc_style((FAMILY, 17))
+        .x_label_formatter(&|v| tick_label(if v.abs() < zero.0 { 0.0 } else { *v }))
+        .y_label_formatter(&|v| tick_label(if v.abs() < zero.1 { 0.0 } else { *v }))
+        .light_line_style(RGBColor(235, 235, 235))
+        .bold_line_style(RGBColor(205, 205, 205))
+        .draw()?;
+    let mut labelled = false;
+    for (i, s) in panel.series.iter().enumerate() {
+        let color = PALETTE[s.color.unwrap_or(i) % PALETTE.len()];
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .copied()
+            .filter(|&(x, y)| {
+                x.is_finite()
+                    && y.is_finite()
+                    && (!panel.log_x || x > 0.0)
+                    && (!panel.log_y || y > 0.0)
+            })
+            .collect();
+        let style = color.stroke_width(2);
+        let anno = match s.style {
+            SeriesStyle::Line => chart.draw_series(LineSeries::new(pts, style))?,
+            SeriesStyle::Dashed => chart.draw_series(DashedLineSeries::new(pts, 8, 5, style))?,
+            SeriesStyle::Points => chart.draw_series(
+                pts.into_iter()
+                    .map(move |p| Circle::new(p, 3, color.filled())),
+            )?,
+        };
+        if !s.name.is_empty() {
+            labelled = true;
+            let kind = s.style;
+            anno.label(s.name.as_str())
+                .legend(move |(x, y)| match kind {
+                    SeriesStyle::Points => Circle::new((x + 10, y), 3, color.filled()).into_dyn(),
+                    SeriesStyle::Dashed => plotters::element::DashedPathElement::new(
+                        vec![(x, y), (x + 20, y)].into_iter(),
+                        6,
+                        4,
+                        color.stroke_width(2),
+                    )
+                    .into_dyn(),
+                    SeriesStyle::Line => {
+                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                            .into_dyn()
+                    }
+                });
+        }
+    }
+    if labelled {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font((FAMILY, 15))
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(160, 160, 160))
+            .draw()?;
+    }
+    Ok(())
+}
+
+/// (lo, hi) covering the values, widened by `pad` of the span (linear) or by a factor
+/// (log); a placeholder when empty or degenerate.
+fn padded_range(values: impl Iterator<Item = f64>, log: bool, pad: f64) -> (f64, f64) {
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    if !(lo.is_finite() && hi.is_finite()) {
+        return if log { (1.0, 10.0) } else { (0.0, 1.0) };
+    }
+    if log {
+        // plotters' log axis loops forever when hi / lo overflows (e.g. 1e-315 .. 1): show at
+        // most MAX_DECADES decades, the top ones (lower values are clipped), clear of subnormals.
+        let l1 = hi.log10().min(300.0);
+        let l0 = lo.log10().max(l1 - MAX_DECADES).max(-300.0).min(l1);
+        let p = if l1 - l0 < 1e-9 { 0.5 } else { pad * (l1 - l0) };
+        (10f64.powf(l0 - p), 10f64.powf(l1 + p))
+    } else if hi > lo {
+        // Keep hi - lo finite (plotters divides by it).
+        let (lo, hi) = (lo.max(-1e300), hi.min(1e300));
+        let p = pad * (hi - lo);
+        (lo - p, hi + p)
+    } else {
+        let half = if lo == 0.0 { 1.0 } else { 0.5 * lo.abs() };
+        (lo - half, hi + half)
+    }
+}
+
+/// Short tick labels: 1e5 rather than 100000, 0.001 rather than 1.0000000000000002e-3.
+pub fn tick_label(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let a = v.abs();
+    if !(1e-3..1e5).contains(&a) {
+        let s = format!("{v:.2e}");
+        // 1.00e5 -> 1e5, 2.50e-4 -> 2.5e-4
+        let (mant, exp) = s.split_once('e').unwrap_or((&s, "0"));
+        let mant = mant.trim_end_matches('0').trim_end_matches('.');
+        format!("{mant}e{exp}")
+    } else {
+        let s = format!("{v:.4}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tick_labels_are_short() {
+        assert_eq!(tick_label(100000.0), "1e5");
+        assert_eq!(tick_label(2.5e-4), "2.5e-4");
+        assert_eq!(tick_label(0.5), "0.5");
+        assert_eq!(tick_label(10.0), "10");
+        assert_eq!(tick_label(0.0), "0");
+    }
+
+    #[test]
+    fn log_lags_cover_the_horizon() {
+        let l = log_lags(100_000, 50);
+        assert_eq!(l[0], 1);
+        assert_eq!(*l.last().unwrap(), 100_000);
+        assert!(l.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(log_lags(1, 10), vec![1]);
+    }
+
+    #[test]
+    fn writes_png_files() {
+        let dir = std::env::temp_dir().join(format!("vort-plot-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pts: Vec<(f64, f64)> = (1..100)
+            .map(|j| (j as f64, (j as f64).powf(-0.5)))
+            .collect();
+        let line = dir.join("line.png");
+        line_plot(
+            &line,
+            "t",
+            "x",
+            "y",
+            &[Series::line("a", pts.clone())],
+            true,
+            true,
+        )
+        .unwrap();
+        let two = dir.join("two.png");
+        let panel = Panel {
+            title: "p".into(),
+            series: vec![Series::dashed("d", pts.clone()), Series::points("", vec![])],
+            ..Panel::default()
+        };
+        two_panel_plot(&two, &panel, &panel).unwrap();
+        let hist = dir.join("hist.png");
+        histogram(&hist, "h", "v", &[1.0, 2.0, 2.0, 3.0, f64::NAN], 3).unwrap();
+        // A log axis over more decades than f64 can divide (1e-300 .. 1) must not hang.
+        let wide = dir.join("wide.png");
+        let pts = vec![(1.0, 1e-300), (10.0, 5e-324), (100.0, 1.0), (1e3, 1e300)];
+        line_plot(
+            &wide,
+            "t",
+            "x",
+            "y",
+            &[Series::line("w", pts.clone())],
+            true,
+            true,
+        )
+        .unwrap();
+        let pts = vec![(-f64::MAX, -f64::MAX), (f64::MAX, f64::MAX)];
+        line_plot(
+            &wide,
+            "t",
+            "x",
+            "y",
+            &[Series::line("w", pts)],
+            false,
+            false,
+        )
+        .unwrap();
+        for p in [&line, &two, &hist, &wide] {
+            let bytes = std::fs::read(p).unwrap();
+            assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{}", p.display());
+        }
+        let bad = dir.join("no-such-dir").join("x.png");
+        assert!(matches!(
+            line_plot(&bad, "t", "x", "y", &[], false, false),
+            Err(PlotError::Draw { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

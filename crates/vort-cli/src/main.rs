@@ -1,3 +1,120 @@
+//! `vort`: the command-line tool of the VORT workspace (thin subcommands over the crates).
+//!
+//! Exit status: 0 on success; 2 for bad arguments (unparsable values, values outside their
+//! domain, unknown subcommands) with one line `error: ...` on stderr; 1 when an output cannot
+//! be written. A panic is reported as one `error:` line too, never a backtrace.
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-fn main() {}
+
+mod args;
+mod error;
+mod kernel;
+mod output;
+mod progress;
+mod theory;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::CliError;
+
+/// VORT: power-law memory as a certified sum of exponentials (arXiv 2605.08966).
+///
+/// Exit status: 0 success, 2 bad arguments (one `error:` line on stderr), 1 output not written.
+#[derive(Debug, Parser)]
+#[command(name = "vort", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The Grünwald–Letnikov kernel w_j(a) and its sums of exponentials.
+    #[command(subcommand)]
+    Kernel(kernel::KernelCommand),
+    /// Numerical checks of the paper's theorems: DIR/report.md plus PNG plots.
+    Theory(theory::TheoryArgs),
+}
+
+fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Kernel(cmd) => kernel::run(cmd),
+        Command::Theory(args) => theory::run(args),
+    }
+}
+
+fn main() -> ExitCode {
+    install_panic_hook();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_error(e),
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e.to_string()));
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// `--help` and `--version` print normally (exit 0); every other parse error becomes the
+/// first line of clap's message (which starts with `error:`) and exit status 2.
+fn clap_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
+            eprintln!("error: a subcommand is required (see 'vort --help')");
+            ExitCode::from(2)
+        }
+        _ => {
+            // clap's first paragraph is the error (a list of missing arguments spans several
+            // lines); the rest is usage and tips.
+            let text = e.to_string();
+            let first = one_line(text.trim_start().split("\n\n").next().unwrap_or(""));
+            let first = if first.is_empty() {
+                "invalid arguments".to_string()
+            } else {
+                first
+            };
+            if first.starts_with("error:") {
+                eprintln!("{first}");
+            } else {
+                eprintln!("error: {first}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Joins a multi-line message into one line.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Replaces the default panic message and backtrace with one `error:` line (exit status 101).
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!(
+            "error: internal error{at}: {} (please report this)",
+            one_line(&msg)
+        );
+    }));
+}

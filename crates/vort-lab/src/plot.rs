@@ -399,7 +399,7 @@ where
                 .legend(move |(x, y)| match kind {
                     SeriesStyle::Points => Circle::new((x + 10, y), 3, color.filled()).into_dyn(),
                     SeriesStyle::Dashed => plotters::element::DashedPathElement::new(
-                        vec![(x, y), (x + 20, y)].into_iter(),
+                        vec![(x, y), (x + 20, y)],
                         6,
                         4,
                         color.stroke_width(2),

@@ -387,15 +387,17 @@ fn draw_figures(out: &Path, r: &TheoryResults, g: &Grids) -> Result<(), ReportEr
                 .with_color(i),
                 Series::dashed(
                     format!("a = {} tail j > 1/Λ", c.alpha),
+                    // The tail over (1/Λ, T] is empty while T <= 1/Λ: nothing to draw there.
                     c.points
                         .iter()
-                        .map(|p| (p.0 as f64, p.3.max(1e-300)))
+                        .filter(|p| p.0 as f64 > 1.0 / c.lambda && p.3 > 0.0)
+                        .map(|p| (p.0 as f64, p.3))
                         .collect(),
                 )
                 .with_color(i),
             ]
         })
-        .filter(|s| s.points.iter().all(|p| p.1 > 0.0))
+        .filter(|s| !s.points.is_empty())
         .collect();
     let slopes = Panel {
         title: "Growth exponent of the error against a - 1/2".into(),

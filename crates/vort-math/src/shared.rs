@@ -267,7 +267,8 @@ impl SharedSoe {
     }
 }
 
-fn uniform_grid(delta: f64, n: usize) -> Vec<f64> {
+/// n >= 2 equally spaced orders on [δ, 1], the last exactly 1 (bank orders, a-grids).
+pub fn uniform_grid(delta: f64, n: usize) -> Vec<f64> {
     (0..n)
         .map(|i| {
             if i + 1 == n {

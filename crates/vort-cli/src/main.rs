@@ -10,6 +10,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod args;
 mod error;
 mod kernel;
+mod layer;
 mod output;
 mod progress;
 mod theory;
@@ -37,12 +38,19 @@ enum Command {
     Kernel(kernel::KernelCommand),
     /// Numerical checks of the paper's theorems: DIR/report.md plus PNG plots.
     Theory(theory::TheoryArgs),
+    /// The layer's retention core on one head read from a safetensors file.
+    Retention(layer::RetentionArgs),
+    /// Benchmarks, as ratios against a baseline measured in the same run.
+    #[command(subcommand)]
+    Bench(layer::BenchCommand),
 }
 
 fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Kernel(cmd) => kernel::run(cmd),
         Command::Theory(args) => theory::run(args),
+        Command::Retention(args) => layer::run_retention(args),
+        Command::Bench(cmd) => layer::run_bench(cmd),
     }
 }
 

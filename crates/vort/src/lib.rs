@@ -1,3 +1,46 @@
-//! The VORT memory layer (DESIGN §2). Built on candle; see the layer issue for its scope.
+//! The VORT memory layer (DESIGN §2), on candle 0.11.1.
+//!
+//! One head stores token i with order α_i and is queried at t >= i (normalised retention):
+//!
+//! ```text
+//! y_t = Σ_{i<=t} K_i(t-i) φ(q_t)·φ(k_i) v_i / (Σ_{i<=t} K_i(t-i) φ(q_t)·φ(k_i) + eps_den)
+//! ```
+//!
+//! with K_i(j) the Grünwald–Letnikov weight w_j(α_i) (exact in [`naive`]) or its certified
+//! sum of exponentials Σ_n c_n(α_i) e^(-u_n j), j >= 1, K_i(0) = 1 (every other form).
+//!
+//! - [`nodes`]: memory modes (banks, shared nodes, fixed mixtures) as node tables {u_n, c_n(a)}.
+//! - [`naive`]: the O(T²) f64 reference (exact GL kernel or the table's SOE).
+//! - [`recurrent`]: the streaming form with an explicit [`recurrent::State`] (save/restore to
+//!   safetensors), O(N F D) per token.
+//! - [`chunked`]: the training form in plain candle ops (autodiff twin of the fused op).
+//! - [`fused`]: the fused CustomOp with hand-written backward (gemm on blocks, rayon), and the
+//!   prefill of a recurrent state.
+//! - [`features`]: FAVOR+ positive orthogonal random features, ELU+1.
+//! - [`block`]: projections, q/k normalisation, router, VORT and the baselines in one block.
+//! - [`io`]: `vort retention` on safetensors files, with typed input validation.
+//! - [`mod@bench`]: the benchmark functions behind `vort bench layer`.
+//! - [`tol`]: named tolerances and the relative-RMS error; [`error`]: the typed errors.
+//!
+//! Tests chain the forms (DESIGN §5): naive <- recurrent <- chunked <- fused, for outputs, final
+//! states and gradients (q, k, v, α, and the learned decay of the exponential baseline).
 
+pub mod bench;
+pub mod block;
+pub mod chunked;
+pub mod dims;
+pub mod error;
+pub mod features;
+pub mod fused;
+pub mod io;
+pub mod naive;
+pub mod nodes;
+pub mod recurrent;
+pub mod rng;
+pub mod st;
+pub mod tol;
+
+pub use dims::Dims;
+pub use error::{Result, VortError};
+pub use nodes::{MemoryMode, NodeTable};
 pub use vort_math;

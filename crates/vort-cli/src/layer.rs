@@ -1,0 +1,256 @@
+//! `vort retention` (the layer's core on a safetensors file) and `vort bench layer`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use vort::bench::{self, CrossoverResult, DecodeResult, LayerBenchOpts, LayerBenchResult};
+use vort::io::{retention_from_safetensors, Form, RetentionOpts};
+use vort::{MemoryMode, VortError};
+
+use crate::args::{parse_count, parse_real};
+use crate::error::CliError;
+use crate::output::{emit, emit_json};
+
+/// Bad inputs (files, tensors, orders, tolerances) are exit status 2; candle failures are 1.
+impl From<VortError> for CliError {
+    fn from(e: VortError) -> Self {
+        if e.is_input_error() {
+            CliError::Usage(e.to_string())
+        } else {
+            CliError::Io(e.to_string())
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RetentionArgs {
+    /// safetensors file with f32 `phi_q` [T, F], `phi_k` [T, F] (nonnegative), `v` [T, D],
+    /// `alpha` [T] in [0, 1] (one head, no batch).
+    #[arg(long, value_name = "IN.safetensors")]
+    input: PathBuf,
+    /// Where to write `y` [T, D] (f32).
+    #[arg(long, value_name = "OUT.safetensors")]
+    output: PathBuf,
+    /// naive (exact GL kernel, O(T²), f64), recurrent (one token at a time, f64) or chunked
+    /// (the training form, f32).
+    #[arg(long, default_value = "chunked", value_parser = parse_form)]
+    form: Form,
+    /// banks (K orders on [δ, 1], the paper) or shared (one node set, continuous α).
+    #[arg(long, default_value = "shared", value_parser = parse_memory)]
+    memory: MemoryMode,
+    /// SOE relative tolerance, certified on lags 1..=T.
+    #[arg(long, default_value = "1e-4", value_parser = parse_real)]
+    eps: f64,
+    /// Number of banks K (banks memory).
+    #[arg(long, default_value = "4", value_parser = parse_count)]
+    banks: u64,
+    /// Smallest order δ; orders below it are clamped to it (the count is reported).
+    #[arg(long, default_value = "0.1", value_parser = parse_real)]
+    delta: f64,
+    /// Chunk length of the chunked form.
+    #[arg(long, default_value = "64", value_parser = parse_count)]
+    chunk: u64,
+    /// Print the run's summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_form(s: &str) -> Result<Form, String> {
+    s.parse().map_err(|e: VortError| e.to_string())
+}
+
+fn parse_memory(s: &str) -> Result<MemoryMode, String> {
+    s.parse().map_err(|e: VortError| e.to_string())
+}
+
+pub fn run_retention(a: RetentionArgs) -> Result<(), CliError> {
+    if a.banks == 0 || a.chunk == 0 {
+        return Err(CliError::Usage("--banks and --chunk must be >= 1".into()));
+    }
+    let opts = RetentionOpts {
+        form: a.form,
+        memory: a.memory,
+        eps: a.eps,
+        banks: a.banks as usize,
+        delta: a.delta,
+        chunk: a.chunk as usize,
+        ..RetentionOpts::default()
+    };
+    let report = retention_from_safetensors(&a.input, &a.output, &opts)?;
+    if a.json {
+        return emit_json(&report);
+    }
+    emit(&format!(
+        "y [{t}, {d}] written to {out}\nform {form:?}, memory {mem:?}: {n} nodes, kernel certified to \
+         {err:.2e} on lags 1..={t}{clamped}\n",
+        t = report.t,
+        d = report.d,
+        out = a.output.display(),
+        form = a.form,
+        mem = a.memory,
+        n = report.nodes,
+        err = report.kernel_max_rel_error,
+        clamped = if report.clamped_orders > 0 {
+            format!(
+                "; {} orders below delta were clamped to it",
+                report.clamped_orders
+            )
+        } else {
+            String::new()
+        },
+    ))
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// The chunked layer (fused op) against an sgemm of the same run, recurrent decode latency
+    /// and state size against context, and softmax attention against the linear form.
+    Layer(BenchLayerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchLayerArgs {
+    /// Small sizes (T = 512, contexts up to 16K): a smoke run in seconds.
+    #[arg(long)]
+    quick: bool,
+    /// Also time candle autodiff of the plain chunked form (slow), for comparison.
+    #[arg(long)]
+    plain: bool,
+    /// Print the results as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Everything `vort bench layer` measured.
+#[derive(Debug, Serialize)]
+struct LayerBenchReport {
+    /// The sizes and options.
+    options: LayerBenchOpts,
+    /// How FLOPs are counted.
+    flop_count: &'static str,
+    /// sgemm n³ in the same run: the machine's matmul ceiling.
+    sgemm: bench::SgemmResult,
+    /// Fused chunked layer, banks and shared.
+    layer: Vec<LayerBenchResult>,
+    /// Recurrent decode per token and resident state (shared memory, H = 4, F = D = 64).
+    decode: Vec<DecodeResult>,
+    /// Forward time of causal softmax attention and of the linear (fused) form, B = H = 1.
+    crossover: Vec<CrossoverResult>,
+}
+
+const FLOP_COUNT: &str = "matmul FLOPs only (2·m·n·k per product) of the fused chunked op: \
+    intra-chunk scores and values, state reads and state updates per node, forward and backward; \
+    elementwise work (decays, feature weights, normalisation) is not counted";
+
+pub fn run_bench(cmd: BenchCommand) -> Result<(), CliError> {
+    let BenchCommand::Layer(a) = cmd;
+    let options = LayerBenchOpts {
+        plain: a.plain,
+        t: if a.quick { 512 } else { 2048 },
+        reps: if a.quick { 2 } else { 5 },
+        ..LayerBenchOpts::default()
+    };
+    let (contexts, crossover_ts): (Vec<u64>, Vec<usize>) = if a.quick {
+        (vec![1 << 10, 1 << 14], vec![1024, 2048])
+    } else {
+        (
+            vec![1 << 10, 1 << 14, 1 << 17, 1 << 20],
+            vec![1024, 2048, 4096, 8192, 16384],
+        )
+    };
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} bench layer: {msg} [{elapsed}]")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar.set_message("sgemm 2048³");
+    let sgemm = bench::bench_sgemm(2048, options.reps)?;
+    bar.set_message(format!(
+        "fused layer B={} H={} T={} F=D={}",
+        options.b, options.h, options.t, options.f
+    ));
+    let layer = bench::bench_layer(&options)?;
+    bar.set_message("recurrent decode (prefill to each context)");
+    let decode = bench::bench_decode(
+        &contexts,
+        MemoryMode::Shared,
+        4,
+        64,
+        64,
+        options.eps,
+        options.delta,
+        200,
+    )?;
+    bar.set_message("softmax against linear");
+    let crossover = bench::bench_crossover(&crossover_ts, 1, 64, options.eps, 3)?;
+    bar.finish_and_clear();
+    let report = LayerBenchReport {
+        options,
+        flop_count: FLOP_COUNT,
+        sgemm,
+        layer,
+        decode,
+        crossover,
+    };
+    if a.json {
+        return emit_json(&report);
+    }
+    emit(&render(&report))
+}
+
+fn render(r: &LayerBenchReport) -> String {
+    let o = &r.options;
+    let mut s = format!(
+        "sgemm 2048³ (same run): {:.1} ms, {:.1} GFLOP/s\n\n\
+         fused chunked layer, B={} H={} T={} F={} D={} chunk={} eps={:e} (median of {})\n\
+         FLOPs: {}\n\
+         {:<8} {:>6} {:>10} {:>10} {:>12} {:>10} {:>14}\n",
+        r.sgemm.ms,
+        r.sgemm.gflops,
+        o.b,
+        o.h,
+        o.t,
+        o.f,
+        o.d,
+        o.chunk,
+        o.eps,
+        o.reps,
+        r.flop_count,
+        "memory",
+        "nodes",
+        "fwd ms",
+        "fwd+bwd ms",
+        "fwd+bwd GF/s",
+        "% sgemm",
+        "plain fwd+bwd",
+    );
+    for l in &r.layer {
+        s += &format!(
+            "{:<8} {:>6} {:>10.1} {:>10.1} {:>12.1} {:>9.0}% {:>14}\n",
+            l.memory,
+            l.nodes,
+            l.fwd_ms,
+            l.fwd_bwd_ms,
+            l.fwd_bwd_gflops,
+            100.0 * l.fwd_bwd_gflops / r.sgemm.gflops,
+            l.plain_fwd_bwd_ms
+                .map_or("-".to_string(), |ms| format!("{ms:.0} ms")),
+        );
+    }
+    s += "\nrecurrent decode (shared memory, H=4, F=D=64)\n   context   µs/token   state bytes   prefill s\n";
+    for d in &r.decode {
+        s += &format!(
+            "{:>10} {:>10.1} {:>13} {:>11.1}\n",
+            d.context, d.us_per_token, d.state_bytes, d.prefill_s
+        );
+    }
+    s += "\nforward, B=H=1, d=64: causal softmax against the linear form\n        T   softmax ms    linear ms\n";
+    for c in &r.crossover {
+        s += &format!("{:>9} {:>12.1} {:>12.1}\n", c.t, c.softmax_ms, c.linear_ms);
+    }
+    s
+}

@@ -1,0 +1,195 @@
+//! `vort retention` and `vort bench layer` end to end: the binary, its files and its errors.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use vort::st::{self, Precision};
+
+fn vort(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vort"))
+        .args(args)
+        .output()
+        .expect("vort runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("vort-cli-{}-{name}", std::process::id()))
+}
+
+/// Deterministic inputs: nonnegative features, values in [-1, 1], orders in [0.2, 1].
+fn inputs(t: usize, f: usize, d: usize) -> [(String, Vec<f64>, Vec<usize>); 4] {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut unif = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let q = (0..t * f).map(|_| unif()).collect();
+    let k = (0..t * f).map(|_| unif()).collect();
+    let v = (0..t * d).map(|_| 2.0 * unif() - 1.0).collect();
+    let a = (0..t).map(|_| 0.2 + 0.8 * unif()).collect();
+    [
+        ("phi_q".into(), q, vec![t, f]),
+        ("phi_k".into(), k, vec![t, f]),
+        ("v".into(), v, vec![t, d]),
+        ("alpha".into(), a, vec![t]),
+    ]
+}
+
+fn write(path: &Path, items: &[(String, Vec<f64>, Vec<usize>)]) {
+    let t: Vec<(&str, &[f64], Vec<usize>, Precision)> = items
+        .iter()
+        .map(|(n, d, s)| (n.as_str(), d.as_slice(), s.clone(), Precision::F32))
+        .collect();
+    st::write(path, &t, HashMap::new()).unwrap();
+}
+
+fn read_y(path: &Path) -> (Vec<usize>, Vec<f64>) {
+    let mut file = st::read(path).unwrap();
+    let y = file.take("y").unwrap();
+    (y.shape, y.data)
+}
+
+fn assert_one_line_error(out: &Output, code: i32) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "stderr: {stderr}");
+    assert!(stderr.starts_with("error:"), "stderr: {stderr}");
+    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"));
+    assert!(out.stdout.is_empty());
+}
+
+/// The three forms on one file: chunked and recurrent share the SOE kernel (agree to f32
+/// rounding); naive uses the exact kernel (agrees within the certified eps).
+#[test]
+fn retention_forms_agree_through_the_binary() {
+    let (t, f, d) = (70, 6, 5);
+    let input = tmp("in.safetensors");
+    write(&input, &inputs(t, f, d));
+    for memory in ["banks", "shared"] {
+        let mut ys = Vec::new();
+        for form in ["naive", "recurrent", "chunked"] {
+            let out = tmp(&format!("y-{memory}-{form}.safetensors"));
+            let o = vort(&[
+                "retention",
+                "--input",
+                input.to_str().unwrap(),
+                "--output",
+                out.to_str().unwrap(),
+                "--form",
+                form,
+                "--memory",
+                memory,
+                "--eps",
+                "1e-5",
+                "--delta",
+                "0.2",
+                "--chunk",
+                "16",
+                "--json",
+            ]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(report["t"], t);
+            let (shape, y) = read_y(&out);
+            assert_eq!(shape, vec![t, d]);
+            assert!(y.iter().all(|x| x.is_finite()));
+            ys.push(y);
+            let _ = std::fs::remove_file(out);
+        }
+        let rel = |a: &[f64], b: &[f64]| {
+            let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum();
+            let den: f64 = b.iter().map(|y| y * y).sum();
+            (num / den).sqrt()
+        };
+        assert!(rel(&ys[2], &ys[1]) < 1e-5, "{memory}: chunked vs recurrent");
+        assert!(rel(&ys[1], &ys[0]) < 1e-4, "{memory}: recurrent vs naive");
+    }
+    let _ = std::fs::remove_file(input);
+}
+
+#[test]
+fn bad_retention_files_exit_2_with_one_line() {
+    let (t, f, d) = (8, 3, 2);
+    let out = tmp("bad-y.safetensors");
+    let run = |items: &[(String, Vec<f64>, Vec<usize>)], name: &str| {
+        let input = tmp(&format!("bad-{name}.safetensors"));
+        write(&input, items);
+        let o = vort(&[
+            "retention",
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ]);
+        let _ = std::fs::remove_file(input);
+        o
+    };
+    let good = inputs(t, f, d);
+
+    let missing: Vec<_> = good.iter().filter(|x| x.0 != "v").cloned().collect();
+    assert_one_line_error(&run(&missing, "missing"), 2);
+
+    let mut wrong_shape = good.clone();
+    // v with one row more than phi_q and phi_k.
+    wrong_shape[2].2 = vec![t + 1, d];
+    wrong_shape[2].1.extend(std::iter::repeat_n(0.0, d));
+    assert_one_line_error(&run(&wrong_shape, "shape"), 2);
+
+    let mut negative = good.clone();
+    negative[1].1[3] = -0.5;
+    assert_one_line_error(&run(&negative, "negative"), 2);
+
+    let mut order = good.clone();
+    order[3].1[0] = 1.5;
+    assert_one_line_error(&run(&order, "order"), 2);
+
+    let mut nan = good.clone();
+    nan[0].1[1] = f64::NAN;
+    assert_one_line_error(&run(&nan, "nan"), 2);
+
+    let o = vort(&[
+        "retention",
+        "--input",
+        "/nonexistent/in.safetensors",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&o, 2);
+    assert!(!out.exists(), "nothing is written on error");
+
+    let o = vort(&[
+        "retention",
+        "--input",
+        "x",
+        "--output",
+        "y",
+        "--form",
+        "fast",
+    ]);
+    assert_one_line_error(&o, 2);
+}
+
+#[test]
+fn bench_layer_quick_reports_every_section() {
+    let o = vort(&["bench", "layer", "--quick", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(r["sgemm"]["gflops"].as_f64().unwrap() > 0.0);
+    let layer = r["layer"].as_array().unwrap();
+    assert_eq!(layer.len(), 2);
+    for l in layer {
+        assert!(l["fwd_bwd_gflops"].as_f64().unwrap() > 0.0);
+        assert!(l["flops_fwd_bwd"].as_f64().unwrap() > l["flops_fwd"].as_f64().unwrap());
+    }
+    let decode = r["decode"].as_array().unwrap();
+    // Resident state does not grow with the context.
+    assert_eq!(
+        decode[0]["state_bytes"],
+        decode[decode.len() - 1]["state_bytes"]
+    );
+    assert!(!r["crossover"].as_array().unwrap().is_empty());
+    assert!(r["flop_count"].as_str().unwrap().contains("2·m·n·k"));
+}

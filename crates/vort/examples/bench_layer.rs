@@ -1,0 +1,46 @@
+//! `cargo run --release -p vort --example bench_layer [plain] [decode] [crossover]`: the layer
+//! benchmarks of `vort::bench` as JSON (the CLI's `vort bench layer` wraps the same functions).
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> vort::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let has = |s: &str| args.iter().any(|a| a == s);
+    if has("decode-only") {
+        let ctx = [1u64 << 10, 1 << 14, 1 << 17];
+        for r in
+            vort::bench::bench_decode(&ctx, vort::MemoryMode::Shared, 4, 64, 64, 1e-3, 0.1, 200)?
+        {
+            println!("decode {}", serde_json::to_string(&r).unwrap());
+        }
+        return Ok(());
+    }
+    let sgemm = vort::bench::bench_sgemm(2048, 5)?;
+    println!("sgemm {}", serde_json::to_string(&sgemm).unwrap());
+    let opts = vort::bench::LayerBenchOpts {
+        plain: has("plain"),
+        ..Default::default()
+    };
+    for r in vort::bench::bench_layer(&opts)? {
+        println!(
+            "layer {} ({:.0}% of sgemm)",
+            serde_json::to_string(&r).unwrap(),
+            100.0 * r.fwd_bwd_gflops / sgemm.gflops
+        );
+    }
+    if has("decode") {
+        let ctx = [1u64 << 10, 1 << 14, 1 << 17, 1 << 20];
+        for r in
+            vort::bench::bench_decode(&ctx, vort::MemoryMode::Shared, 4, 64, 64, 1e-3, 0.1, 200)?
+        {
+            println!("decode {}", serde_json::to_string(&r).unwrap());
+        }
+    }
+    if has("crossover") {
+        for r in vort::bench::bench_crossover(&[1024, 2048, 4096, 8192, 16384], 1, 64, 1e-3, 3)? {
+            println!("crossover {}", serde_json::to_string(&r).unwrap());
+        }
+    }
+    Ok(())
+}

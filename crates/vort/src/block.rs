@@ -1,0 +1,622 @@
+//! The VORT block (DESIGN §2): projections, q/k L2 normalisation with a learned scale, a
+//! positive feature map, the router for per-token orders α, the retention (VORT or a baseline,
+//! all in the same code path) and the output projection.
+//!
+//! Router (DESIGN §2): α_i = δ + (1-δ) σ(a·e_i - b·H_i + g·h_i + c), per head (a, b, c scalars
+//! and g a vector per head), with e_i = σ(p·h_i) the entity probe (its logit is returned for an
+//! auxiliary loss) and H_i the entropy of a shallow next-token predictor, supplied by the
+//! caller and treated as a constant (stop-gradient).
+//!
+//! Baselines (DESIGN §2), sharing projections, normalisation and feature map:
+//! - `Exponential`: one exponential per head, K(j) = e^(-u_h j), u_h = softplus(ρ_h) learned;
+//! - `ExpMixture`: M fixed rates u_m >= Λ (log-spaced on [Λ, 1]) with learned per-head
+//!   softmax weights;
+//! - `PowerLaw`: one fixed order for every token (SOE of w_j(α)), no routing;
+//! - `Softmax`: full causal softmax attention on the normalised q, k (no feature map).
+
+use candle_core::{DType, Device, Tensor, Var, D};
+use candle_nn::VarMap;
+use serde::{Deserialize, Serialize};
+
+use crate::chunked::{chunked_raw, node_weights, normalise, rates_tensor, with_ones};
+use crate::error::{Result, VortError};
+use crate::features::{FeatureMap, Features};
+use crate::fused::fused_raw;
+use crate::nodes::{MemoryMode, NodeTable};
+use crate::rng::Rng;
+
+/// Which signals drive the router.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Routing {
+    /// a·e - b·H + g·h + c.
+    #[default]
+    Full,
+    /// a·e + g·h + c (no entropy signal).
+    EntityOnly,
+    /// -b·H + g·h + c (no entity probe).
+    EntropyOnly,
+    /// A constant order for every token (no routing).
+    Fixed {
+        /// The order.
+        alpha: f64,
+    },
+}
+
+/// The memory of the block: VORT or one of the baselines.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Memory {
+    /// Power-law retention with routed orders.
+    Vort {
+        /// Banks (paper) or shared nodes.
+        mode: MemoryMode,
+        /// Banks K (banks mode only).
+        banks: usize,
+        /// Smallest order δ.
+        delta: f64,
+        /// SOE horizon T (certified on lags 1..=T).
+        horizon: u64,
+        /// SOE relative tolerance.
+        eps: f64,
+        /// Router signals.
+        routing: Routing,
+    },
+    /// Fixed-order power law (no routing).
+    PowerLaw {
+        /// The order.
+        alpha: f64,
+        /// SOE horizon.
+        horizon: u64,
+        /// SOE tolerance.
+        eps: f64,
+    },
+    /// One exponential per head with a learned decay.
+    Exponential,
+    /// M fixed exponentials with rates >= Λ, learned weights per head.
+    ExpMixture {
+        /// M.
+        m: usize,
+        /// Λ, the smallest rate.
+        min_rate: f64,
+    },
+    /// Full causal softmax attention.
+    Softmax,
+}
+
+/// Configuration of one block. Every field is saved with each run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockConfig {
+    /// Model width d_model.
+    pub d_model: usize,
+    /// Heads H.
+    pub heads: usize,
+    /// Head dim (queries, keys and values).
+    pub head_dim: usize,
+    /// Random features per head for FAVOR+ (ignored for ELU+1, which has head_dim).
+    pub features: usize,
+    /// Feature map.
+    pub feature_map: FeatureMap,
+    /// Memory (VORT or baseline).
+    pub memory: Memory,
+    /// Chunk length of the chunked form.
+    pub chunk: usize,
+    /// eps_den in y = num / (den + eps_den).
+    pub eps_den: f64,
+    /// Initial value of the learned q/k scale (|q̂| = |k̂| = scale).
+    pub qk_scale_init: f64,
+    /// Seed of the initialisation and of the random features.
+    pub seed: u64,
+    /// Use the fused op (hand-written backward) in [`Block::forward`] for memories with fixed
+    /// rates (all but `Exponential`, whose rates are learned); the plain candle form otherwise.
+    #[serde(default = "default_true")]
+    pub fused: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for BlockConfig {
+    fn default() -> Self {
+        BlockConfig {
+            d_model: 64,
+            heads: 4,
+            head_dim: 16,
+            features: 32,
+            feature_map: FeatureMap::Favor,
+            memory: Memory::Vort {
+                mode: MemoryMode::Shared,
+                banks: 4,
+                delta: 0.1,
+                horizon: 4096,
+                eps: 1e-3,
+                routing: Routing::Full,
+            },
+            chunk: 64,
+            eps_den: 1e-6,
+            qk_scale_init: 1.0,
+            seed: 0,
+            fused: true,
+        }
+    }
+}
+
+/// Recurrent state of a block: the retention state, or the softmax key/value cache.
+#[derive(Debug, Clone)]
+pub enum BlockState {
+    /// G [B, H, N, F, D+1].
+    Retention(Tensor),
+    /// Keys and values seen so far, [B, H, t, head_dim] each.
+    Kv {
+        /// Normalised keys.
+        k: Tensor,
+        /// Values.
+        v: Tensor,
+    },
+}
+
+/// What a forward pass returns.
+#[derive(Debug, Clone)]
+pub struct BlockOutput {
+    /// Output [B, T, d_model].
+    pub y: Tensor,
+    /// Orders α [B, H, T] (None for baselines without orders).
+    pub alpha: Option<Tensor>,
+    /// Entity-probe logits p·h [B, T] (None without a router), for an auxiliary loss.
+    pub entity_logit: Option<Tensor>,
+    /// State after the last token ([`Block::forward_with_state`]; None from [`Block::forward`]).
+    pub state: Option<BlockState>,
+}
+
+struct Router {
+    probe: Tensor, // [Dm, 1]
+    g: Tensor,     // [Dm, H]
+    a: Tensor,     // [H]
+    b: Tensor,     // [H]
+    c: Tensor,     // [H]
+    delta: f64,
+    routing: Routing,
+}
+
+/// One VORT (or baseline) block. Parameters live in the [`VarMap`] passed to [`Block::new`].
+pub struct Block {
+    /// The configuration.
+    pub cfg: BlockConfig,
+    wq: Tensor,
+    wk: Tensor,
+    wv: Tensor,
+    wo: Tensor,
+    scale_q: Tensor, // [H]
+    scale_k: Tensor, // [H]
+    features: Features,
+    router: Option<Router>,
+    /// Node tables (VORT, power law): one shared by all heads.
+    pub tables: Vec<NodeTable>,
+    decay_rho: Option<Tensor>,  // [H, 1]
+    mix_logits: Option<Tensor>, // [H, M]
+    mix_u: Option<Tensor>,      // [1, M] f64
+}
+
+fn param(vm: &VarMap, name: &str, init: Tensor) -> Result<Tensor> {
+    let mut data = vm
+        .data()
+        .lock()
+        .map_err(|_| VortError::InvalidArgument("VarMap lock poisoned".into()))?;
+    if let Some(v) = data.get(name) {
+        if v.dims() != init.dims() {
+            return Err(VortError::Shape {
+                name: name.into(),
+                got: v.dims().to_vec(),
+                expected: format!("{:?}", init.dims()),
+            });
+        }
+        return Ok(v.as_tensor().clone());
+    }
+    let v = Var::from_tensor(&init)?;
+    let t = v.as_tensor().clone();
+    data.insert(name.into(), v);
+    Ok(t)
+}
+
+fn sigmoid(x: &Tensor) -> Result<Tensor> {
+    Ok((x.neg()?.exp()? + 1.0)?.recip()?)
+}
+
+fn softplus(x: &Tensor) -> Result<Tensor> {
+    Ok((x.exp()? + 1.0)?.log()?)
+}
+
+impl Block {
+    /// Creates (or reuses, when already present under `prefix`) the parameters in `vm`.
+    ///
+    /// # Errors
+    /// Zero sizes, an invalid memory configuration, an SOE that cannot be certified.
+    pub fn new(cfg: BlockConfig, vm: &VarMap, prefix: &str, device: &Device) -> Result<Block> {
+        let (dm, h, dh) = (cfg.d_model, cfg.heads, cfg.head_dim);
+        if dm == 0 || h == 0 || dh == 0 || cfg.chunk == 0 {
+            return Err(VortError::InvalidArgument(format!(
+                "block: d_model, heads, head_dim and chunk must be >= 1 ({cfg:?})"
+            )));
+        }
+        let mut rng = Rng::new(cfg.seed);
+        let mut mat = |rows: usize, cols: usize, std: f64| -> Result<Tensor> {
+            Ok(
+                Tensor::from_vec(rng.normals(rows * cols, std), (rows, cols), device)?
+                    .to_dtype(DType::F32)?,
+            )
+        };
+        let p = |n: &str| format!("{prefix}.{n}");
+        let s_in = 1.0 / (dm as f64).sqrt();
+        let wq = param(vm, &p("wq"), mat(dm, h * dh, s_in)?)?;
+        let wk = param(vm, &p("wk"), mat(dm, h * dh, s_in)?)?;
+        let wv = param(vm, &p("wv"), mat(dm, h * dh, s_in)?)?;
+        let wo = param(
+            vm,
+            &p("wo"),
+            mat(h * dh, dm, 1.0 / ((h * dh) as f64).sqrt())?,
+        )?;
+        let probe_init = mat(dm, 1, s_in)?;
+        let g_init = mat(dm, h, 0.1 * s_in)?;
+        let full = |v: f64, n: usize| -> Result<Tensor> { Ok(Tensor::full(v as f32, n, device)?) };
+        let scale_q = param(vm, &p("scale_q"), full(cfg.qk_scale_init, h)?)?;
+        let scale_k = param(vm, &p("scale_k"), full(cfg.qk_scale_init, h)?)?;
+        let features = Features::new(cfg.feature_map, dh, cfg.features, cfg.seed ^ 0xF00D, device)?;
+        let mut router = None;
+        let mut tables = Vec::new();
+        let (mut decay_rho, mut mix_logits, mut mix_u) = (None, None, None);
+        match &cfg.memory {
+            Memory::Vort {
+                mode,
+                banks,
+                delta,
+                horizon,
+                eps,
+                routing,
+            } => {
+                tables.push(NodeTable::for_mode(*mode, *banks, *delta, *horizon, *eps)?);
+                if let Routing::Fixed { alpha } = routing {
+                    if !(*delta..=1.0).contains(alpha) {
+                        return Err(VortError::InvalidArgument(format!(
+                            "fixed order {alpha} is outside [δ = {delta}, 1]"
+                        )));
+                    }
+                } else {
+                    router = Some(Router {
+                        probe: param(vm, &p("router.probe"), probe_init)?,
+                        g: param(vm, &p("router.g"), g_init)?,
+                        a: param(vm, &p("router.a"), full(1.0, h)?)?,
+                        b: param(vm, &p("router.b"), full(1.0, h)?)?,
+                        c: param(vm, &p("router.c"), full(0.0, h)?)?,
+                        delta: *delta,
+                        routing: *routing,
+                    });
+                }
+            }
+            Memory::PowerLaw {
+                alpha,
+                horizon,
+                eps,
+            } => tables.push(NodeTable::banks_at(&[*alpha], *horizon, *eps)?),
+            Memory::Exponential => {
+                // RetNet-like spread of decays: γ_h = 1 - 2^(-5 - 3h/H)
+                let rho: Vec<f32> = (0..h)
+                    .map(|i| {
+                        let gamma = 1.0 - 2f64.powf(-5.0 - 3.0 * i as f64 / h as f64);
+                        let u = -gamma.ln();
+                        u.exp_m1().ln() as f32 // softplus⁻¹(u)
+                    })
+                    .collect();
+                decay_rho = Some(param(
+                    vm,
+                    &p("decay_rho"),
+                    Tensor::from_vec(rho, (h, 1), device)?,
+                )?);
+            }
+            Memory::ExpMixture { m, min_rate } => {
+                if *m == 0 || !(*min_rate > 0.0 && *min_rate <= 1.0) {
+                    return Err(VortError::InvalidArgument(format!(
+                        "exp mixture: M = {m} must be >= 1 and Λ = {min_rate} in (0, 1]"
+                    )));
+                }
+                let u: Vec<f64> = (0..*m)
+                    .map(|i| {
+                        if *m == 1 {
+                            *min_rate
+                        } else {
+                            min_rate * (1.0 / min_rate).powf(i as f64 / (*m - 1) as f64)
+                        }
+                    })
+                    .collect();
+                mix_u = Some(Tensor::from_vec(u, (1, *m), device)?);
+                mix_logits = Some(param(
+                    vm,
+                    &p("mix_logits"),
+                    Tensor::zeros((h, *m), DType::F32, device)?,
+                )?);
+            }
+            Memory::Softmax => {}
+        }
+        Ok(Block {
+            cfg,
+            wq,
+            wk,
+            wv,
+            wo,
+            scale_q,
+            scale_k,
+            features,
+            router,
+            tables,
+            decay_rho,
+            mix_logits,
+            mix_u,
+        })
+    }
+
+    /// Memory nodes N of the retention state (0 for softmax).
+    pub fn nodes(&self) -> usize {
+        match &self.cfg.memory {
+            Memory::Vort { .. } | Memory::PowerLaw { .. } => self.tables[0].len(),
+            Memory::Exponential => 1,
+            Memory::ExpMixture { m, .. } => *m,
+            Memory::Softmax => 0,
+        }
+    }
+
+    /// Splits heads: [B, T, H·dh] -> [B, H, T, dh].
+    fn heads(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        Ok(x.reshape((b, t, self.cfg.heads, self.cfg.head_dim))?
+            .transpose(1, 2)?
+            .contiguous()?)
+    }
+
+    /// L2-normalised rows times a per-head scale: z [B, H, T, dh], scale [H].
+    fn normalise_qk(z: &Tensor, scale: &Tensor) -> Result<Tensor> {
+        let h = scale.dim(0)?;
+        let norm = (z.sqr()?.sum_keepdim(D::Minus1)? + 1e-12)?.sqrt()?;
+        Ok(z.broadcast_div(&norm)?
+            .broadcast_mul(&scale.reshape((1, h, 1, 1))?)?)
+    }
+
+    /// Orders α [B, H, T] and entity logits [B, T] from x [B, T, Dm] and entropy [B, T].
+    fn route(
+        &self,
+        x: &Tensor,
+        entropy: Option<&Tensor>,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let (b, t, dm) = x.dims3()?;
+        let h = self.cfg.heads;
+        if let Memory::Vort {
+            routing: Routing::Fixed { alpha },
+            ..
+        } = &self.cfg.memory
+        {
+            return Ok((
+                Some(Tensor::full(*alpha as f32, (b, h, t), x.device())?),
+                None,
+            ));
+        }
+        let Some(r) = &self.router else {
+            return Ok((None, None));
+        };
+        let x2 = x.reshape((b * t, dm))?;
+        let logit_e = x2.matmul(&r.probe)?.reshape((b, t, 1))?;
+        let mut z = x2.matmul(&r.g)?.reshape((b, t, h))?;
+        z = z.broadcast_add(&r.c.reshape((1, 1, h))?)?;
+        if matches!(r.routing, Routing::Full | Routing::EntityOnly) {
+            let e = sigmoid(&logit_e)?;
+            z = (z + e.broadcast_mul(&r.a.reshape((1, 1, h))?)?)?;
+        }
+        if matches!(r.routing, Routing::Full | Routing::EntropyOnly) {
+            if let Some(ent) = entropy {
+                if ent.dims() != [b, t] {
+                    return Err(VortError::Shape {
+                        name: "entropy".into(),
+                        got: ent.dims().to_vec(),
+                        expected: format!("[{b}, {t}]"),
+                    });
+                }
+                let ent = ent.detach().to_dtype(x.dtype())?.reshape((b, t, 1))?;
+                z = (z - ent.broadcast_mul(&r.b.reshape((1, 1, h))?)?)?;
+            }
+        }
+        let alpha = ((sigmoid(&z)? * (1.0 - r.delta))? + r.delta)?
+            .transpose(1, 2)?
+            .contiguous()?;
+        Ok((Some(alpha), Some(logit_e.reshape((b, t))?)))
+    }
+
+    /// Training forward over T tokens from an empty state (fused op when `cfg.fused` and the
+    /// rates are fixed). x: [B, T, d_model]; entropy: [B, T] (stop-gradient; None = 0); returns
+    /// y [B, T, d_model], α [B, H, T], entity logits [B, T]; `state` is None.
+    ///
+    /// # Errors
+    /// Shape mismatches.
+    pub fn forward(&self, x: &Tensor, entropy: Option<&Tensor>) -> Result<BlockOutput> {
+        self.run(x, entropy, None, false)
+    }
+
+    /// Streaming forward over T tokens continuing from `state` (plain candle form, or the KV
+    /// cache for softmax); returns the state after the last token. Feeding a sequence in
+    /// pieces of any sizes with the returned state gives the same y as one pass (tested).
+    ///
+    /// # Errors
+    /// Shape mismatches, a state of the wrong kind.
+    pub fn forward_with_state(
+        &self,
+        x: &Tensor,
+        entropy: Option<&Tensor>,
+        state: Option<&BlockState>,
+    ) -> Result<BlockOutput> {
+        self.run(x, entropy, state, true)
+    }
+
+    fn run(
+        &self,
+        x: &Tensor,
+        entropy: Option<&Tensor>,
+        state: Option<&BlockState>,
+        want_state: bool,
+    ) -> Result<BlockOutput> {
+        let (b, t, dm) = x.dims3().map_err(|_| VortError::Shape {
+            name: "x".into(),
+            got: x.dims().to_vec(),
+            expected: "[B, T, d_model]".into(),
+        })?;
+        if dm != self.cfg.d_model {
+            return Err(VortError::Shape {
+                name: "x".into(),
+                got: x.dims().to_vec(),
+                expected: format!("[B, T, {}]", self.cfg.d_model),
+            });
+        }
+        let (h, dh) = (self.cfg.heads, self.cfg.head_dim);
+        let x2 = x.reshape((b * t, dm))?;
+        let proj =
+            |w: &Tensor| -> Result<Tensor> { self.heads(&x2.matmul(w)?.reshape((b, t, h * dh))?) };
+        let q = Self::normalise_qk(&proj(&self.wq)?, &self.scale_q)?;
+        let k = Self::normalise_qk(&proj(&self.wk)?, &self.scale_k)?;
+        let v = proj(&self.wv)?;
+        let (alpha, entity_logit) = self.route(x, entropy)?;
+        let (y, new_state) = if let Memory::Softmax = self.cfg.memory {
+            self.softmax(&q, &k, &v, state)?
+        } else {
+            let g0 = match state {
+                None => None,
+                Some(BlockState::Retention(g)) => Some(g),
+                Some(BlockState::Kv { .. }) => {
+                    return Err(VortError::InvalidArgument(
+                        "a softmax KV cache was given to a retention block".into(),
+                    ))
+                }
+            };
+            let (cw, u) = self.node_weights(alpha.as_ref(), b, t, x.device())?;
+            let fq = self.features.apply(&q)?;
+            let fk = self.features.apply(&k)?;
+            let vp = with_ones(&v)?;
+            let fixed_rates = !matches!(self.cfg.memory, Memory::Exponential);
+            if !want_state && self.cfg.fused && fixed_rates {
+                let rows = u.to_dtype(DType::F64)?.to_vec2::<f64>()?;
+                let o = fused_raw(&fq, &fk, &vp, &cw, &rows, self.cfg.chunk)?;
+                (normalise(&o, self.cfg.eps_den)?, None)
+            } else {
+                let (o, g) = chunked_raw(&fq, &fk, &vp, &cw, &u, self.cfg.chunk, g0)?;
+                (
+                    normalise(&o, self.cfg.eps_den)?,
+                    Some(BlockState::Retention(g)),
+                )
+            }
+        };
+        let y = y
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape((b * t, h * dh))?
+            .matmul(&self.wo)?
+            .reshape((b, t, dm))?;
+        Ok(BlockOutput {
+            y,
+            alpha,
+            entity_logit,
+            state: new_state,
+        })
+    }
+
+    /// Per-token node weights cw [B, H, T, N] and rates u [Hu, N] of the memory.
+    fn node_weights(
+        &self,
+        alpha: Option<&Tensor>,
+        b: usize,
+        t: usize,
+        device: &Device,
+    ) -> Result<(Tensor, Tensor)> {
+        let h = self.cfg.heads;
+        match &self.cfg.memory {
+            Memory::Vort { .. } => {
+                let a = alpha.ok_or_else(|| VortError::InvalidArgument("no orders".into()))?;
+                Ok((
+                    node_weights(a, &self.tables)?,
+                    rates_tensor(&self.tables, device)?,
+                ))
+            }
+            Memory::PowerLaw { alpha, .. } => {
+                let a = Tensor::full(*alpha as f32, (b, h, t), device)?;
+                Ok((
+                    node_weights(&a, &self.tables)?,
+                    rates_tensor(&self.tables, device)?,
+                ))
+            }
+            Memory::Exponential => {
+                let rho = self.decay_rho.as_ref().expect("exponential has rho");
+                Ok((
+                    Tensor::ones((b, h, t, 1), DType::F32, device)?,
+                    softplus(rho)?,
+                ))
+            }
+            Memory::ExpMixture { m, .. } => {
+                let logits = self.mix_logits.as_ref().expect("mixture has logits");
+                let w = candle_nn::ops::softmax(logits, 1)?;
+                let cw = w
+                    .reshape((1, h, 1, *m))?
+                    .broadcast_as((b, h, t, *m))?
+                    .contiguous()?;
+                Ok((cw, self.mix_u.clone().expect("mixture has rates")))
+            }
+            Memory::Softmax => Err(VortError::InvalidArgument("softmax has no nodes".into())),
+        }
+    }
+
+    /// Causal softmax attention with a KV cache: q, k (normalised), v [B, H, T, dh].
+    fn softmax(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        state: Option<&BlockState>,
+    ) -> Result<(Tensor, Option<BlockState>)> {
+        let (kk, vv) = match state {
+            None => (k.clone(), v.clone()),
+            Some(BlockState::Kv { k: kc, v: vc }) => {
+                (Tensor::cat(&[kc, k], 2)?, Tensor::cat(&[vc, v], 2)?)
+            }
+            Some(BlockState::Retention(_)) => {
+                return Err(VortError::InvalidArgument(
+                    "a retention state was given to a softmax block".into(),
+                ))
+            }
+        };
+        let y = causal_softmax(q, &kk, &vv)?;
+        Ok((y, Some(BlockState::Kv { k: kk, v: vv })))
+    }
+}
+
+/// Causal softmax attention where the T queries are the last T of the S keys:
+/// q [B, H, T, d], k, v [B, H, S, d] -> [B, H, T, d]; logits q·k (scale already in q, k).
+///
+/// # Errors
+/// Shape mismatches.
+pub fn causal_softmax(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+    let (b, h, t, d) = q.dims4()?;
+    let s = k.dim(2)?;
+    if s < t {
+        return Err(VortError::InvalidArgument(format!(
+            "softmax: {s} keys for {t} queries"
+        )));
+    }
+    let off = s - t;
+    let mut mask = vec![0f32; t * s];
+    for i in 0..t {
+        for j in (off + i + 1)..s {
+            mask[i * s + j] = f32::NEG_INFINITY;
+        }
+    }
+    let mask = Tensor::from_vec(mask, (1, t, s), q.device())?.to_dtype(q.dtype())?;
+    let q3 = q.reshape((b * h, t, d))?;
+    let k3 = k.reshape((b * h, s, d))?.t()?.contiguous()?;
+    let logits = q3.matmul(&k3)?.broadcast_add(&mask)?;
+    let p = candle_nn::ops::softmax(&logits, D::Minus1)?; // composed ops: differentiable
+    let dv = v.dim(3)?;
+    Ok(p.matmul(&v.reshape((b * h, s, dv))?.contiguous()?)?
+        .reshape((b, h, t, dv))?)
+}

@@ -1,0 +1,445 @@
+//! The chunked (training) form in plain candle ops: the twin of the fused op, differentiable by
+//! candle's autodiff in q, k, v, the node weights (hence α) and the rates u.
+//!
+//! Per head, tokens split into chunks of L (the last may be shorter). For a chunk with entry
+//! state G_n (the recurrent G_n(t0 - 1)), local positions τ, σ in 0..L and v' = [v, 1]:
+//!
+//! ```text
+//! intra:  o_τ += Σ_{σ<=τ} M_τσ (φq_τ·φk_σ) v'_σ,   M_ττ = 1,  M_τσ = Σ_n e^(-u_n (τ-σ)) c_n(α_σ)
+//! inter:  o_τ += Σ_n e^(-u_n (τ+1)) φq_τᵀ G_n
+//! state:  G_n <- e^(-u_n L) G_n + Σ_σ e^(-u_n (L-1-σ)) c_n(α_σ) φk_σ v'_σᵀ   (as G - μ_L G + …)
+//! ```
+//!
+//! The kernel matrix inside a chunk is the same SOE kernel the states carry, so the chunked
+//! output equals the recurrent one up to rounding for every chunk size (and streaming gives the
+//! same numbers as training). The exact GL kernel is the naive form's; the difference is the
+//! SOE certificate (DESIGN §1).
+//!
+//! DESIGN §2's alternative, the exact GL kernel inside each chunk and the SOE only across
+//! chunk boundaries, is [`chunked_raw_exact_intra`] (fused twin:
+//! `fused::fused_raw_exact_intra`): exact when one chunk covers the sequence, but then the
+//! output depends on the chunk size within the certificate and no longer equals the
+//! recurrent (streaming) form exactly, which is why it is not the default.
+
+use candle_core::{DType, Device, Tensor, D};
+
+use crate::error::{Result, VortError};
+use crate::naive::{check_tables, table_for};
+use crate::nodes::NodeTable;
+
+/// Rates of 1 or H tables as a tensor [Hu, N] (f64), Hu = number of tables.
+///
+/// # Errors
+/// Tables with different node counts.
+pub fn rates_tensor(tables: &[NodeTable], device: &Device) -> Result<Tensor> {
+    let Some(first) = tables.first() else {
+        return Err(VortError::InvalidArgument("no node tables given".into()));
+    };
+    let n = first.len();
+    if tables.iter().any(|t| t.len() != n) {
+        return Err(VortError::InvalidArgument(
+            "all heads' node tables must have the same number of nodes".into(),
+        ));
+    }
+    let u: Vec<f64> = tables.iter().flat_map(|t| t.u.iter().copied()).collect();
+    Ok(Tensor::from_vec(u, (tables.len(), n), device)?)
+}
+
+/// Node weights c_n(α) of every token, differentiable in α: alpha [B, H, T] -> [B, H, T, N]
+/// (dtype of alpha). Piecewise linear: c = base + (α - a0) slope on α's grid cell.
+///
+/// # Errors
+/// Alpha not rank 3, wrong table count.
+pub fn node_weights(alpha: &Tensor, tables: &[NodeTable]) -> Result<Tensor> {
+    let (b, h, t) = alpha.dims3().map_err(|_| VortError::Shape {
+        name: "alpha".into(),
+        got: alpha.dims().to_vec(),
+        expected: "[B, H, T]".into(),
+    })?;
+    check_tables(tables, h)?;
+    let n = tables[0].len();
+    let a: Vec<f64> = alpha
+        .to_dtype(DType::F64)?
+        .flatten_all()?
+        .to_vec1::<f64>()?;
+    let mut base = Vec::with_capacity(a.len() * n);
+    let mut slope = Vec::with_capacity(a.len() * n);
+    let mut a0 = Vec::with_capacity(a.len());
+    for (idx, &x) in a.iter().enumerate() {
+        let (bs, sl, lo) = table_for(tables, (idx / t) % h).affine_at(x);
+        base.extend(bs);
+        slope.extend(sl);
+        a0.push(lo);
+    }
+    let dev = alpha.device();
+    let dt = alpha.dtype();
+    let base = Tensor::from_vec(base, (b, h, t, n), dev)?.to_dtype(dt)?;
+    let slope = Tensor::from_vec(slope, (b, h, t, n), dev)?.to_dtype(dt)?;
+    let a0 = Tensor::from_vec(a0, (b, h, t, 1), dev)?.to_dtype(dt)?;
+    let da = alpha.unsqueeze(3)?.broadcast_sub(&a0)?;
+    Ok(base.add(&da.broadcast_mul(&slope)?)?)
+}
+
+/// Exact intra-chunk kernel rows K_i(j) = w_j(α_i) (banks: the bank split) for lags
+/// j = 0..chunk-1, differentiable in α: alpha [B, H, T] -> kin [B, H, T, chunk] (dtype of
+/// alpha). Used by [`chunked_raw_exact_intra`] and `fused::fused_raw_exact_intra`.
+///
+/// # Errors
+/// Alpha not rank 3, wrong table count, chunk = 0.
+pub fn exact_intra_weights(alpha: &Tensor, tables: &[NodeTable], chunk: usize) -> Result<Tensor> {
+    let (b, h, t) = alpha.dims3().map_err(|_| VortError::Shape {
+        name: "alpha".into(),
+        got: alpha.dims().to_vec(),
+        expected: "[B, H, T]".into(),
+    })?;
+    check_tables(tables, h)?;
+    if chunk == 0 {
+        return Err(VortError::InvalidArgument("chunk size must be >= 1".into()));
+    }
+    let a: Vec<f64> = alpha
+        .to_dtype(DType::F64)?
+        .flatten_all()?
+        .to_vec1::<f64>()?;
+    let mut base = Vec::with_capacity(a.len() * chunk);
+    let mut slope = Vec::with_capacity(a.len() * chunk);
+    let mut a0 = Vec::with_capacity(a.len());
+    for (idx, &x) in a.iter().enumerate() {
+        let (bs, sl, lo) = table_for(tables, (idx / t) % h).exact_row(x, chunk)?;
+        base.extend(bs);
+        slope.extend(sl);
+        a0.push(lo);
+    }
+    let dev = alpha.device();
+    let dt = alpha.dtype();
+    let base = Tensor::from_vec(base, (b, h, t, chunk), dev)?.to_dtype(dt)?;
+    let slope = Tensor::from_vec(slope, (b, h, t, chunk), dev)?.to_dtype(dt)?;
+    let a0 = Tensor::from_vec(a0, (b, h, t, 1), dev)?.to_dtype(dt)?;
+    let da = alpha.unsqueeze(3)?.broadcast_sub(&a0)?;
+    Ok(base.add(&da.broadcast_mul(&slope)?)?)
+}
+
+fn dims4(name: &str, t: &Tensor) -> Result<(usize, usize, usize, usize)> {
+    t.dims4().map_err(|_| VortError::Shape {
+        name: name.into(),
+        got: t.dims().to_vec(),
+        expected: "rank 4".into(),
+    })
+}
+
+/// Appends the ones column: v [B, H, T, D] -> v' [B, H, T, D+1].
+pub fn with_ones(v: &Tensor) -> Result<Tensor> {
+    let (b, h, t, _) = dims4("v", v)?;
+    let ones = Tensor::ones((b, h, t, 1), v.dtype(), v.device())?;
+    Ok(Tensor::cat(&[v, &ones], 3)?)
+}
+
+/// y = o[.., :D] / (o[.., D] + eps_den) for o [B, H, T, D+1].
+pub fn normalise(o: &Tensor, eps_den: f64) -> Result<Tensor> {
+    let d1 = o.dim(D::Minus1)?;
+    let num = o.narrow(D::Minus1, 0, d1 - 1)?;
+    let den = (o.narrow(D::Minus1, d1 - 1, 1)? + eps_den)?;
+    Ok(num.broadcast_div(&den)?)
+}
+
+/// Unnormalised chunked retention: o [B, H, T, D'] and the final state [B, H, N, F, D'].
+///
+/// q, k: [B, H, T, F]; vp: [B, H, T, D'] (values with the ones column); cw: [B, H, T, N];
+/// u: [Hu, N] with Hu in {1, H} (any float dtype; decays are computed in it, then cast);
+/// state: [B, H, N, F, D'] or None (zeros). q, k, vp, cw share one float dtype.
+///
+/// # Errors
+/// Shape or dtype mismatches; chunk = 0.
+#[allow(clippy::too_many_arguments)]
+pub fn chunked_raw(
+    q: &Tensor,
+    k: &Tensor,
+    vp: &Tensor,
+    cw: &Tensor,
+    u: &Tensor,
+    chunk: usize,
+    state: Option<&Tensor>,
+) -> Result<(Tensor, Tensor)> {
+    chunked_impl(q, k, vp, cw, None, u, chunk, state)
+}
+
+/// [`chunked_raw`] with the exact kernel inside each chunk (DESIGN §2: "intra-chunk with the
+/// exact kernel matrix, inter-chunk through the SOE states"): M[τ, σ] = kin[σ, τ-σ], with
+/// kin [B, H, T, chunk] from [`exact_intra_weights`]. Lags that cross a chunk boundary still go
+/// through the SOE states, so the result depends (within the SOE certificate) on the chunk
+/// size, and equals the naive exact form when chunk >= T.
+///
+/// # Errors
+/// As [`chunked_raw`]; kin of the wrong shape.
+#[allow(clippy::too_many_arguments)]
+pub fn chunked_raw_exact_intra(
+    q: &Tensor,
+    k: &Tensor,
+    vp: &Tensor,
+    cw: &Tensor,
+    kin: &Tensor,
+    u: &Tensor,
+    chunk: usize,
+    state: Option<&Tensor>,
+) -> Result<(Tensor, Tensor)> {
+    chunked_impl(q, k, vp, cw, Some(kin), u, chunk, state)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn chunked_impl(
+    q: &Tensor,
+    k: &Tensor,
+    vp: &Tensor,
+    cw: &Tensor,
+    kin: Option<&Tensor>,
+    u: &Tensor,
+    chunk: usize,
+    state: Option<&Tensor>,
+) -> Result<(Tensor, Tensor)> {
+    let (b, h, t, f) = dims4("q", q)?;
+    let (_, _, _, d1) = dims4("vp", vp)?;
+    let (_, _, _, n) = dims4("cw", cw)?;
+    if chunk == 0 {
+        return Err(VortError::InvalidArgument("chunk size must be >= 1".into()));
+    }
+    for (name, x, want) in [
+        ("k", k, vec![b, h, t, f]),
+        ("vp", vp, vec![b, h, t, d1]),
+        ("cw", cw, vec![b, h, t, n]),
+    ] {
+        if x.dims() != want.as_slice() {
+            return Err(VortError::Shape {
+                name: name.into(),
+                got: x.dims().to_vec(),
+                expected: format!("{want:?}"),
+            });
+        }
+    }
+    let (hu, nu) = u.dims2()?;
+    if nu != n || !(hu == 1 || hu == h) {
+        return Err(VortError::Shape {
+            name: "u".into(),
+            got: u.dims().to_vec(),
+            expected: format!("[1 or {h}, {n}]"),
+        });
+    }
+    if let Some(kin) = kin {
+        if kin.dims() != [b, h, t, chunk] {
+            return Err(VortError::Shape {
+                name: "kin".into(),
+                got: kin.dims().to_vec(),
+                expected: format!("{:?}", [b, h, t, chunk]),
+            });
+        }
+    }
+    let dt = q.dtype();
+    let mut g = match state {
+        Some(s) => {
+            if s.dims() != [b, h, n, f, d1] {
+                return Err(VortError::Shape {
+                    name: "state".into(),
+                    got: s.dims().to_vec(),
+                    expected: format!("{:?}", [b, h, n, f, d1]),
+                });
+            }
+            s.to_dtype(dt)?
+        }
+        None => Tensor::zeros((b, h, n, f, d1), dt, q.device())?,
+    };
+    let main = (t / chunk) * chunk;
+    let mut outs = Vec::new();
+    if main > 0 {
+        let (o, g1) = block(
+            &q.narrow(2, 0, main)?,
+            &k.narrow(2, 0, main)?,
+            &vp.narrow(2, 0, main)?,
+            &cw.narrow(2, 0, main)?,
+            kin.map(|x| x.narrow(2, 0, main)).transpose()?.as_ref(),
+            u,
+            chunk,
+            &g,
+        )?;
+        outs.push(o);
+        g = g1;
+    }
+    if main < t {
+        let r = t - main;
+        let (o, g1) = block(
+            &q.narrow(2, main, r)?,
+            &k.narrow(2, main, r)?,
+            &vp.narrow(2, main, r)?,
+            &cw.narrow(2, main, r)?,
+            kin.map(|x| x.narrow(2, main, r)?.narrow(3, 0, r))
+                .transpose()?
+                .as_ref(),
+            u,
+            r,
+            &g,
+        )?;
+        outs.push(o);
+        g = g1;
+    }
+    let o = if outs.len() == 1 {
+        outs.pop().expect("one block")
+    } else {
+        Tensor::cat(&outs, 2)?
+    };
+    Ok((o, g))
+}
+
+/// Exp of -u ⊗ lags: u [Hu, N] (its dtype), lags host values -> [Hu, N, len] in `dt`.
+fn decay_table(u: &Tensor, lags: &[f64], dt: DType) -> Result<Tensor> {
+    let (hu, n) = u.dims2()?;
+    let l = Tensor::from_vec(lags.to_vec(), (1, 1, lags.len()), u.device())?.to_dtype(u.dtype())?;
+    let e = u.reshape((hu, n, 1))?.broadcast_mul(&l)?.neg()?.exp()?;
+    Ok(e.to_dtype(dt)?)
+}
+
+/// Batched matmul over any number of leading dims (candle's CPU matmul takes rank <= 4):
+/// flattens them, multiplies contiguous operands, restores the shape.
+fn bmm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let da = a.dims();
+    let r = da.len();
+    let (m, k) = (da[r - 2], da[r - 1]);
+    let n = b.dim(D::Minus1)?;
+    let batch: usize = da[..r - 2].iter().product();
+    let a3 = a.contiguous()?.reshape((batch, m, k))?;
+    let b3 = b.contiguous()?.reshape((batch, k, n))?;
+    let mut shape = da[..r - 2].to_vec();
+    shape.extend([m, n]);
+    Ok(a3.matmul(&b3)?.reshape(shape)?)
+}
+
+/// Chunks of exactly `l` tokens: t = nc * l.
+#[allow(clippy::too_many_arguments)]
+fn block(
+    q: &Tensor,
+    k: &Tensor,
+    vp: &Tensor,
+    cw: &Tensor,
+    kin: Option<&Tensor>,
+    u: &Tensor,
+    l: usize,
+    g0: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let (b, h, t, f) = q.dims4()?;
+    let d1 = vp.dim(3)?;
+    let n = cw.dim(3)?;
+    let hu = u.dim(0)?;
+    let nc = t / l;
+    let dt = q.dtype();
+    let dev = q.device();
+    let qc = q.reshape((b, h, nc, l, f))?;
+    let kc = k.reshape((b, h, nc, l, f))?;
+    let vc = vp.reshape((b, h, nc, l, d1))?;
+    let eye = Tensor::eye(l, dt, dev)?;
+    let a = bmm(&qc, &kc.transpose(3, 4)?)?; // [B,H,nc,L,L]
+    let exact_m = match kin {
+        None => None,
+        Some(kin) => {
+            // M[τ, σ] = δ_τσ + Σ_lag [τ-σ = lag >= 1] kin[σ, lag]
+            let mut sh = vec![0.0; l * l * l];
+            for tau in 0..l {
+                for sig in 0..tau {
+                    sh[(tau * l + sig) * l + (tau - sig)] = 1.0;
+                }
+            }
+            let sh = Tensor::from_vec(sh, (1, 1, 1, l, l, l), dev)?.to_dtype(dt)?;
+            let kc = kin.reshape((b, h, nc, 1, l, l))?;
+            Some(kc.broadcast_mul(&sh)?.sum(5)?.broadcast_add(&eye)?)
+        }
+    };
+    if n == 0 {
+        if let Some(m) = exact_m {
+            let intra = bmm(&(a * m)?, &vc)?;
+            return Ok((intra.reshape((b, h, t, d1))?, g0.clone()));
+        }
+        let intra = bmm(&a.broadcast_mul(&eye)?, &vc)?;
+        return Ok((intra.reshape((b, h, t, d1))?, g0.clone()));
+    }
+    let cwc = cw.reshape((b, h, nc, l, n))?;
+    // intra-chunk kernel matrix M[τ, σ] = δ_τσ + [τ>σ] Σ_n e^(-u_n(τ-σ)) c_n(α_σ)
+    let mut lag = vec![0.0; l * l];
+    let mut mask = vec![0.0; l * l];
+    for tau in 0..l {
+        for sig in 0..tau {
+            lag[tau * l + sig] = (tau - sig) as f64;
+            mask[tau * l + sig] = 1.0;
+        }
+    }
+    let e = decay_table(u, &lag, dt)?; // [Hu, N, L*L] (SOE intra kernel unless exact)
+    let mask = Tensor::from_vec(mask, (1, 1, l * l), dev)?.to_dtype(dt)?;
+    let e = e
+        .broadcast_mul(&mask)?
+        .reshape((hu, n, l, l))?
+        .permute((0, 2, 3, 1))?
+        .contiguous()?; // [Hu, τ, σ, N]
+    let m = e
+        .reshape((1, hu, 1, l, l, n))?
+        .broadcast_mul(&cwc.unsqueeze(3)?)?
+        .sum(5)?
+        .broadcast_add(&eye)?; // [B,H,nc,L,L]
+    let m = exact_m.unwrap_or(m);
+    let intra = bmm(&(a * m)?, &vc)?;
+    // inter-chunk readout: Qd[τ, n, :] = e^(-u_n (τ+1)) φq_τ
+    let lag_q: Vec<f64> = (1..=l).map(|x| x as f64).collect();
+    let d_q = decay_table(u, &lag_q, dt)?
+        .permute((0, 2, 1))?
+        .reshape((1, hu, 1, l, n, 1))?;
+    let qd = qc
+        .unsqueeze(4)?
+        .broadcast_mul(&d_q)?
+        .reshape((b, h, nc, l, n * f))?;
+    // chunk contributions: Kd[σ, n, :] = e^(-u_n (L-1-σ)) c_n(α_σ) φk_σ
+    let lag_k: Vec<f64> = (0..l).map(|x| (l - 1 - x) as f64).collect();
+    let d_k = decay_table(u, &lag_k, dt)?
+        .permute((0, 2, 1))?
+        .reshape((1, hu, 1, l, n))?;
+    let wk = cwc.broadcast_mul(&d_k)?.unsqueeze(5)?; // [B,H,nc,L,N,1]
+    let kd = kc
+        .unsqueeze(4)?
+        .broadcast_mul(&wk)?
+        .reshape((b, h, nc, l, n * f))?;
+    let kv = bmm(&kd.transpose(3, 4)?, &vc)?; // [B,H,nc,NF,D']
+                                              // scan over chunks: G <- G - μ_L G + KV, μ_L = 1 - e^(-u L)
+    let mu = decay_table(u, &[l as f64], u.dtype())?
+        .affine(-1.0, 1.0)?
+        .to_dtype(dt)?
+        .reshape((1, hu, n, 1, 1))?;
+    let mut g = g0.clone();
+    let mut gins = Vec::with_capacity(nc);
+    for c in 0..nc {
+        gins.push(g.reshape((b, h, n * f, d1))?);
+        let kv_c = kv.narrow(2, c, 1)?.reshape((b, h, n, f, d1))?;
+        g = ((&g - g.broadcast_mul(&mu)?)? + kv_c)?;
+    }
+    let gin = Tensor::stack(&gins, 2)?; // [B,H,nc,NF,D']
+    let inter = bmm(&qd, &gin)?;
+    let o = (intra + inter)?.reshape((b, h, t, d1))?;
+    Ok((o, g))
+}
+
+/// Normalised chunked retention with per-token orders: y [B, H, T, D] and final state
+/// [B, H, N, F, D+1].
+///
+/// q, k: [B, H, T, F] (nonnegative features); v: [B, H, T, D]; alpha: [B, H, T];
+/// `tables`: 1 or H node tables; state: [B, H, N, F, D+1] or None.
+/// Accuracy vs the exact kernel: the tables' certificate (`NodeTable::max_rel_error`).
+///
+/// # Errors
+/// Shape/dtype mismatches.
+#[allow(clippy::too_many_arguments)]
+pub fn chunked(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    alpha: &Tensor,
+    tables: &[NodeTable],
+    chunk: usize,
+    state: Option<&Tensor>,
+    eps_den: f64,
+) -> Result<(Tensor, Tensor)> {
+    let cw = node_weights(alpha, tables)?.to_dtype(q.dtype())?;
+    let u = rates_tensor(tables, q.device())?;
+    let (o, g) = chunked_raw(q, k, &with_ones(v)?, &cw, &u, chunk, state)?;
+    Ok((normalise(&o, eps_den)?, g))
+}

@@ -1,0 +1,865 @@
+//! The fused chunked retention: one candle `CustomOp3` for the whole layer core, forward and
+//! hand-written backward in Rust, gemm on blocks, rayon over batch × heads. Same algorithm and
+//! numbers as [`crate::chunked::chunked_raw`] (its autodiff twin, tested against it), without
+//! the per-op autodiff graph.
+//!
+//! Per head, chunk of L tokens, entry state G [N·F, D'] (D' = D + 1, the ones column):
+//!
+//! ```text
+//! P = Q Kᵀ,  R = E cwᵀ (E[lag, n] = e^(-u_n lag), lag >= 1),  M[τ,σ] = R[τ-σ, σ] (τ>σ), 1 (τ=σ)
+//! O = (M ∘ P) V + Qd G,           Qd[τ, nF+f] = e^(-u_n (τ+1)) q_τ[f]
+//! G <- G - μ_L ∘ G + Kdᵀ V,       Kd[σ, nF+f] = e^(-u_n (L-1-σ)) cw[σ, n] k_σ[f]
+//! ```
+//!
+//! Backward (reverse over chunks, with H = ∂L/∂G after the chunk, states recomputed):
+//! dV = (M∘P)ᵀ dO + Kd H,  dS = dO Vᵀ (lower), dP = dS ∘ M, dM = dS ∘ P, dQ = dP K + Σ_n
+//! e^(-u_n(τ+1)) (dO Gᵀ)_n, dK = dPᵀ Q + Σ_n e^(-u_n(L-1-σ)) cw (V Hᵀ)_n, dcw from dM through E
+//! and from V Hᵀ through k; then H <- H - μ_L ∘ H + Qdᵀ dO.
+//!
+//! Inputs: qk [B, H, T, 2F] (φq and φk concatenated on the last dim), vp [B, H, T, D'],
+//! cw [B, H, T, N]; output o [B, H, T, D'] (unnormalised; normalise with
+//! [`crate::chunked::normalise`]). Rates are fixed per op (no gradient in u: the learned-decay
+//! baseline uses the plain form).
+
+use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor, WithDType};
+use rayon::prelude::*;
+
+use crate::error::{Result, VortError};
+
+/// Values below this are flushed to zero in the decay tables (no denormals in the gemms).
+const FLUSH: f64 = 1e-30;
+
+/// The fused retention op. `u`: rates [Hu, N] row-major with Hu in {1, H}.
+#[derive(Debug, Clone)]
+pub struct FusedRetention {
+    /// Rates, [Hu, N] row-major.
+    pub u: Vec<f64>,
+    /// Rows of `u` (1: shared by all heads, or H).
+    pub hu: usize,
+    /// Nodes N.
+    pub n: usize,
+    /// Chunk length L.
+    pub chunk: usize,
+    /// Exact intra-chunk kernel: the weights input carries N + L columns, the last L being
+    /// kin[σ, lag] (see `chunked::exact_intra_weights`).
+    pub exact_intra: bool,
+}
+
+struct Consts<T> {
+    l: usize,
+    e: Vec<T>,  // [L, N], lag 0 row zero
+    dq: Vec<T>, // [L, N] e^(-u (τ+1))
+    dk: Vec<T>, // [L, N] e^(-u (L-1-σ))
+    mu: Vec<T>, // [N] 1 - e^(-u L)
+}
+
+fn flush(x: f64) -> f64 {
+    if x < FLUSH {
+        0.0
+    } else {
+        x
+    }
+}
+
+fn consts<T: WithDType>(u: &[f64], l: usize) -> Consts<T> {
+    let n = u.len();
+    let mut e = vec![T::zero(); l * n];
+    let mut dq = vec![T::zero(); l * n];
+    let mut dk = vec![T::zero(); l * n];
+    for i in 0..l {
+        for (s, &us) in u.iter().enumerate() {
+            if i > 0 {
+                e[i * n + s] = T::from_f64(flush((-us * i as f64).exp()));
+            }
+            dq[i * n + s] = T::from_f64(flush((-us * (i + 1) as f64).exp()));
+            dk[i * n + s] = T::from_f64(flush((-us * (l - 1 - i) as f64).exp()));
+        }
+    }
+    let mu = u
+        .iter()
+        .map(|&us| T::from_f64(-(-us * l as f64).exp_m1()))
+        .collect();
+    Consts { l, e, dq, dk, mu }
+}
+
+/// dst (m×n, row stride dst_rs) = [dst +] lhs (m×k) · rhs (k×n), arbitrary strides.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn mm<T: WithDType>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [T],
+    dst_rs: usize,
+    lhs: &[T],
+    lhs_rs: usize,
+    lhs_cs: usize,
+    rhs: &[T],
+    rhs_rs: usize,
+    rhs_cs: usize,
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                dst[i * dst_rs..i * dst_rs + n].fill(T::zero());
+            }
+        }
+        return;
+    }
+    // bounds: the last element each operand touches must be inside its slice
+    assert!((m - 1) * dst_rs + n <= dst.len(), "mm: dst too short");
+    assert!(
+        (m - 1) * lhs_rs + (k - 1) * lhs_cs < lhs.len(),
+        "mm: lhs too short"
+    );
+    assert!(
+        (k - 1) * rhs_rs + (n - 1) * rhs_cs < rhs.len(),
+        "mm: rhs too short"
+    );
+    // SAFETY: the asserts above keep every access inside the slices; dst does not alias.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_rs as isize,
+            accumulate,
+            lhs.as_ptr(),
+            lhs_cs as isize,
+            lhs_rs as isize,
+            rhs.as_ptr(),
+            rhs_cs as isize,
+            rhs_rs as isize,
+            T::one(),
+            T::one(),
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
+/// Sizes of one head.
+#[derive(Clone, Copy)]
+struct HeadDims {
+    t: usize,
+    f: usize,
+    d1: usize,
+    n: usize,
+    /// Row stride of the weights input: N, or N + L with the exact intra kernel columns.
+    cws: usize,
+    /// Exact intra-chunk kernel: M[τ, σ] = cw[σ, N + τ - σ].
+    exact: bool,
+}
+
+/// Chunk starts and which constants (0 main, 1 tail).
+fn chunks(t: usize, l: usize) -> Vec<(usize, usize)> {
+    let mut v = Vec::new();
+    let mut s = 0;
+    while s < t {
+        let len = l.min(t - s);
+        v.push((s, len));
+        s += len;
+    }
+    v
+}
+
+struct Work<T> {
+    p: Vec<T>,
+    m: Vec<T>,
+    s: Vec<T>,
+    ds: Vec<T>,
+    qd: Vec<T>,
+    kd: Vec<T>,
+    dqd: Vec<T>,
+    dkd: Vec<T>,
+}
+
+impl<T: WithDType> Work<T> {
+    fn new(l: usize, nf: usize) -> Self {
+        let z = |k: usize| vec![T::zero(); k];
+        Work {
+            p: z(l * l),
+            m: z(l * l),
+            s: z(l * l),
+            ds: z(l * l),
+            qd: z(l * nf),
+            kd: z(l * nf),
+            dqd: z(l * nf),
+            dkd: z(l * nf),
+        }
+    }
+}
+
+/// P = Q Kᵀ, M (materialised from R = E cwᵀ), S = M ∘ P for one chunk.
+fn intra<T: WithDType>(
+    qk: &[T],
+    cwc: &[T],
+    hd: HeadDims,
+    c: &Consts<T>,
+    l: usize,
+    w: &mut Work<T>,
+) {
+    let (f, n, cws) = (hd.f, hd.n, hd.cws);
+    let f2 = 2 * f;
+    mm(l, l, f, &mut w.p, l, qk, f2, 1, &qk[f..], 1, f2, false);
+    // R[lag][σ] into w.s temporarily: Σ_n E[lag, n] cw[σ, n], or the exact kernel columns
+    if hd.exact {
+        for lag in 0..l {
+            for sig in 0..l - lag {
+                w.s[lag * l + sig] = cwc[sig * cws + n + lag];
+            }
+        }
+    } else {
+        mm(l, l, n, &mut w.s, l, &c.e, n, 1, cwc, 1, cws, false);
+    }
+    for tau in 0..l {
+        for sig in 0..l {
+            w.m[tau * l + sig] = if sig < tau {
+                w.s[(tau - sig) * l + sig]
+            } else if sig == tau {
+                T::one()
+            } else {
+                T::zero()
+            };
+        }
+    }
+    for i in 0..l * l {
+        w.s[i] = w.m[i] * w.p[i];
+    }
+}
+
+fn build_qd<T: WithDType>(qk: &[T], hd: HeadDims, c: &Consts<T>, l: usize, qd: &mut [T]) {
+    let (f, n) = (hd.f, hd.n);
+    for tau in 0..l {
+        let q = &qk[tau * 2 * f..tau * 2 * f + f];
+        for s in 0..n {
+            let dec = c.dq[tau * n + s];
+            let row = &mut qd[tau * n * f + s * f..tau * n * f + (s + 1) * f];
+            for x in 0..f {
+                row[x] = dec * q[x];
+            }
+        }
+    }
+}
+
+fn build_kd<T: WithDType>(
+    qk: &[T],
+    cwc: &[T],
+    hd: HeadDims,
+    c: &Consts<T>,
+    l: usize,
+    kd: &mut [T],
+) {
+    let (f, n) = (hd.f, hd.n);
+    for sig in 0..l {
+        let k = &qk[sig * 2 * f + f..sig * 2 * f + 2 * f];
+        for s in 0..n {
+            let w = c.dk[sig * n + s] * cwc[sig * hd.cws + s];
+            let row = &mut kd[sig * n * f + s * f..sig * n * f + (s + 1) * f];
+            for x in 0..f {
+                row[x] = w * k[x];
+            }
+        }
+    }
+}
+
+/// G <- G - μ ∘ G (per node block of F rows) + Kdᵀ V.
+fn state_update<T: WithDType>(
+    g: &mut [T],
+    kd: &[T],
+    v: &[T],
+    hd: HeadDims,
+    c: &Consts<T>,
+    l: usize,
+) {
+    let (f, n, d1) = (hd.f, hd.n, hd.d1);
+    for s in 0..n {
+        let m = c.mu[s];
+        for x in &mut g[s * f * d1..(s + 1) * f * d1] {
+            *x -= m * *x;
+        }
+    }
+    mm(n * f, d1, l, g, d1, kd, 1, n * f, v, d1, 1, true);
+}
+
+fn fwd_head<T: WithDType>(
+    qk: &[T],
+    vp: &[T],
+    cw: &[T],
+    out: &mut [T],
+    hd: HeadDims,
+    cm: &Consts<T>,
+    ct: &Consts<T>,
+) {
+    let HeadDims { t, f, d1, n, .. } = hd;
+    let nf = n * f;
+    let mut g = vec![T::zero(); nf * d1];
+    let mut w = Work::new(cm.l, nf);
+    let list = chunks(t, cm.l);
+    for (ci, &(s0, l)) in list.iter().enumerate() {
+        let c = if l == cm.l { cm } else { ct };
+        let qkc = &qk[s0 * 2 * f..(s0 + l) * 2 * f];
+        let vc = &vp[s0 * d1..(s0 + l) * d1];
+        let cwc = &cw[s0 * hd.cws..(s0 + l) * hd.cws];
+        let oc = &mut out[s0 * d1..(s0 + l) * d1];
+        intra(qkc, cwc, hd, c, l, &mut w);
+        mm(l, d1, l, oc, d1, &w.s, l, 1, vc, d1, 1, false);
+        if n == 0 {
+            continue;
+        }
+        build_qd(qkc, hd, c, l, &mut w.qd);
+        mm(l, d1, nf, oc, d1, &w.qd, nf, 1, &g, d1, 1, true);
+        if ci + 1 < list.len() {
+            build_kd(qkc, cwc, hd, c, l, &mut w.kd);
+            state_update(&mut g, &w.kd, vc, hd, c, l);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bwd_head<T: WithDType>(
+    qk: &[T],
+    vp: &[T],
+    cw: &[T],
+    dout: &[T],
+    dqk: &mut [T],
+    dvp: &mut [T],
+    dcw: &mut [T],
+    hd: HeadDims,
+    cm: &Consts<T>,
+    ct: &Consts<T>,
+) {
+    let HeadDims { f, d1, n, .. } = hd;
+    let nf = n * f;
+    let gsz = nf * d1;
+    let list = chunks(hd.t, cm.l);
+    let mut w = Work::new(cm.l, nf);
+    // pass 1: entry state of every chunk
+    let mut gs = vec![T::zero(); list.len() * gsz];
+    for (ci, &(s0, l)) in list.iter().enumerate().take(list.len().saturating_sub(1)) {
+        if n == 0 {
+            break;
+        }
+        let c = if l == cm.l { cm } else { ct };
+        let (done, next) = gs.split_at_mut((ci + 1) * gsz);
+        next[..gsz].copy_from_slice(&done[ci * gsz..]);
+        let qkc = &qk[s0 * 2 * f..(s0 + l) * 2 * f];
+        build_kd(
+            qkc,
+            &cw[s0 * hd.cws..(s0 + l) * hd.cws],
+            hd,
+            c,
+            l,
+            &mut w.kd,
+        );
+        state_update(
+            &mut next[..gsz],
+            &w.kd,
+            &vp[s0 * d1..(s0 + l) * d1],
+            hd,
+            c,
+            l,
+        );
+    }
+    // pass 2: reverse
+    let mut h = vec![T::zero(); gsz];
+    for (ci, &(s0, l)) in list.iter().enumerate().rev() {
+        let c = if l == cm.l { cm } else { ct };
+        let qkc = &qk[s0 * 2 * f..(s0 + l) * 2 * f];
+        let vc = &vp[s0 * d1..(s0 + l) * d1];
+        let cwc = &cw[s0 * hd.cws..(s0 + l) * hd.cws];
+        let doc = &dout[s0 * d1..(s0 + l) * d1];
+        let dqkc = &mut dqk[s0 * 2 * f..(s0 + l) * 2 * f];
+        let dvc = &mut dvp[s0 * d1..(s0 + l) * d1];
+        let dcwc = &mut dcw[s0 * hd.cws..(s0 + l) * hd.cws];
+        intra(qkc, cwc, hd, c, l, &mut w);
+        // dV = Sᵀ dO
+        mm(l, d1, l, dvc, d1, &w.s, 1, l, doc, d1, 1, true);
+        // dS = dO Vᵀ, lower triangle
+        mm(l, l, d1, &mut w.ds, l, doc, d1, 1, vc, 1, d1, false);
+        // dM (as dR[lag][σ], into w.s) and dP = dS ∘ M (into w.ds)
+        w.s[..l * l].fill(T::zero());
+        for tau in 0..l {
+            for sig in 0..l {
+                let i = tau * l + sig;
+                if sig < tau {
+                    w.s[(tau - sig) * l + sig] = w.ds[i] * w.p[i];
+                }
+                w.ds[i] = if sig <= tau {
+                    w.ds[i] * w.m[i]
+                } else {
+                    T::zero()
+                };
+            }
+        }
+        // dQ = dP K, dK = dPᵀ Q
+        mm(l, f, l, dqkc, 2 * f, &w.ds, l, 1, &qkc[f..], 2 * f, 1, true);
+        mm(
+            l,
+            f,
+            l,
+            &mut dqkc[f..],
+            2 * f,
+            &w.ds,
+            1,
+            l,
+            qkc,
+            2 * f,
+            1,
+            true,
+        );
+        if hd.exact {
+            // d kin[σ, lag] = dR[lag][σ]
+            for lag in 1..l {
+                for sig in 0..l - lag {
+                    dcwc[sig * hd.cws + n + lag] += w.s[lag * l + sig];
+                }
+            }
+        } else {
+            // dcw (intra) = dRᵀ E
+            mm(l, n, l, dcwc, hd.cws, &w.s, 1, l, &c.e, n, 1, true);
+        }
+        if n == 0 {
+            continue;
+        }
+        // inter readout
+        let gin = &gs[ci * gsz..(ci + 1) * gsz];
+        mm(l, nf, d1, &mut w.dqd, nf, doc, d1, 1, gin, 1, d1, false);
+        for tau in 0..l {
+            for s in 0..n {
+                let dec = c.dq[tau * n + s];
+                let src = &w.dqd[tau * nf + s * f..tau * nf + (s + 1) * f];
+                let dst = &mut dqkc[tau * 2 * f..tau * 2 * f + f];
+                for x in 0..f {
+                    dst[x] += dec * src[x];
+                }
+            }
+        }
+        // state contribution of this chunk (H = ∂L/∂G after it; zero for the last chunk)
+        if ci + 1 < list.len() {
+            build_kd(qkc, cwc, hd, c, l, &mut w.kd);
+            mm(l, nf, d1, &mut w.dkd, nf, vc, d1, 1, &h, 1, d1, false);
+            mm(l, d1, nf, dvc, d1, &w.kd, nf, 1, &h, d1, 1, true);
+            for sig in 0..l {
+                let k = &qkc[sig * 2 * f + f..sig * 2 * f + 2 * f];
+                for s in 0..n {
+                    let dec = c.dk[sig * n + s];
+                    let src = &w.dkd[sig * nf + s * f..sig * nf + (s + 1) * f];
+                    let mut acc = T::zero();
+                    for x in 0..f {
+                        acc += k[x] * src[x];
+                    }
+                    dcwc[sig * hd.cws + s] += dec * acc;
+                    let wgt = dec * cwc[sig * hd.cws + s];
+                    let dst = &mut dqkc[sig * 2 * f + f..sig * 2 * f + 2 * f];
+                    for x in 0..f {
+                        dst[x] += wgt * src[x];
+                    }
+                }
+            }
+        }
+        // H <- H - μ ∘ H + Qdᵀ dO
+        if ci > 0 {
+            build_qd(qkc, hd, c, l, &mut w.qd);
+            for s in 0..n {
+                let m = c.mu[s];
+                for x in &mut h[s * f * d1..(s + 1) * f * d1] {
+                    *x -= m * *x;
+                }
+            }
+            mm(nf, d1, l, &mut h, d1, &w.qd, 1, nf, doc, d1, 1, true);
+        }
+    }
+}
+
+fn contiguous<'a, T>(s: &'a [T], l: &Layout) -> candle_core::Result<&'a [T]> {
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&s[a..b]),
+        None => candle_core::bail!("fused retention: inputs must be contiguous"),
+    }
+}
+
+impl FusedRetention {
+    fn head_consts<T: WithDType>(&self, t: usize) -> Vec<(Consts<T>, Consts<T>)> {
+        let tail = match t % self.chunk {
+            0 => self.chunk,
+            rem => rem,
+        };
+        (0..self.hu)
+            .map(|r| {
+                let u = &self.u[r * self.n..(r + 1) * self.n];
+                (consts(u, self.chunk), consts(u, tail))
+            })
+            .collect()
+    }
+
+    fn dims(
+        &self,
+        l1: &Layout,
+        l2: &Layout,
+        l3: &Layout,
+    ) -> candle_core::Result<(usize, usize, HeadDims)> {
+        let (b, h, t, f2) = l1.shape().dims4()?;
+        let (_, _, _, d1) = l2.shape().dims4()?;
+        let (_, _, _, cws) = l3.shape().dims4()?;
+        let extra = if self.exact_intra { self.chunk } else { 0 };
+        if f2 % 2 != 0
+            || cws != self.n + extra
+            || !(self.hu == 1 || self.hu == h)
+            || self.u.len() != self.hu * self.n
+            || self.chunk == 0
+        {
+            candle_core::bail!(
+                "fused retention: qk last dim {f2} must be 2F, cw columns {cws} must be {}, rate rows {} must be 1 or H = {h} with {} rates, chunk {} >= 1",
+                self.n + extra,
+                self.hu,
+                self.u.len(),
+                self.chunk
+            );
+        }
+        if l2.shape().dims()[..3] != [b, h, t] || l3.shape().dims()[..3] != [b, h, t] {
+            candle_core::bail!("fused retention: qk, vp, cw must share [B, H, T]");
+        }
+        Ok((
+            b,
+            h,
+            HeadDims {
+                t,
+                f: f2 / 2,
+                d1,
+                n: self.n,
+                cws,
+                exact: self.exact_intra,
+            },
+        ))
+    }
+
+    fn fwd_typed<T: WithDType>(
+        &self,
+        qk: &[T],
+        vp: &[T],
+        cw: &[T],
+        b: usize,
+        h: usize,
+        hd: HeadDims,
+    ) -> Vec<T> {
+        let HeadDims { t, f, d1, cws, .. } = hd;
+        let mut out = vec![T::zero(); b * h * t * d1];
+        if t == 0 {
+            return out;
+        }
+        let cs = self.head_consts::<T>(t);
+        out.par_chunks_mut(t * d1).enumerate().for_each(|(bh, o)| {
+            let (cm, ct) = &cs[if self.hu == 1 { 0 } else { bh % h }];
+            fwd_head(
+                &qk[bh * t * 2 * f..(bh + 1) * t * 2 * f],
+                &vp[bh * t * d1..(bh + 1) * t * d1],
+                &cw[bh * t * cws..(bh + 1) * t * cws],
+                o,
+                hd,
+                cm,
+                ct,
+            )
+        });
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn bwd_typed<T: WithDType>(
+        &self,
+        qk: &[T],
+        vp: &[T],
+        cw: &[T],
+        dout: &[T],
+        b: usize,
+        h: usize,
+        hd: HeadDims,
+    ) -> (Vec<T>, Vec<T>, Vec<T>) {
+        let HeadDims { t, f, d1, cws, .. } = hd;
+        let mut dqk = vec![T::zero(); b * h * t * 2 * f];
+        let mut dvp = vec![T::zero(); b * h * t * d1];
+        let mut dcw = vec![T::zero(); b * h * t * cws];
+        if t == 0 {
+            return (dqk, dvp, dcw);
+        }
+        let cs = self.head_consts::<T>(t);
+        let dcw_chunks: Vec<&mut [T]> = if cws > 0 {
+            dcw.chunks_mut(t * cws).collect()
+        } else {
+            (0..b * h).map(|_| &mut [][..]).collect()
+        };
+        dqk.par_chunks_mut(t * 2 * f)
+            .zip(dvp.par_chunks_mut(t * d1))
+            .zip(dcw_chunks.into_par_iter())
+            .enumerate()
+            .for_each(|(bh, ((dq, dv), dc))| {
+                let (cm, ct) = &cs[if self.hu == 1 { 0 } else { bh % h }];
+                bwd_head(
+                    &qk[bh * t * 2 * f..(bh + 1) * t * 2 * f],
+                    &vp[bh * t * d1..(bh + 1) * t * d1],
+                    &cw[bh * t * cws..(bh + 1) * t * cws],
+                    &dout[bh * t * d1..(bh + 1) * t * d1],
+                    dq,
+                    dv,
+                    dc,
+                    hd,
+                    cm,
+                    ct,
+                )
+            });
+        (dqk, dvp, dcw)
+    }
+}
+
+impl CustomOp3 for FusedRetention {
+    fn name(&self) -> &'static str {
+        "vort-fused-retention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (b, h, hd) = self.dims(l1, l2, l3)?;
+        let shape = Shape::from((b, h, hd.t, hd.d1));
+        let out = match (s1, s2, s3) {
+            (CpuStorage::F32(a), CpuStorage::F32(v), CpuStorage::F32(c)) => {
+                CpuStorage::F32(self.fwd_typed(
+                    contiguous(a, l1)?,
+                    contiguous(v, l2)?,
+                    contiguous(c, l3)?,
+                    b,
+                    h,
+                    hd,
+                ))
+            }
+            (CpuStorage::F64(a), CpuStorage::F64(v), CpuStorage::F64(c)) => {
+                CpuStorage::F64(self.fwd_typed(
+                    contiguous(a, l1)?,
+                    contiguous(v, l2)?,
+                    contiguous(c, l3)?,
+                    b,
+                    h,
+                    hd,
+                ))
+            }
+            _ => candle_core::bail!("fused retention: qk, vp, cw must all be f32 or all f64"),
+        };
+        Ok((out, shape))
+    }
+
+    fn bwd(
+        &self,
+        a1: &Tensor,
+        a2: &Tensor,
+        a3: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (b, h, t, f2) = a1.dims4()?;
+        let d1 = a2.dim(3)?;
+        let cws = a3.dim(3)?;
+        let hd = HeadDims {
+            t,
+            f: f2 / 2,
+            d1,
+            n: self.n,
+            cws,
+            exact: self.exact_intra,
+        };
+        let dev = a1.device();
+        macro_rules! run {
+            ($ty:ty) => {{
+                let v = |x: &Tensor| x.flatten_all()?.to_vec1::<$ty>();
+                let (dq, dv, dc) = self.bwd_typed(
+                    &v(a1)?,
+                    &v(a2)?,
+                    &v(a3)?,
+                    &v(&grad.to_dtype(a1.dtype())?)?,
+                    b,
+                    h,
+                    hd,
+                );
+                (
+                    Tensor::from_vec(dq, (b, h, t, f2), dev)?,
+                    Tensor::from_vec(dv, (b, h, t, d1), dev)?,
+                    Tensor::from_vec(dc, (b, h, t, cws), dev)?,
+                )
+            }};
+        }
+        let (dq, dv, dc) = match a1.dtype() {
+            DType::F32 => run!(f32),
+            DType::F64 => run!(f64),
+            dt => candle_core::bail!("fused retention: unsupported dtype {dt:?}"),
+        };
+        Ok((Some(dq), Some(dv), Some(dc)))
+    }
+}
+
+/// Fused unnormalised retention: q, k [B, H, T, F], vp [B, H, T, D'], cw [B, H, T, N] and
+/// fixed rates u `[Hu][N]` (Hu in {1, H}) -> o [B, H, T, D']. Differentiable in q, k, vp, cw
+/// (hand-written backward). Zero initial state. The SOE kernel inside chunks (the same
+/// numbers as [`crate::chunked::chunked_raw`] and the recurrent form).
+///
+/// # Errors
+/// Shape or dtype mismatches; chunk = 0.
+pub fn fused_raw(
+    q: &Tensor,
+    k: &Tensor,
+    vp: &Tensor,
+    cw: &Tensor,
+    u: &[Vec<f64>],
+    chunk: usize,
+) -> Result<Tensor> {
+    fused_impl(q, k, vp, cw, None, u, chunk)
+}
+
+/// [`fused_raw`] with the exact kernel inside each chunk: kin [B, H, T, chunk] from
+/// `chunked::exact_intra_weights` (the twin of [`crate::chunked::chunked_raw_exact_intra`]);
+/// differentiable in kin as well.
+///
+/// # Errors
+/// Shape or dtype mismatches; chunk = 0.
+pub fn fused_raw_exact_intra(
+    q: &Tensor,
+    k: &Tensor,
+    vp: &Tensor,
+    cw: &Tensor,
+    kin: &Tensor,
+    u: &[Vec<f64>],
+    chunk: usize,
+) -> Result<Tensor> {
+    fused_impl(q, k, vp, cw, Some(kin), u, chunk)
+}
+
+fn fused_impl(
+    q: &Tensor,
+    k: &Tensor,
+    vp: &Tensor,
+    cw: &Tensor,
+    kin: Option<&Tensor>,
+    u: &[Vec<f64>],
+    chunk: usize,
+) -> Result<Tensor> {
+    if chunk == 0 || u.is_empty() {
+        return Err(VortError::InvalidArgument(
+            "fused retention: chunk >= 1 and at least one rate row".into(),
+        ));
+    }
+    let n = u[0].len();
+    if u.iter().any(|r| r.len() != n) {
+        return Err(VortError::InvalidArgument(
+            "fused retention: rate rows of different lengths".into(),
+        ));
+    }
+    let op = FusedRetention {
+        u: u.iter().flatten().copied().collect(),
+        hu: u.len(),
+        n,
+        chunk,
+        exact_intra: kin.is_some(),
+    };
+    let qk = Tensor::cat(&[q, k], 3)?.contiguous()?;
+    let w = match kin {
+        None => cw.contiguous()?,
+        Some(kin) => Tensor::cat(&[cw, kin], 3)?.contiguous()?,
+    };
+    Ok(qk.apply_op3(&vp.contiguous()?, &w, op)?)
+}
+
+/// Advances a recurrent state over T tokens with the chunked state recurrence only (no
+/// outputs): G <- e^(-u L) G + Kdᵀ V' per chunk, gemm on blocks, rayon over B×H. This is the
+/// prompt-processing (prefill) path for decoding: ~1/4 of the forward's work.
+///
+/// q is not needed; k: [B, H, T, F], v: [B, H, T, D], cw: [B, H, T, N] (flat, row-major);
+/// `u`: rates `[Hu][N]`; `state.g`: [B, H, N, F, D+1], updated in place (and `state.pos`).
+///
+/// # Errors
+/// Length or shape mismatches.
+pub fn prefill_state<T: WithDType>(
+    state: &mut crate::recurrent::State<T>,
+    k: &[T],
+    v: &[T],
+    cw: &[T],
+    t: usize,
+    u: &[Vec<f64>],
+    chunk: usize,
+) -> Result<()> {
+    let crate::recurrent::State { b, h, n, f, d, .. } = *state;
+    let d1 = d + 1;
+    if k.len() != b * h * t * f
+        || v.len() != b * h * t * d
+        || cw.len() != b * h * t * n
+        || chunk == 0
+        || !(u.len() == 1 || u.len() == h)
+        || u.iter().any(|r| r.len() != n)
+    {
+        return Err(VortError::InvalidArgument(format!(
+            "prefill: buffers k {}, v {}, cw {} / rates {}x? / chunk {chunk} do not match state [B={b}, H={h}, N={n}, F={f}, D={d}] and T = {t}",
+            k.len(),
+            v.len(),
+            cw.len(),
+            u.len()
+        )));
+    }
+    if t == 0 || n == 0 {
+        state.pos += t as u64;
+        return Ok(());
+    }
+    let tail = match t % chunk {
+        0 => chunk,
+        rem => rem,
+    };
+    let cs: Vec<(Consts<T>, Consts<T>)> = u
+        .iter()
+        .map(|r| (consts(r, chunk), consts(r, tail)))
+        .collect();
+    let hd = HeadDims {
+        t,
+        f,
+        d1,
+        n,
+        cws: n,
+        exact: false,
+    };
+    let nf = n * f;
+    state
+        .g
+        .par_chunks_mut(nf * d1)
+        .enumerate()
+        .for_each(|(bh, g)| {
+            let (cm, ct) = &cs[if cs.len() == 1 { 0 } else { bh % h }];
+            let mut kd = vec![T::zero(); chunk * nf];
+            // k with a zero q half is what build_kd reads: [L, 2F] rows, k in the second half
+            let mut qk = vec![T::zero(); chunk * 2 * f];
+            let mut vp = vec![T::one(); chunk * d1];
+            for (s0, l) in chunks(t, chunk) {
+                let c = if l == cm.l { cm } else { ct };
+                for i in 0..l {
+                    let src = &k[(bh * t + s0 + i) * f..(bh * t + s0 + i + 1) * f];
+                    qk[i * 2 * f + f..i * 2 * f + 2 * f].copy_from_slice(src);
+                    let vs = &v[(bh * t + s0 + i) * d..(bh * t + s0 + i + 1) * d];
+                    vp[i * d1..i * d1 + d].copy_from_slice(vs);
+                    vp[i * d1 + d] = T::one();
+                }
+                let cwc = &cw[(bh * t + s0) * n..(bh * t + s0 + l) * n];
+                build_kd(&qk[..l * 2 * f], cwc, hd, c, l, &mut kd);
+                state_update(g, &kd[..l * nf], &vp[..l * d1], hd, c, l);
+            }
+        });
+    state.pos += t as u64;
+    Ok(())
+}

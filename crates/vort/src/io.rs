@@ -1,0 +1,324 @@
+//! `vort retention`: the layer's core on one head read from / written to safetensors, so anyone
+//! can check it against their own implementation.
+//!
+//! Input file: f32 or f64 tensors `phi_q` [T, F], `phi_k` [T, F] (nonnegative features),
+//! `v` [T, D] and `alpha` `[T]` (orders in [0, 1]). Output file: `y` [T, D] (f32), with the
+//! options and the node count in the header metadata. Every bad input is a typed error.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::chunked::chunked;
+use crate::dims::Dims;
+use crate::error::{Result, VortError};
+use crate::naive::{naive, Kernel};
+use crate::nodes::{MemoryMode, NodeTable};
+use crate::recurrent::{recurrent, State};
+use crate::st::{self, Precision};
+
+/// Which form computes the retention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Form {
+    /// O(T²), exact GL kernel, f64.
+    Naive,
+    /// One token at a time with the SOE states, f64.
+    Recurrent,
+    /// Chunked candle form with the SOE states, f32 (the training form).
+    #[default]
+    Chunked,
+}
+
+impl std::str::FromStr for Form {
+    type Err = VortError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "naive" => Ok(Form::Naive),
+            "recurrent" => Ok(Form::Recurrent),
+            "chunked" => Ok(Form::Chunked),
+            _ => Err(VortError::InvalidArgument(format!(
+                "form `{s}` is not one of naive|recurrent|chunked"
+            ))),
+        }
+    }
+}
+
+/// Options of [`retention_from_safetensors`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetentionOpts {
+    /// Which form computes y.
+    pub form: Form,
+    /// Banks (paper) or shared nodes.
+    pub memory: MemoryMode,
+    /// SOE relative tolerance (certified on lags 1..=T).
+    pub eps: f64,
+    /// Number of banks K (banks mode).
+    pub banks: usize,
+    /// Smallest order δ of the banks / shared node set; orders below it are clamped to it.
+    pub delta: f64,
+    /// Chunk length of the chunked form.
+    pub chunk: usize,
+    /// eps_den of the normalisation y = num / (den + eps_den).
+    pub eps_den: f64,
+}
+
+impl Default for RetentionOpts {
+    fn default() -> Self {
+        RetentionOpts {
+            form: Form::Chunked,
+            memory: MemoryMode::Shared,
+            eps: 1e-4,
+            banks: 4,
+            delta: 0.1,
+            chunk: 64,
+            eps_den: 1e-6,
+        }
+    }
+}
+
+/// What [`retention_from_safetensors`] computed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetentionReport {
+    /// Tokens T.
+    pub t: usize,
+    /// Feature dim F.
+    pub f: usize,
+    /// Value dim D.
+    pub d: usize,
+    /// Memory nodes N (all banks' terms together, or the shared S).
+    pub nodes: usize,
+    /// Certified max relative error of the kernel over lags 1..=T (0 for the naive form).
+    pub kernel_max_rel_error: f64,
+    /// Orders below δ that were clamped to δ.
+    pub clamped_orders: usize,
+}
+
+/// One head's inputs, validated: phi_q, phi_k [T, F], v [T, D], alpha `[T]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeadInputs {
+    /// φ(q) [T, F].
+    pub phi_q: Vec<f64>,
+    /// φ(k) [T, F].
+    pub phi_k: Vec<f64>,
+    /// v [T, D].
+    pub v: Vec<f64>,
+    /// α `[T]`.
+    pub alpha: Vec<f64>,
+    /// T, F, D.
+    pub t: usize,
+    /// F.
+    pub f: usize,
+    /// D.
+    pub d: usize,
+}
+
+fn check_finite(name: &str, x: &[f64]) -> Result<()> {
+    match x.iter().position(|v| !v.is_finite()) {
+        Some(index) => Err(VortError::NonFinite {
+            name: name.into(),
+            index,
+        }),
+        None => Ok(()),
+    }
+}
+
+impl HeadInputs {
+    /// Validates shapes (T, F, D >= 1 and consistent), finiteness, features >= 0, α in [0, 1].
+    ///
+    /// # Errors
+    /// The first problem found, typed.
+    pub fn new(
+        phi_q: st::Flat,
+        phi_k: st::Flat,
+        v: st::Flat,
+        alpha: st::Flat,
+    ) -> Result<HeadInputs> {
+        let shape_err = |name: &str, got: &[usize], expected: String| VortError::Shape {
+            name: name.into(),
+            got: got.to_vec(),
+            expected,
+        };
+        let [t, f] = phi_q.shape[..] else {
+            return Err(shape_err("phi_q", &phi_q.shape, "[T, F]".into()));
+        };
+        if t == 0 || f == 0 {
+            return Err(shape_err(
+                "phi_q",
+                &phi_q.shape,
+                "[T, F] with T, F >= 1".into(),
+            ));
+        }
+        if phi_k.shape != [t, f] {
+            return Err(shape_err(
+                "phi_k",
+                &phi_k.shape,
+                format!("[{t}, {f}] like phi_q"),
+            ));
+        }
+        let d = match v.shape[..] {
+            [tv, d] if tv == t && d >= 1 => d,
+            _ => return Err(shape_err("v", &v.shape, format!("[{t}, D] with D >= 1"))),
+        };
+        if alpha.shape != [t] {
+            return Err(shape_err("alpha", &alpha.shape, format!("[{t}]")));
+        }
+        for (name, x) in [
+            ("phi_q", &phi_q.data),
+            ("phi_k", &phi_k.data),
+            ("v", &v.data),
+            ("alpha", &alpha.data),
+        ] {
+            check_finite(name, x)?;
+        }
+        for (name, x) in [("phi_q", &phi_q.data), ("phi_k", &phi_k.data)] {
+            if let Some(index) = x.iter().position(|&v| v < 0.0) {
+                return Err(VortError::NegativeFeature {
+                    name: name.into(),
+                    index,
+                    value: x[index],
+                });
+            }
+        }
+        if let Some(index) = alpha.data.iter().position(|a| !(0.0..=1.0).contains(a)) {
+            return Err(VortError::OrderOutOfRange {
+                name: "alpha".into(),
+                index,
+                value: alpha.data[index],
+                lo: 0.0,
+                hi: 1.0,
+            });
+        }
+        Ok(HeadInputs {
+            phi_q: phi_q.data,
+            phi_k: phi_k.data,
+            v: v.data,
+            alpha: alpha.data,
+            t,
+            f,
+            d,
+        })
+    }
+
+    /// Reads and validates the four tensors of a file.
+    ///
+    /// # Errors
+    /// I/O, parse, missing tensor, and every check of [`HeadInputs::new`].
+    pub fn read(path: &Path) -> Result<HeadInputs> {
+        let mut file = st::read(path)?;
+        let phi_q = file.take("phi_q")?;
+        let phi_k = file.take("phi_k")?;
+        let v = file.take("v")?;
+        let alpha = file.take("alpha")?;
+        Self::new(phi_q, phi_k, v, alpha)
+    }
+}
+
+/// Computes y [T, D] for one validated head with the chosen form and memory.
+///
+/// # Errors
+/// Options out of domain (eps, δ, K, chunk) or an SOE that cannot be certified.
+pub fn retention_head(x: &HeadInputs, opts: &RetentionOpts) -> Result<(Vec<f64>, RetentionReport)> {
+    let horizon = x.t.max(2) as u64;
+    let table = NodeTable::for_mode(opts.memory, opts.banks, opts.delta, horizon, opts.eps)?;
+    let lo = table.grid.first().copied().unwrap_or(0.0).min(opts.delta);
+    let clamped_orders = x.alpha.iter().filter(|&&a| a < lo).count();
+    let dims = Dims {
+        b: 1,
+        h: 1,
+        t: x.t,
+        f: x.f,
+        d: x.d,
+    };
+    let tables = std::slice::from_ref(&table);
+    let y = match opts.form {
+        Form::Naive => naive(
+            &x.phi_q,
+            &x.phi_k,
+            &x.v,
+            &x.alpha,
+            dims,
+            tables,
+            Kernel::Exact,
+            opts.eps_den,
+        )?,
+        Form::Recurrent => {
+            let mut st = State::<f64>::zeros(1, 1, table.len(), x.f, x.d);
+            recurrent(
+                &mut st,
+                &x.phi_q,
+                &x.phi_k,
+                &x.v,
+                &x.alpha,
+                dims,
+                tables,
+                opts.eps_den,
+            )?
+        }
+        Form::Chunked => {
+            let dev = Device::Cpu;
+            let mk = |v: &Vec<f64>, s: &[usize]| -> Result<Tensor> {
+                Ok(Tensor::from_vec(v.clone(), s, &dev)?.to_dtype(candle_core::DType::F32)?)
+            };
+            let (y, _) = chunked(
+                &mk(&x.phi_q, &[1, 1, x.t, x.f])?,
+                &mk(&x.phi_k, &[1, 1, x.t, x.f])?,
+                &mk(&x.v, &[1, 1, x.t, x.d])?,
+                &mk(&x.alpha, &[1, 1, x.t])?,
+                tables,
+                opts.chunk,
+                None,
+                opts.eps_den,
+            )?;
+            y.flatten_all()?
+                .to_dtype(candle_core::DType::F64)?
+                .to_vec1::<f64>()?
+        }
+    };
+    let report = RetentionReport {
+        t: x.t,
+        f: x.f,
+        d: x.d,
+        nodes: table.len(),
+        kernel_max_rel_error: if opts.form == Form::Naive {
+            0.0
+        } else {
+            table.max_rel_error
+        },
+        clamped_orders,
+    };
+    Ok((y, report))
+}
+
+/// `vort retention`: reads `input`, computes y with `opts`, writes `output` (`y` [T, D], f32).
+///
+/// # Errors
+/// Every input problem as a typed [`VortError`] (missing tensor, wrong shape, negative
+/// feature, α outside [0, 1], NaN/inf, unreadable file), options out of domain, I/O.
+pub fn retention_from_safetensors(
+    input: &Path,
+    output: &Path,
+    opts: &RetentionOpts,
+) -> Result<RetentionReport> {
+    let x = HeadInputs::read(input)?;
+    let (y, report) = retention_head(&x, opts)?;
+    let mut meta = HashMap::new();
+    meta.insert("opts".into(), opts_string(opts));
+    meta.insert("nodes".into(), report.nodes.to_string());
+    meta.insert(
+        "kernel_max_rel_error".into(),
+        format!("{:e}", report.kernel_max_rel_error),
+    );
+    st::write(output, &[("y", &y, vec![x.t, x.d], Precision::F32)], meta)?;
+    Ok(report)
+}
+
+/// A compact `key=value` rendering of the options for the output header.
+fn opts_string(o: &RetentionOpts) -> String {
+    format!(
+        "form={:?} memory={:?} eps={:e} banks={} delta={} chunk={} eps_den={:e}",
+        o.form, o.memory, o.eps, o.banks, o.delta, o.chunk, o.eps_den
+    )
+}

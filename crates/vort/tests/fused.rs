@@ -1,0 +1,381 @@
+//! The fused op (hand-written backward) against candle's autodiff of the plain chunked form:
+//! outputs and the gradients of q, k, v and the node weights (hence α), in f64 and f32.
+
+mod common;
+
+use candle_core::{DType, Device, Tensor, Var};
+use common::*;
+use vort::chunked::{chunked_raw, node_weights, normalise, with_ones};
+use vort::fused::fused_raw;
+use vort::tol::*;
+use vort::{Dims, MemoryMode, NodeTable};
+
+fn check(dims: Dims, chunk: usize, tables: &[NodeTable], dt: DType, seed: u64) {
+    let inp = Inputs::new(dims, 0.25, seed);
+    let (q, k, v, a) = inp.tensors(dt);
+    let w = Tensor::from_vec(
+        inp.cotangent(seed + 1),
+        (dims.b, dims.h, dims.t, dims.d),
+        &Device::Cpu,
+    )
+    .unwrap()
+    .to_dtype(dt)
+    .unwrap();
+    let u_rows: Vec<Vec<f64>> = tables.iter().map(|t| t.u.clone()).collect();
+    let u_t = vort::chunked::rates_tensor(tables, &Device::Cpu).unwrap();
+    let run = |fused: bool| {
+        let cw = node_weights(a.as_tensor(), tables).unwrap();
+        let vp = with_ones(&v).unwrap();
+        let o = if fused {
+            fused_raw(&q, &k, &vp, &cw, &u_rows, chunk).unwrap()
+        } else {
+            chunked_raw(&q, &k, &vp, &cw, &u_t, chunk, None).unwrap().0
+        };
+        let y = normalise(&o, 1e-6).unwrap();
+        let g = (&y * &w).unwrap().sum_all().unwrap().backward().unwrap();
+        let grads: Vec<Vec<f64>> = [&q, &k, &v, &a]
+            .iter()
+            .map(|x| match g.get(x.as_tensor()) {
+                Some(t) => to_f64(t),
+                // no path (no memory nodes: α cannot matter)
+                None => vec![0.0; x.as_tensor().elem_count()],
+            })
+            .collect();
+        (to_f64(&y), grads)
+    };
+    let (yp, gp) = run(false);
+    let (yf, gf) = run(true);
+    let (ty, tg) = if dt == DType::F64 {
+        (F64_SAME_KERNEL_REL, F64_GRAD_REL)
+    } else {
+        (F32_SAME_KERNEL_REL, F32_GRAD_REL)
+    };
+    let e = rel_rms(&yf, &yp);
+    assert!(e <= ty, "{dims:?} C={chunk} {dt:?}: y {e:e}");
+    for (i, name) in ["q", "k", "v", "alpha"].iter().enumerate() {
+        let e = rel_rms(&gf[i], &gp[i]);
+        assert!(e <= tg, "{dims:?} C={chunk} {dt:?}: grad {name} {e:e}");
+    }
+}
+
+#[test]
+fn fused_matches_autodiff_of_plain_chunked_f64() {
+    for mode in [MemoryMode::Banks, MemoryMode::Shared] {
+        let tb = NodeTable::for_mode(mode, 3, 0.25, 128, 1e-5).unwrap();
+        let t = std::slice::from_ref(&tb);
+        check(
+            Dims {
+                b: 1,
+                h: 2,
+                t: 1,
+                f: 3,
+                d: 2,
+            },
+            4,
+            t,
+            DType::F64,
+            1,
+        );
+        check(
+            Dims {
+                b: 2,
+                h: 2,
+                t: 63,
+                f: 5,
+                d: 4,
+            },
+            16,
+            t,
+            DType::F64,
+            2,
+        );
+        check(
+            Dims {
+                b: 1,
+                h: 2,
+                t: 63,
+                f: 5,
+                d: 4,
+            },
+            1,
+            t,
+            DType::F64,
+            3,
+        );
+        check(
+            Dims {
+                b: 1,
+                h: 1,
+                t: 40,
+                f: 60,
+                d: 60,
+            },
+            7,
+            t,
+            DType::F64,
+            4,
+        );
+        check(
+            Dims {
+                b: 1,
+                h: 2,
+                t: 20,
+                f: 4,
+                d: 3,
+            },
+            32,
+            t,
+            DType::F64,
+            5,
+        );
+    }
+}
+
+#[test]
+fn fused_matches_autodiff_f32_and_per_head_rates() {
+    let tb = NodeTable::for_mode(MemoryMode::Shared, 3, 0.25, 256, 1e-4).unwrap();
+    check(
+        Dims {
+            b: 2,
+            h: 2,
+            t: 100,
+            f: 8,
+            d: 6,
+        },
+        32,
+        std::slice::from_ref(&tb),
+        DType::F32,
+        6,
+    );
+    // order 0: no nodes at all (y_t = v_t up to eps_den)
+    let t0 = NodeTable::banks_at(&[0.0], 64, 1e-4).unwrap();
+    check(
+        Dims {
+            b: 1,
+            h: 2,
+            t: 30,
+            f: 4,
+            d: 3,
+        },
+        8,
+        std::slice::from_ref(&t0),
+        DType::F64,
+        8,
+    );
+    // per-head rates (baseline mixtures): two fixed tables with the same N
+    let t0 = NodeTable::fixed(vec![0.01, 0.1, 1.0], vec![0.5, 0.3, 0.2]).unwrap();
+    let t1 = NodeTable::fixed(vec![0.002, 0.05, 0.7], vec![0.2, 0.2, 0.6]).unwrap();
+    check(
+        Dims {
+            b: 1,
+            h: 2,
+            t: 45,
+            f: 4,
+            d: 3,
+        },
+        8,
+        &[t0, t1],
+        DType::F64,
+        7,
+    );
+}
+
+#[test]
+fn fused_is_zero_state_chunked_for_long_horizon_slow_modes() {
+    // u ~ 1e-7 (λ rounds to 1 in f32): the μ form keeps the f32 fused op on the f64 answer.
+    let tb = NodeTable::fixed(vec![1e-7, 1e-3], vec![0.5, 0.5]).unwrap();
+    let dims = Dims {
+        b: 1,
+        h: 1,
+        t: 300,
+        f: 4,
+        d: 3,
+    };
+    let inp = Inputs::new(dims, 0.0, 9);
+    let (q, k, v, a) = inp.tensors(DType::F64);
+    let cw = node_weights(a.as_tensor(), std::slice::from_ref(&tb)).unwrap();
+    let u = vec![tb.u.clone()];
+    let y64 = to_f64(&fused_raw(&q, &k, &with_ones(&v).unwrap(), &cw, &u, 32).unwrap());
+    let c = |x: &Var| x.as_tensor().to_dtype(DType::F32).unwrap();
+    let y32 = to_f64(
+        &fused_raw(
+            &c(&q),
+            &c(&k),
+            &with_ones(&c(&v)).unwrap(),
+            &cw.to_dtype(DType::F32).unwrap(),
+            &u,
+            32,
+        )
+        .unwrap(),
+    );
+    let e = rel_rms(&y32, &y64);
+    assert!(e <= F32_SAME_KERNEL_REL, "{e:e}");
+}
+
+#[test]
+fn prefill_state_equals_recurrent_state() {
+    use vort::recurrent::{node_weights_host, recurrent, State};
+    let tb = NodeTable::for_mode(MemoryMode::Banks, 2, 0.3, 512, 1e-4).unwrap();
+    let tables = std::slice::from_ref(&tb);
+    let dims = Dims {
+        b: 2,
+        h: 2,
+        t: 75,
+        f: 5,
+        d: 4,
+    };
+    let inp = Inputs::new(dims, 0.3, 10);
+    let mut st = State::<f64>::zeros(2, 2, tb.len(), 5, 4);
+    recurrent(
+        &mut st, &inp.q, &inp.k, &inp.v, &inp.alpha, dims, tables, 1e-6,
+    )
+    .unwrap();
+    let cw: Vec<f64> = node_weights_host(&inp.alpha, dims, tables).unwrap();
+    let mut pre = State::<f64>::zeros(2, 2, tb.len(), 5, 4);
+    // two calls: prefill continues from a non-empty state
+    let cut = |x: &[f64], w: usize, t0: usize, t1: usize| -> Vec<f64> {
+        (0..4)
+            .flat_map(|bh| x[(bh * 75 + t0) * w..(bh * 75 + t1) * w].to_vec())
+            .collect()
+    };
+    let n = tb.len();
+    for (t0, t1) in [(0, 40), (40, 75)] {
+        vort::fused::prefill_state(
+            &mut pre,
+            &cut(&inp.k, 5, t0, t1),
+            &cut(&inp.v, 4, t0, t1),
+            &cut(&cw, n, t0, t1),
+            t1 - t0,
+            std::slice::from_ref(&tb.u),
+            16,
+        )
+        .unwrap();
+    }
+    assert_eq!(pre.pos, 75);
+    let e = rel_rms(&pre.g, &st.g);
+    assert!(e <= F64_SAME_KERNEL_REL, "{e:e}");
+}
+
+#[test]
+fn fused_f32_long_sequence_stays_close_to_f64_recurrent() {
+    use vort::recurrent::{recurrent, State};
+    for mode in [MemoryMode::Banks, MemoryMode::Shared] {
+        let tb = NodeTable::for_mode(mode, 4, 0.1, 4096, 1e-3).unwrap();
+        let tables = std::slice::from_ref(&tb);
+        let dims = Dims {
+            b: 1,
+            h: 1,
+            t: 4096,
+            f: 4,
+            d: 3,
+        };
+        let inp = Inputs::new(dims, 0.1, 20);
+        let mut st = State::<f64>::zeros(1, 1, tb.len(), 4, 3);
+        let y64 = recurrent(
+            &mut st, &inp.q, &inp.k, &inp.v, &inp.alpha, dims, tables, 1e-6,
+        )
+        .unwrap();
+        let (q, k, v, a) = inp.tensors(DType::F32);
+        let cw = node_weights(a.as_tensor(), tables).unwrap();
+        let o = fused_raw(
+            &q,
+            &k,
+            &with_ones(&v).unwrap(),
+            &cw,
+            std::slice::from_ref(&tb.u),
+            64,
+        )
+        .unwrap();
+        let y32 = to_f64(&normalise(&o, 1e-6).unwrap());
+        let e = rel_rms(&y32, &y64);
+        assert!(e <= F32_SAME_KERNEL_REL, "{mode:?}: {e:e}");
+    }
+}
+
+#[test]
+fn fused_exact_intra_matches_autodiff_of_plain_exact_intra() {
+    use vort::chunked::{chunked_raw_exact_intra, exact_intra_weights, rates_tensor};
+    use vort::fused::fused_raw_exact_intra;
+    for mode in [MemoryMode::Banks, MemoryMode::Shared] {
+        let tb = NodeTable::for_mode(mode, 3, 0.25, 128, 1e-5).unwrap();
+        let tables = std::slice::from_ref(&tb);
+        for (dims, chunk) in [
+            (
+                Dims {
+                    b: 1,
+                    h: 2,
+                    t: 63,
+                    f: 5,
+                    d: 4,
+                },
+                16,
+            ),
+            (
+                Dims {
+                    b: 2,
+                    h: 1,
+                    t: 20,
+                    f: 3,
+                    d: 2,
+                },
+                32,
+            ),
+            (
+                Dims {
+                    b: 1,
+                    h: 1,
+                    t: 1,
+                    f: 2,
+                    d: 2,
+                },
+                4,
+            ),
+        ] {
+            let inp = Inputs::new(dims, 0.25, 50);
+            let (q, k, v, a) = inp.tensors(DType::F64);
+            let w = Tensor::from_vec(
+                inp.cotangent(51),
+                (dims.b, dims.h, dims.t, dims.d),
+                &Device::Cpu,
+            )
+            .unwrap();
+            let run = |fused: bool| {
+                let cw = node_weights(a.as_tensor(), tables).unwrap();
+                let kin = exact_intra_weights(a.as_tensor(), tables, chunk).unwrap();
+                let vp = with_ones(&v).unwrap();
+                let o = if fused {
+                    fused_raw_exact_intra(
+                        &q,
+                        &k,
+                        &vp,
+                        &cw,
+                        &kin,
+                        std::slice::from_ref(&tb.u),
+                        chunk,
+                    )
+                    .unwrap()
+                } else {
+                    let u = rates_tensor(tables, &Device::Cpu).unwrap();
+                    chunked_raw_exact_intra(&q, &k, &vp, &cw, &kin, &u, chunk, None)
+                        .unwrap()
+                        .0
+                };
+                let y = normalise(&o, 1e-6).unwrap();
+                let g = (&y * &w).unwrap().sum_all().unwrap().backward().unwrap();
+                let gs: Vec<Vec<f64>> = [&q, &k, &v, &a]
+                    .iter()
+                    .map(|x| to_f64(g.get(x.as_tensor()).unwrap()))
+                    .collect();
+                (to_f64(&y), gs)
+            };
+            let (yp, gp) = run(false);
+            let (yf, gf) = run(true);
+            let e = rel_rms(&yf, &yp);
+            assert!(e <= F64_SAME_KERNEL_REL, "{mode:?} {dims:?}: y {e:e}");
+            for i in 0..4 {
+                let e = rel_rms(&gf[i], &gp[i]);
+                assert!(e <= F64_GRAD_REL, "{mode:?} {dims:?}: grad {i} {e:e}");
+            }
+        }
+    }
+}

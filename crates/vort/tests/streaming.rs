@@ -1,0 +1,206 @@
+//! Streaming: feeding a sequence in pieces equals one pass; State save/restore round trip.
+
+mod common;
+
+use candle_core::DType;
+use common::*;
+use vort::chunked::chunked;
+use vort::recurrent::{recurrent, State};
+use vort::tol::*;
+use vort::{Dims, MemoryMode, NodeTable, VortError};
+
+const EPS_DEN: f64 = 1e-6;
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "vort-test-{}-{name}.safetensors",
+        std::process::id()
+    ))
+}
+
+/// Slice [B, H, T, X] buffers to tokens [t0, t1).
+fn slice_t(x: &[f64], dims: Dims, width: usize, t0: usize, t1: usize) -> Vec<f64> {
+    let mut out = Vec::new();
+    for bh in 0..dims.b * dims.h {
+        out.extend_from_slice(&x[(bh * dims.t + t0) * width..(bh * dims.t + t1) * width]);
+    }
+    out
+}
+
+fn piece(inp: &Inputs, t0: usize, t1: usize) -> Inputs {
+    let d = inp.dims;
+    Inputs {
+        dims: Dims { t: t1 - t0, ..d },
+        q: slice_t(&inp.q, d, d.f, t0, t1),
+        k: slice_t(&inp.k, d, d.f, t0, t1),
+        v: slice_t(&inp.v, d, d.d, t0, t1),
+        alpha: slice_t(&inp.alpha, d, 1, t0, t1),
+    }
+}
+
+/// Reassemble pieces' outputs [B, H, t_i, D] into [B, H, T, D].
+fn join(parts: &[Vec<f64>], lens: &[usize], dims: Dims) -> Vec<f64> {
+    let mut out = vec![0.0; dims.b * dims.h * dims.t * dims.d];
+    let mut t0 = 0;
+    for (p, &l) in parts.iter().zip(lens) {
+        for bh in 0..dims.b * dims.h {
+            for t in 0..l {
+                for x in 0..dims.d {
+                    out[(bh * dims.t + t0 + t) * dims.d + x] = p[(bh * l + t) * dims.d + x];
+                }
+            }
+        }
+        t0 += l;
+    }
+    out
+}
+
+const LENS: [usize; 5] = [1, 7, 16, 30, 9]; // T = 63
+
+fn f32s(x: &[f64]) -> Vec<f32> {
+    x.iter().map(|&v| v as f32).collect()
+}
+
+#[test]
+fn recurrent_in_pieces_equals_one_pass_f32() {
+    for mode in [MemoryMode::Banks, MemoryMode::Shared] {
+        let tb = NodeTable::for_mode(mode, 3, 0.3, 1000, 1e-4).unwrap();
+        let dims = Dims {
+            b: 2,
+            h: 2,
+            t: 63,
+            f: 6,
+            d: 5,
+        };
+        let inp = Inputs::new(dims, 0.3, 11);
+        let tables = std::slice::from_ref(&tb);
+        let mut one = State::<f32>::zeros(2, 2, tb.len(), 6, 5);
+        let y1 = recurrent(
+            &mut one,
+            &f32s(&inp.q),
+            &f32s(&inp.k),
+            &f32s(&inp.v),
+            &inp.alpha,
+            dims,
+            tables,
+            EPS_DEN,
+        )
+        .unwrap();
+        let mut st = State::<f32>::zeros(2, 2, tb.len(), 6, 5);
+        let mut parts = Vec::new();
+        let mut t0 = 0;
+        for &l in &LENS {
+            let p = piece(&inp, t0, t0 + l);
+            let y = recurrent(
+                &mut st,
+                &f32s(&p.q),
+                &f32s(&p.k),
+                &f32s(&p.v),
+                &p.alpha,
+                p.dims,
+                tables,
+                EPS_DEN,
+            )
+            .unwrap();
+            parts.push(y.iter().map(|&x| x as f64).collect());
+            t0 += l;
+        }
+        let y1: Vec<f64> = y1.iter().map(|&x| x as f64).collect();
+        let e = rel_rms(&join(&parts, &LENS, dims), &y1);
+        assert!(e <= STREAMING_F32_REL, "{mode:?}: {e:e}");
+        assert_eq!(st.pos, 63);
+        assert_eq!(
+            st.g, one.g,
+            "same operations in the same order: identical state"
+        );
+    }
+}
+
+#[test]
+fn chunked_in_pieces_with_state_equals_one_pass() {
+    let tb = NodeTable::for_mode(MemoryMode::Shared, 3, 0.3, 1000, 1e-4).unwrap();
+    let dims = Dims {
+        b: 1,
+        h: 2,
+        t: 63,
+        f: 6,
+        d: 5,
+    };
+    let inp = Inputs::new(dims, 0.3, 12);
+    let tables = std::slice::from_ref(&tb);
+    for dt in [DType::F64, DType::F32] {
+        let (q, k, v, a) = inp.tensors(dt);
+        let (y1, g1) = chunked(&q, &k, &v, &a, tables, 8, None, EPS_DEN).unwrap();
+        let mut state = None;
+        let mut parts = Vec::new();
+        let mut t0 = 0;
+        for &l in &LENS {
+            let p = piece(&inp, t0, t0 + l);
+            let (q, k, v, a) = p.tensors(dt);
+            let (y, g) = chunked(&q, &k, &v, &a, tables, 8, state.as_ref(), EPS_DEN).unwrap();
+            parts.push(to_f64(&y));
+            state = Some(g);
+            t0 += l;
+        }
+        let tol = if dt == DType::F64 {
+            F64_SAME_KERNEL_REL
+        } else {
+            STREAMING_F32_REL
+        };
+        let e = rel_rms(&join(&parts, &LENS, dims), &to_f64(&y1));
+        assert!(e <= tol, "{dt:?}: y {e:e}");
+        let es = rel_rms(&to_f64(state.as_ref().unwrap()), &to_f64(&g1));
+        assert!(es <= tol, "{dt:?}: state {es:e}");
+    }
+}
+
+#[test]
+fn state_save_restore_round_trip_and_resume() {
+    let tb = NodeTable::for_mode(MemoryMode::Banks, 2, 0.4, 500, 1e-3).unwrap();
+    let dims = Dims {
+        b: 1,
+        h: 3,
+        t: 40,
+        f: 4,
+        d: 3,
+    };
+    let inp = Inputs::new(dims, 0.4, 13);
+    let tables = std::slice::from_ref(&tb);
+    let run = |st: &mut State<f64>, p: &Inputs| {
+        recurrent(st, &p.q, &p.k, &p.v, &p.alpha, p.dims, tables, EPS_DEN).unwrap()
+    };
+    let mut one = State::<f64>::zeros(1, 3, tb.len(), 4, 3);
+    let y_all = run(&mut one, &inp);
+    let mut st = State::<f64>::zeros(1, 3, tb.len(), 4, 3);
+    let y_a = run(&mut st, &piece(&inp, 0, 25));
+    let path = tmp("resume");
+    st.save(&path, &tb.u).unwrap();
+    let mut back = State::<f64>::load(&path, &tb.u).unwrap();
+    assert_eq!(back, st, "f64 round trip is bitwise");
+    let y_b = run(&mut back, &piece(&inp, 25, 40));
+    let e = rel_rms(&join(&[y_a, y_b], &[25, 15], dims), &y_all);
+    assert!(e <= F64_SAME_KERNEL_REL, "{e:e}");
+    // a state is never restored into a layer with other nodes
+    let other = NodeTable::for_mode(MemoryMode::Banks, 3, 0.4, 500, 1e-3).unwrap();
+    assert!(matches!(
+        State::<f64>::load(&path, &other.u),
+        Err(VortError::InvalidArgument(_))
+    ));
+    // f32 states round trip exactly too
+    let mut s32 = State::<f32>::zeros(1, 3, tb.len(), 4, 3);
+    s32.g
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, x)| *x = (i as f32).sin());
+    s32.pos = 7;
+    let p32 = tmp("f32");
+    s32.save(&p32, &tb.u).unwrap();
+    assert_eq!(State::<f32>::load(&p32, &tb.u).unwrap(), s32);
+    // missing file: typed I/O error
+    assert!(matches!(
+        State::<f32>::load(&tmp("absent"), &tb.u),
+        Err(VortError::Io { .. })
+    ));
+    let _ = std::fs::remove_file(path);
+    let _ = std::fs::remove_file(p32);
+}

@@ -96,8 +96,10 @@ impl Soe {
     /// compression) and typically achieves 0.25-0.5 eps. This builder runs the same recipe with
     /// the budgets scaled by κ in [`BUDGET_SCALES`] (κ = 1 is R1 itself), keeps each candidate
     /// that the exhaustive certificate accepts at the *requested* eps, and returns the one with
-    /// the fewest terms (the smallest κ on ties). The certificate, not the budget, is the
-    /// guarantee. See [`Soe::build_r1`] for the recipe alone.
+    /// the fewest terms (the smallest κ on ties). One more candidate is a single
+    /// non-decaying term, which wins for orders so close to 1 that the kernel is flat to
+    /// within eps on [1, T]. The certificate, not the budget, is the guarantee. See
+    /// [`Soe::build_r1`] for the recipe alone.
     ///
     /// a = 0 is exact with no terms (w_j = 0 for j >= 1, y_t = x_t); a = 1 is exact with one
     /// term c = 1, u = 0 (w_j = 1, a plain cumulative sum).
@@ -146,6 +148,20 @@ impl Soe {
         }
         // One candidate per budget scale: R1 step 5 refines h until the quick check passes.
         let mut candidates: Vec<(f64, Vec<SoeTerm>)> = Vec::new();
+        // Near a = 1 the kernel is flat to within eps on [1, T] (w_T / w_1 ≈ T^(a-1)) and one
+        // non-decaying term does it, while R1's tail sums lose digits to 1 - e^(-(1-a)h).
+        // c = 2 w_1 w_T / (w_1 + w_T) balances the relative error at both ends.
+        let (w1, wt) = (
+            gl::gl_coefficient(alpha, 1),
+            gl::gl_coefficient(alpha, horizon),
+        );
+        let flat = vec![SoeTerm {
+            c: 2.0 * w1 * wt / (w1 + wt),
+            u: 0.0,
+        }];
+        if scales.len() > 1 && quick_check(&flat, alpha, horizon) <= eps {
+            candidates.push((0.0, flat));
+        }
         for &kappa in scales {
             let budget = (kappa * eps).min(MAX_EPS);
             let mut h = r1_step(alpha, budget);
@@ -236,6 +252,9 @@ pub(crate) fn laplace_density(a: f64, x: f64) -> f64 {
     let u = x.exp();
     let l = if u > 700.0 {
         u - x
+    } else if u < 1e-8 {
+        // ln(expm1(u)/u) = u/2 + u²/24 - ...; the quotient is 0/0 once u underflows.
+        0.5 * u
     } else {
         (u.exp_m1() / u).ln()
     };
@@ -265,6 +284,12 @@ pub(crate) fn r1_step(a: f64, eps: f64) -> f64 {
     lo
 }
 
+/// Lowest node index searched: u_k = e^(kh) >= 1e-280, far below any 1/T but clear of
+/// underflow (every node below it acts as u = 0 on lags j <= 1e12).
+fn floor_index(h: f64) -> i64 {
+    (1e-280_f64.ln() / h).ceil() as i64
+}
+
 /// Largest node index whose term e^(-u) can matter: u_k = e^(kh) <= 745.
 fn top_index(h: f64) -> i64 {
     (745.0_f64.ln() / h).floor() as i64
@@ -292,7 +317,8 @@ pub(crate) fn r1_k_top(a: f64, eps: f64, h: f64) -> i64 {
     let threshold = a * eps / 4.0;
     let mut tail = 0.0;
     let mut k = top_index(h);
-    loop {
+    // Orders near 1 (s = sin πa/π -> 0) keep almost all mass at u -> 0; stop at the floor.
+    while k > floor_index(h) {
         let term = h * laplace_density(a, k as f64 * h) * (-(k as f64 * h).exp()).exp();
         if tail + term > threshold {
             return k;
@@ -300,6 +326,7 @@ pub(crate) fn r1_k_top(a: f64, eps: f64, h: f64) -> i64 {
         tail += term;
         k -= 1;
     }
+    k
 }
 
 /// R1 step 4: the largest k_bot <= k_top whose 2-point Gauss compression of {k < k_bot} has
@@ -308,7 +335,7 @@ pub(crate) fn r1_k_bot(a: f64, t: u64, eps: f64, h: f64, k_top: i64) -> i64 {
     let w_t = gl::gl_coefficient(a, t);
     let tf = t as f64;
     let mut k_bot = k_top;
-    loop {
+    while k_bot > floor_index(h) {
         let m = TailMeasure::below(a, t, h, k_bot);
         // ||π_2||² in u = umax^4 ||π_2||² in v = u / umax.
         let bound = tf.powi(4) * m.umax.powi(4) * m.pi2_norm_sq() / (24.0 * w_t);
@@ -317,6 +344,8 @@ pub(crate) fn r1_k_bot(a: f64, t: u64, eps: f64, h: f64, k_top: i64) -> i64 {
         }
         k_bot -= 1;
     }
+    // The a-posteriori check decides whether the floor is good enough.
+    k_bot
 }
 
 /// The discrete measure μ = Σ_{k<k_bot} c_k δ(u_k) in the scaled variable v = u / umax,

@@ -99,3 +99,23 @@ fn invalid_soe_arguments_are_errors() {
         Err(ToleranceOutOfRange(_))
     ));
 }
+
+/// Orders at the ends of [0, 1] (the router's sigmoid reaches them in f32) build and certify
+/// quickly: near a = 1 almost all of the Laplace mass sits at u -> 0, which once sent the node
+/// search below f64's range.
+#[test]
+fn orders_near_the_ends_build_and_certify() {
+    for a in [1e-12, 1e-6, 0.999, 0.999999, 1.0 - 1e-10] {
+        for (t, eps) in [(1_000u64, 1e-3), (100_000, 1e-6), (1_000_000, 1e-8)] {
+            let soe = Soe::build(a, t, eps).unwrap();
+            assert!(
+                soe.certificate.max_rel_error <= eps,
+                "a={a} T={t} eps={eps}"
+            );
+            assert!(soe
+                .terms
+                .iter()
+                .all(|s| s.c.is_finite() && s.u.is_finite() && s.u >= 0.0));
+        }
+    }
+}

@@ -9,6 +9,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod args;
 mod error;
+mod experiment;
 mod kernel;
 mod layer;
 mod output;
@@ -43,6 +44,12 @@ enum Command {
     /// Benchmarks, as ratios against a baseline measured in the same run.
     #[command(subcommand)]
     Bench(layer::BenchCommand),
+    /// Train one model on a synthetic task, with checkpoints (--resume continues a run).
+    Train(experiment::TrainArgs),
+    /// Evaluate a trained run: accuracy by lag bucket.
+    Eval(experiment::EvalArgs),
+    /// Train every model on both synthetic tasks with 3 seeds and write the report.
+    Reproduce(experiment::ReproduceArgs),
 }
 
 fn run(cli: Cli) -> Result<(), CliError> {
@@ -51,6 +58,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Theory(args) => theory::run(args),
         Command::Retention(args) => layer::run_retention(args),
         Command::Bench(cmd) => layer::run_bench(cmd),
+        Command::Train(args) => experiment::run_train(args),
+        Command::Eval(args) => experiment::run_eval(args),
+        Command::Reproduce(args) => experiment::run_reproduce(args),
     }
 }
 

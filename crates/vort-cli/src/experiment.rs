@@ -1,0 +1,189 @@
+//! `vort train`, `vort eval` and `vort reproduce`: thin wrappers over `vort_lab`'s training.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use vort_lab::model::MemoryKind;
+use vort_lab::reproduce::{self, Scale};
+use vort_lab::tasks::TaskKind;
+use vort_lab::train::{self, RunConfig, TrainError, CONFIG_FILE};
+
+use crate::args::parse_count;
+use crate::error::CliError;
+use crate::output::{emit, emit_json};
+
+/// Bad configs, unknown names, missing or mismatched checkpoints are exit status 2; the rest 1.
+impl From<TrainError> for CliError {
+    fn from(e: TrainError) -> Self {
+        if e.is_bad_input() {
+            CliError::Usage(e.to_string())
+        } else {
+            CliError::Io(e.to_string())
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// zipf (Zipf-lag key-value retrieval) or label-copy (entity label copy, uniform lags).
+    #[arg(long, value_parser = parse_task)]
+    task: TaskKind,
+    /// vort, power-law, exponential, mixture or softmax.
+    #[arg(long, value_parser = parse_memory)]
+    memory: MemoryKind,
+    /// A TOML config (unknown fields are errors); --task and --memory override its kinds.
+    /// Without it the embedded defaults are used.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Seed of the data order and the initialisation (overrides the config's).
+    #[arg(long, value_parser = parse_count)]
+    seed: Option<u64>,
+    /// Run directory (config.toml, metrics.jsonl, checkpoint.safetensors, eval.json).
+    /// Default: runs/<task>-<memory>-s<seed>.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Continue the run in DIR from its last checkpoint, with the config saved there.
+    #[arg(long)]
+    resume: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_task(s: &str) -> Result<TaskKind, String> {
+    s.parse()
+        .map_err(|e: vort_lab::tasks::TaskError| e.to_string())
+}
+
+fn parse_memory(s: &str) -> Result<MemoryKind, String> {
+    s.parse()
+        .map_err(|e: vort_lab::model::ModelError| e.to_string())
+}
+
+pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
+    let mut config = match &a.config {
+        Some(path) => RunConfig::load(path)?,
+        None => RunConfig::default(),
+    };
+    config.task.kind = a.task;
+    config.model.memory = a.memory;
+    if let Some(seed) = a.seed {
+        config.seed = seed;
+    }
+    let dir = a.out.clone().unwrap_or_else(|| {
+        PathBuf::from("runs").join(format!("{}-{}-s{}", a.task, a.memory, config.seed))
+    });
+    if a.resume {
+        if !dir.join(CONFIG_FILE).is_file() {
+            return Err(CliError::Usage(format!(
+                "nothing to resume in {} (no {CONFIG_FILE})",
+                dir.display()
+            )));
+        }
+        // The saved config is the run's identity: the flags must name the same run.
+        let saved = RunConfig::load(&dir.join(CONFIG_FILE))?;
+        if saved.task.kind != a.task || saved.model.memory != a.memory {
+            return Err(CliError::Usage(format!(
+                "{} holds a {} / {} run, not {} / {}",
+                dir.display(),
+                saved.task.kind,
+                saved.model.memory,
+                a.task,
+                a.memory
+            )));
+        }
+        config = saved;
+    }
+    let summary = train::run(&config, &dir, a.resume)?;
+    if a.json {
+        return emit_json(&summary);
+    }
+    let mut s = format!(
+        "{} steps in {:.1} s ({:.0} tokens/s), final loss {:.4}; run directory {}\n",
+        summary.steps,
+        summary.wall_s,
+        summary.tokens_per_s,
+        summary.final_loss,
+        dir.display()
+    );
+    if let Some(e) = &summary.eval {
+        s += &eval_lines(e);
+    }
+    emit(&s)
+}
+
+fn eval_lines(e: &vort_lab::eval::EvalResult) -> String {
+    let mut s = format!(
+        "eval {} / {} (seed {}, step {}): accuracy {:.1}% on {} sequences\n",
+        e.task,
+        e.memory,
+        e.seed,
+        e.step,
+        100.0 * e.accuracy,
+        e.sequences
+    );
+    for b in &e.buckets {
+        let acc = if b.n > 0 {
+            format!("{:.1}%", 100.0 * b.correct as f64 / b.n as f64)
+        } else {
+            "-".into()
+        };
+        s += &format!("  lags {:<12} {acc:>7} ({} answers)\n", b.label, b.n);
+    }
+    s
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// A run directory written by `vort train`.
+    #[arg(long, value_name = "DIR")]
+    run: PathBuf,
+    /// Print the evaluation as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run_eval(a: EvalArgs) -> Result<(), CliError> {
+    if !a.run.join(CONFIG_FILE).is_file() {
+        return Err(CliError::Usage(format!(
+            "{} is not a run directory (no {CONFIG_FILE}); train one with `vort train`",
+            a.run.display()
+        )));
+    }
+    let e = vort_lab::eval::run(&a.run)?;
+    if a.json {
+        return emit_json(&e);
+    }
+    emit(&eval_lines(&e))
+}
+
+#[derive(Debug, Args)]
+pub struct ReproduceArgs {
+    /// About 15-20 minutes on 2 cores: small models, still T = 2048 and lags to 2000.
+    #[arg(long, conflicts_with = "full")]
+    quick: bool,
+    /// Paper-scale settings (hours on 2 cores).
+    #[arg(long)]
+    full: bool,
+    /// Output directory (report.md, plots, results.json, every run). Default:
+    /// results/synthetic-quick or results/synthetic-full.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
+    let scale = if a.full { Scale::Full } else { Scale::Quick };
+    let out = a.out.unwrap_or_else(|| {
+        Path::new("results").join(if a.full {
+            "synthetic-full"
+        } else {
+            "synthetic-quick"
+        })
+    });
+    let report = reproduce::run(scale, &out)?;
+    emit(&format!(
+        "{} runs; report written to {}\n",
+        report.runs.len(),
+        out.join("report.md").display()
+    ))
+}

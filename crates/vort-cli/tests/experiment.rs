@@ -1,0 +1,101 @@
+//! `vort train`, `vort eval`: a tiny run end to end, and the refusals (exit 2, one line,
+//! nothing overwritten).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tiny_run.toml");
+
+fn vort(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vort"))
+        .args(args)
+        .output()
+        .expect("vort runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("vort-cli-exp-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    p
+}
+
+fn assert_one_line_error(out: &Output) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "stderr: {stderr}");
+    assert!(stderr.starts_with("error:") && !stderr.contains("panicked"));
+}
+
+#[test]
+fn tiny_run_trains_evaluates_and_refuses_to_overwrite() {
+    let dir = tmp("run");
+    let d = dir.to_str().unwrap();
+    let o = vort(&[
+        "train", "--task", "zipf", "--memory", "vort", "--config", TINY, "--out", d, "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["steps"], 20);
+    for f in [
+        "config.toml",
+        "metrics.jsonl",
+        "checkpoint.safetensors",
+        "eval.json",
+    ] {
+        assert!(dir.join(f).exists(), "{f} missing");
+    }
+
+    let o = vort(&["eval", "--run", d, "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let eval: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(eval["task"], "zipf");
+    assert_eq!(eval["step"], 20);
+    assert_eq!(eval["accuracy"], summary["eval"]["accuracy"]);
+
+    // A fresh run into a directory that holds one, and a resume that names another run.
+    let checkpoint = std::fs::read(dir.join("checkpoint.safetensors")).unwrap();
+    assert_one_line_error(&vort(&[
+        "train", "--task", "zipf", "--memory", "vort", "--config", TINY, "--out", d,
+    ]));
+    assert_one_line_error(&vort(&[
+        "train",
+        "--task",
+        "label-copy",
+        "--memory",
+        "vort",
+        "--resume",
+        "--out",
+        d,
+    ]));
+    assert_eq!(
+        std::fs::read(dir.join("checkpoint.safetensors")).unwrap(),
+        checkpoint
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn bad_names_configs_and_runs_exit_2() {
+    assert_one_line_error(&vort(&["train", "--task", "bogus", "--memory", "vort"]));
+    assert_one_line_error(&vort(&["train", "--task", "zipf", "--memory", "lstm"]));
+
+    let dir = tmp("bad");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, "seed = 1\nbogus_field = 3\n").unwrap();
+    let out = dir.join("run");
+    assert_one_line_error(&vort(&[
+        "train",
+        "--task",
+        "zipf",
+        "--memory",
+        "vort",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    assert!(!out.exists(), "nothing is created for a bad config");
+    assert_one_line_error(&vort(&["eval", "--run", out.to_str().unwrap()]));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,494 @@
+//! The sequence model of the experiments: token embedding (plus a previous-token embedding,
+//! a one-token shift as in RWKV / H3 so that a pair `[key][value]` can be stored at one
+//! position) -> L pre-norm residual blocks (memory mixer from `vort::block`, then an MLP)
+//! -> RMSNorm -> linear head. All parameters are initialised from the run seed with a
+//! seeded generator (candle's own initialisers draw from an unseeded RNG).
+//!
+//! For VORT with an entropy-driven router, a bigram table (the "shallow next-token
+//! predictor" of DESIGN §2) gives the entropy H_i of its next-token distribution at each
+//! token; it is trained on next-token prediction of every position and enters the router as
+//! a constant (stop-gradient).
+
+use candle_core::{DType, Device, Tensor, Var, D};
+use candle_nn::VarMap;
+use serde::{Deserialize, Serialize};
+use vort::block::{Block, BlockConfig, Memory, Routing};
+use vort::features::FeatureMap;
+use vort::nodes::MemoryMode;
+use vort::rng::Rng;
+
+/// Why a model could not be built or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The memory kind is not one of vort|power-law|exponential|mixture|softmax.
+    #[error("unknown memory kind `{0}` (expected vort|power-law|exponential|mixture|softmax)")]
+    UnknownMemory(String),
+    /// A field is out of its domain.
+    #[error("invalid model config: {0}")]
+    Invalid(String),
+    /// The layer refused its configuration or input.
+    #[error(transparent)]
+    Layer(#[from] vort::VortError),
+    /// candle failed.
+    #[error("candle: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+/// The memory mixer of every block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemoryKind {
+    /// Power-law retention with routed per-token orders (VORT).
+    #[default]
+    Vort,
+    /// Fixed-order power law (no routing).
+    PowerLaw,
+    /// One learned exponential per head.
+    Exponential,
+    /// Mixture of M fixed exponentials with learned weights.
+    Mixture,
+    /// Full causal softmax attention.
+    Softmax,
+}
+
+impl MemoryKind {
+    /// Every kind, in report order.
+    pub const ALL: [MemoryKind; 5] = [
+        MemoryKind::Vort,
+        MemoryKind::PowerLaw,
+        MemoryKind::Exponential,
+        MemoryKind::Mixture,
+        MemoryKind::Softmax,
+    ];
+    /// Name in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryKind::Vort => "vort",
+            MemoryKind::PowerLaw => "power-law",
+            MemoryKind::Exponential => "exponential",
+            MemoryKind::Mixture => "mixture",
+            MemoryKind::Softmax => "softmax",
+        }
+    }
+}
+
+impl std::fmt::Display for MemoryKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for MemoryKind {
+    type Err = ModelError;
+    fn from_str(s: &str) -> Result<Self, ModelError> {
+        MemoryKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s || k.name().replace('-', "_") == s)
+            .ok_or_else(|| ModelError::UnknownMemory(s.into()))
+    }
+}
+
+/// Router signals of the VORT memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RouterKind {
+    /// Entity probe and entropy.
+    #[default]
+    Full,
+    /// Entity probe only.
+    EntityOnly,
+    /// Entropy only.
+    EntropyOnly,
+}
+
+/// Model configuration (the `[model]` table of a run config).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    /// Memory mixer: "vort", "power-law", "exponential", "mixture" or "softmax".
+    pub memory: MemoryKind,
+    /// Residual width d_model.
+    pub d_model: usize,
+    /// Blocks L.
+    pub layers: usize,
+    /// Heads per block.
+    pub heads: usize,
+    /// Head dim of queries, keys and values.
+    pub head_dim: usize,
+    /// Random features per head (FAVOR+).
+    pub features: usize,
+    /// Feature map: "favor" or "elu".
+    pub feature_map: FeatureMap,
+    /// MLP hidden width = mlp_mult · d_model (0: no MLP).
+    pub mlp_mult: usize,
+    /// Chunk length of the chunked retention.
+    pub chunk: usize,
+    /// Add a previous-token embedding to the input (one-token shift).
+    pub token_shift: bool,
+    /// VORT memory mode: "shared" nodes or "banks".
+    pub vort_mode: MemoryMode,
+    /// VORT banks K (banks mode).
+    pub banks: usize,
+    /// Smallest order δ of the VORT router.
+    pub delta: f64,
+    /// Router signals: "full", "entity-only" or "entropy-only".
+    pub router: RouterKind,
+    /// Initial router bias c of every head (the layer's own default is 0; with the entropy
+    /// signal at ~ln V, c = 0 starts every token near α = δ, i.e. short memory).
+    pub router_bias_init: f64,
+    /// Order of the fixed power-law baseline.
+    pub power_law_alpha: f64,
+    /// SOE horizon (lags certified); 0 = the task's sequence length.
+    pub horizon: u64,
+    /// SOE relative tolerance.
+    pub soe_eps: f64,
+    /// Exponentials M of the mixture baseline.
+    pub mixture_m: usize,
+    /// Smallest rate Λ of the mixture baseline.
+    pub mixture_min_rate: f64,
+    /// Initial q/k scale (|q̂| = |k̂| = scale).
+    pub qk_scale_init: f64,
+    /// eps_den of the normalised retention.
+    pub eps_den: f64,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            memory: MemoryKind::Vort,
+            d_model: 64,
+            layers: 2,
+            heads: 4,
+            head_dim: 16,
+            features: 32,
+            feature_map: FeatureMap::Favor,
+            mlp_mult: 2,
+            chunk: 64,
+            token_shift: true,
+            vort_mode: MemoryMode::Shared,
+            banks: 4,
+            delta: 0.1,
+            router: RouterKind::Full,
+            router_bias_init: 0.0,
+            power_law_alpha: 0.8,
+            horizon: 0,
+            soe_eps: 1e-3,
+            mixture_m: 5,
+            mixture_min_rate: 1e-3,
+            qk_scale_init: 2.0,
+            eps_den: 1e-6,
+        }
+    }
+}
+
+impl ModelConfig {
+    /// The block configuration of layer `layer` (seeded from `seed`), for sequences of `seq_len`.
+    pub fn block_config(&self, seed: u64, layer: usize, seq_len: usize) -> BlockConfig {
+        let horizon = if self.horizon == 0 {
+            seq_len as u64
+        } else {
+            self.horizon
+        };
+        let memory = match self.memory {
+            MemoryKind::Vort => Memory::Vort {
+                mode: self.vort_mode,
+                banks: self.banks,
+                delta: self.delta,
+                horizon,
+                eps: self.soe_eps,
+                routing: match self.router {
+                    RouterKind::Full => Routing::Full,
+                    RouterKind::EntityOnly => Routing::EntityOnly,
+                    RouterKind::EntropyOnly => Routing::EntropyOnly,
+                },
+            },
+            MemoryKind::PowerLaw => Memory::PowerLaw {
+                alpha: self.power_law_alpha,
+                horizon,
+                eps: self.soe_eps,
+            },
+            MemoryKind::Exponential => Memory::Exponential,
+            MemoryKind::Mixture => Memory::ExpMixture {
+                m: self.mixture_m,
+                min_rate: self.mixture_min_rate,
+            },
+            MemoryKind::Softmax => Memory::Softmax,
+        };
+        BlockConfig {
+            d_model: self.d_model,
+            heads: self.heads,
+            head_dim: self.head_dim,
+            features: self.features,
+            feature_map: self.feature_map,
+            memory,
+            chunk: self.chunk,
+            eps_den: self.eps_den,
+            qk_scale_init: self.qk_scale_init,
+            seed: seed
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add(layer as u64 + 1),
+            fused: true,
+        }
+    }
+
+    /// Checks the sizes.
+    ///
+    /// # Errors
+    /// [`ModelError::Invalid`] naming the field.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        if self.d_model == 0 || self.layers == 0 || self.heads == 0 || self.head_dim == 0 {
+            return Err(ModelError::Invalid(
+                "d_model, layers, heads and head_dim must be >= 1".into(),
+            ));
+        }
+        if self.chunk == 0 || self.features == 0 {
+            return Err(ModelError::Invalid(
+                "chunk and features must be >= 1".into(),
+            ));
+        }
+        if !(self.delta > 0.0 && self.delta < 1.0) {
+            return Err(ModelError::Invalid(format!(
+                "delta = {} must be in (0, 1)",
+                self.delta
+            )));
+        }
+        if !(self.power_law_alpha > 0.0 && self.power_law_alpha <= 1.0) {
+            return Err(ModelError::Invalid(format!(
+                "power_law_alpha = {} must be in (0, 1]",
+                self.power_law_alpha
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether the blocks have a router (VORT).
+    pub fn routed(&self) -> bool {
+        self.memory == MemoryKind::Vort
+    }
+    /// Whether the router uses the bigram entropy.
+    pub fn uses_entropy(&self) -> bool {
+        self.routed() && matches!(self.router, RouterKind::Full | RouterKind::EntropyOnly)
+    }
+}
+
+/// What [`Model::forward`] returns.
+#[derive(Debug)]
+pub struct ModelOutput {
+    /// Final hidden states after the last norm, [B, T, d_model].
+    pub hidden: Tensor,
+    /// Bigram logits [B, T, V] (only when the router uses entropy).
+    pub bigram_logits: Option<Tensor>,
+    /// Per block, the orders α [B, H, T] (VORT only).
+    pub alphas: Vec<Tensor>,
+    /// Per block, the entity-probe logits [B, T] (VORT only).
+    pub entity_logits: Vec<Tensor>,
+}
+
+struct Mlp {
+    w1: Tensor,
+    w2: Tensor,
+}
+
+/// The model. Parameters live in the [`VarMap`] given to [`Model::new`].
+pub struct Model {
+    /// Its configuration.
+    pub cfg: ModelConfig,
+    /// Vocabulary size.
+    pub vocab: usize,
+    emb: Tensor,
+    prev_emb: Option<Tensor>,
+    bigram: Option<Tensor>,
+    blocks: Vec<Block>,
+    norms1: Vec<Tensor>,
+    norms2: Vec<Tensor>,
+    mlps: Vec<Option<Mlp>>,
+    norm_f: Tensor,
+    head: Tensor,
+}
+
+/// Creates a parameter `name` initialised to `init` in `vm`, or reuses an existing one.
+fn param(vm: &VarMap, name: &str, init: Tensor) -> Result<Tensor, ModelError> {
+    let mut data = vm
+        .data()
+        .lock()
+        .map_err(|_| ModelError::Invalid("VarMap lock poisoned".into()))?;
+    if let Some(v) = data.get(name) {
+        return Ok(v.as_tensor().clone());
+    }
+    let v = Var::from_tensor(&init)?;
+    let t = v.as_tensor().clone();
+    data.insert(name.into(), v);
+    Ok(t)
+}
+
+/// RMSNorm with a learned gain: x / sqrt(mean(x²) + 1e-6) · w, x [.., D], w [D].
+fn rms_norm(x: &Tensor, w: &Tensor) -> Result<Tensor, ModelError> {
+    let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
+    Ok(x.broadcast_div(&(ms + 1e-6)?.sqrt()?)?.broadcast_mul(w)?)
+}
+
+/// x [B, T, K] · w [K, N] -> [B, T, N].
+fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor, ModelError> {
+    let (b, t, k) = x.dims3()?;
+    Ok(x.reshape((b * t, k))?.matmul(w)?.reshape((b, t, ()))?)
+}
+
+impl Model {
+    /// Builds the model for a vocabulary of `vocab` tokens and sequences of `seq_len`.
+    ///
+    /// # Errors
+    /// Invalid sizes, an SOE that cannot be certified.
+    pub fn new(
+        cfg: &ModelConfig,
+        vocab: usize,
+        seq_len: usize,
+        seed: u64,
+        vm: &VarMap,
+        device: &Device,
+    ) -> Result<Model, ModelError> {
+        cfg.validate()?;
+        let dm = cfg.d_model;
+        let mut rng = Rng::new(seed ^ 0x005E_ED0F_5EED);
+        let mut mat = |rows: usize, cols: usize, std: f64| -> Result<Tensor, ModelError> {
+            Ok(
+                Tensor::from_vec(rng.normals(rows * cols, std), (rows, cols), device)?
+                    .to_dtype(DType::F32)?,
+            )
+        };
+        let ones = |n: usize| Tensor::ones(n, DType::F32, device);
+        let emb = param(vm, "emb", mat(vocab, dm, 1.0)?)?;
+        let prev_emb = if cfg.token_shift {
+            Some(param(vm, "prev_emb", mat(vocab, dm, 1.0)?)?)
+        } else {
+            None
+        };
+        let bigram = if cfg.uses_entropy() {
+            Some(param(vm, "bigram", mat(vocab, vocab, 0.0)?)?)
+        } else {
+            None
+        };
+        let mut blocks = Vec::new();
+        let (mut norms1, mut norms2, mut mlps) = (Vec::new(), Vec::new(), Vec::new());
+        for l in 0..cfg.layers {
+            let bc = cfg.block_config(seed, l, seq_len);
+            if cfg.routed() && cfg.router_bias_init != 0.0 {
+                // pre-created under the block's own name: Block::new reuses it
+                param(
+                    vm,
+                    &format!("blocks.{l}.mix.router.c"),
+                    Tensor::full(cfg.router_bias_init as f32, cfg.heads, device)?,
+                )?;
+            }
+            blocks.push(Block::new(bc, vm, &format!("blocks.{l}.mix"), device)?);
+            norms1.push(param(vm, &format!("blocks.{l}.norm1"), ones(dm)?)?);
+            if cfg.mlp_mult > 0 {
+                let hid = cfg.mlp_mult * dm;
+                norms2.push(param(vm, &format!("blocks.{l}.norm2"), ones(dm)?)?);
+                let w1 = param(
+                    vm,
+                    &format!("blocks.{l}.mlp.w1"),
+                    mat(dm, hid, (1.0 / dm as f64).sqrt())?,
+                )?;
+                let w2 = param(
+                    vm,
+                    &format!("blocks.{l}.mlp.w2"),
+                    mat(
+                        hid,
+                        dm,
+                        (1.0 / hid as f64).sqrt() / (cfg.layers as f64).sqrt(),
+                    )?,
+                )?;
+                mlps.push(Some(Mlp { w1, w2 }));
+            } else {
+                norms2.push(ones(dm)?);
+                mlps.push(None);
+            }
+        }
+        let norm_f = param(vm, "norm_f", ones(dm)?)?;
+        let head = param(vm, "head", mat(dm, vocab, (1.0 / dm as f64).sqrt())?)?;
+        Ok(Model {
+            cfg: cfg.clone(),
+            vocab,
+            emb,
+            prev_emb,
+            bigram,
+            blocks,
+            norms1,
+            norms2,
+            mlps,
+            norm_f,
+            head,
+        })
+    }
+
+    /// The blocks (for inspection: node tables, configs).
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+
+    /// Forward over tokens [B, T] (u32).
+    ///
+    /// # Errors
+    /// Shape errors; tokens outside the vocabulary.
+    pub fn forward(&self, tokens: &Tensor) -> Result<ModelOutput, ModelError> {
+        let (b, t) = tokens.dims2()?;
+        let flat = tokens.flatten_all()?;
+        let mut x = self.emb.index_select(&flat, 0)?.reshape((b, t, ()))?;
+        if let Some(pe) = &self.prev_emb {
+            let prev = pe.index_select(&flat, 0)?.reshape((b, t, ()))?;
+            // shift right by one along T (zeros at t = 0)
+            let shifted = if t > 1 {
+                let z = Tensor::zeros((b, 1, self.cfg.d_model), DType::F32, tokens.device())?;
+                Tensor::cat(&[&z, &prev.narrow(1, 0, t - 1)?], 1)?
+            } else {
+                prev.zeros_like()?
+            };
+            x = (x + shifted)?;
+        }
+        x = (x * (1.0 / (2.0f64).sqrt()))?;
+        let (bigram_logits, entropy) = match &self.bigram {
+            Some(bg) => {
+                let logits = bg.index_select(&flat, 0)?.reshape((b, t, self.vocab))?;
+                let lp = candle_nn::ops::log_softmax(&logits.detach(), D::Minus1)?;
+                let ent = (lp.exp()? * &lp)?.sum(D::Minus1)?.neg()?; // [B, T]
+                (Some(logits), Some(ent.detach()))
+            }
+            None => (None, None),
+        };
+        let mut alphas = Vec::new();
+        let mut entity_logits = Vec::new();
+        for (l, blk) in self.blocks.iter().enumerate() {
+            let out = blk.forward(&rms_norm(&x, &self.norms1[l])?, entropy.as_ref())?;
+            x = (x + out.y)?;
+            if let Some(a) = out.alpha {
+                alphas.push(a);
+            }
+            if let Some(e) = out.entity_logit {
+                entity_logits.push(e);
+            }
+            if let Some(mlp) = &self.mlps[l] {
+                let h = linear(&rms_norm(&x, &self.norms2[l])?, &mlp.w1)?.gelu()?;
+                x = (x + linear(&h, &mlp.w2)?)?;
+            }
+        }
+        let hidden = rms_norm(&x, &self.norm_f)?;
+        Ok(ModelOutput {
+            hidden,
+            bigram_logits,
+            alphas,
+            entity_logits,
+        })
+    }
+
+    /// Logits at selected flat positions of `hidden` [B, T, D]: positions index B·T -> [P, V].
+    ///
+    /// # Errors
+    /// Out-of-range positions.
+    pub fn logits_at(&self, hidden: &Tensor, positions: &[usize]) -> Result<Tensor, ModelError> {
+        let (b, t, d) = hidden.dims3()?;
+        let idx: Vec<u32> = positions.iter().map(|&p| p as u32).collect();
+        let idx = Tensor::from_vec(idx, positions.len(), hidden.device())?;
+        let h = hidden.reshape((b * t, d))?.index_select(&idx, 0)?;
+        Ok(h.matmul(&self.head)?)
+    }
+}

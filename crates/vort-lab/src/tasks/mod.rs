@@ -1,0 +1,409 @@
+//! Synthetic long-memory tasks (DESIGN §3), deterministic and seedable: every sequence is a
+//! pure function of (seed, stream, index), so a training batch is a function of (seed, step)
+//! and a resumed run sees exactly the data an uninterrupted one would.
+//!
+//! Vocabulary (shared by both tasks): `n_filler` filler tokens, then `n_keys` key / entity
+//! tokens, then `n_values` value / label tokens, then one query marker `QRY`.
+//!
+//! - **Zipf-lag key–value retrieval** ([`TaskKind::Zipf`]): filler with planted pairs
+//!   `[key][value]`; later a query `[QRY][key]` at which the model must emit the value (it
+//!   also follows in the sequence). The lag ℓ = position(QRY) - position(value) follows the
+//!   truncated Zipf law P(ℓ) ∝ ℓ^(-s) on [1, L_max]. Keys are distinct within a sequence.
+//! - **Entity label copy with uniform lags** ([`TaskKind::LabelCopy`]): an entity appears
+//!   with its label `[entity][label]`; later the entity reappears and the model must emit its
+//!   label. The lag ℓ = position(reappearance) - position(label) is uniform on [1, L_max],
+//!   so the lag prior favours no kernel. Entities are distinct within a sequence; entity
+//!   positions are flagged (labels for the router's entity probe).
+//!
+//! Only answer positions count in the loss ([`Sample::mask`]); each carries its lag for
+//! accuracy by lag bucket ([`BUCKETS`]). A query whose lag cannot be placed (every admissible
+//! position taken, only possible for lags within a few tokens of `seq_len`) is dropped rather
+//! than re-drawn, so the placed lags keep their law.
+
+pub mod rng;
+
+use serde::{Deserialize, Serialize};
+
+use rng::{derive, SplitMix};
+
+/// Which task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskKind {
+    /// Zipf-lag key–value retrieval.
+    #[default]
+    Zipf,
+    /// Entity label copy with uniform lags.
+    LabelCopy,
+}
+
+impl TaskKind {
+    /// Both tasks, in report order.
+    pub const ALL: [TaskKind; 2] = [TaskKind::Zipf, TaskKind::LabelCopy];
+    /// The name used in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskKind::Zipf => "zipf",
+            TaskKind::LabelCopy => "label-copy",
+        }
+    }
+}
+
+impl std::fmt::Display for TaskKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for TaskKind {
+    type Err = TaskError;
+    fn from_str(s: &str) -> Result<Self, TaskError> {
+        match s {
+            "zipf" => Ok(TaskKind::Zipf),
+            "label-copy" | "label_copy" => Ok(TaskKind::LabelCopy),
+            _ => Err(TaskError::UnknownTask(s.into())),
+        }
+    }
+}
+
+/// Why a task configuration was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum TaskError {
+    /// The task name is not one of zipf|label-copy.
+    #[error("unknown task `{0}` (expected zipf|label-copy)")]
+    UnknownTask(String),
+    /// A field is out of its domain (the message names it).
+    #[error("invalid task config: {0}")]
+    Invalid(String),
+}
+
+/// Task configuration (the `[task]` table of a run config).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TaskConfig {
+    /// Which task: "zipf" or "label-copy".
+    pub kind: TaskKind,
+    /// Tokens per sequence T.
+    pub seq_len: usize,
+    /// Largest lag L_max (at most seq_len - 4).
+    pub max_lag: usize,
+    /// Zipf exponent s of P(ℓ) ∝ ℓ^(-s) (zipf task only).
+    pub zipf_exponent: f64,
+    /// Queries (answer positions) per sequence.
+    pub queries: usize,
+    /// Filler tokens in the vocabulary.
+    pub n_filler: usize,
+    /// Key / entity tokens in the vocabulary (>= queries: distinct within a sequence).
+    pub n_keys: usize,
+    /// Value / label tokens in the vocabulary (chance accuracy is 1/n_values).
+    pub n_values: usize,
+}
+
+impl Default for TaskConfig {
+    fn default() -> Self {
+        TaskConfig {
+            kind: TaskKind::Zipf,
+            seq_len: 2048,
+            max_lag: 2000,
+            zipf_exponent: 1.0,
+            queries: 16,
+            n_filler: 32,
+            n_keys: 64,
+            n_values: 64,
+        }
+    }
+}
+
+/// Lag buckets of the report: (label, lo, hi) inclusive.
+pub const BUCKETS: [(&str, usize, usize); 3] = [
+    ("1-100", 1, 100),
+    ("101-1000", 101, 1000),
+    (">1000", 1001, usize::MAX),
+];
+
+/// Index into [`BUCKETS`] of a lag (>= 1).
+pub fn bucket_of(lag: usize) -> usize {
+    BUCKETS
+        .iter()
+        .position(|&(_, lo, hi)| lag >= lo && lag <= hi)
+        .unwrap_or(BUCKETS.len() - 1)
+}
+
+/// One sequence: inputs, next-token targets at answer positions, and bookkeeping.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Input tokens, length T.
+    pub tokens: Vec<u32>,
+    /// Target at each position (the answer where `mask`, else 0), length T.
+    pub targets: Vec<u32>,
+    /// True at answer positions (the only ones in the loss), length T.
+    pub mask: Vec<bool>,
+    /// Lag of the answer at each answer position (0 elsewhere), length T.
+    pub lags: Vec<u32>,
+    /// True at tokens that are entities (label copy; all false for zipf), length T.
+    pub entity: Vec<bool>,
+    /// True at tokens the task asks to remember (keys, values, entities, labels), length T.
+    pub memorable: Vec<bool>,
+}
+
+/// A batch of B samples flattened row-major ([B, T]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// Batch size B.
+    pub b: usize,
+    /// Sequence length T.
+    pub t: usize,
+    /// [B, T] tokens.
+    pub tokens: Vec<u32>,
+    /// [B, T] targets.
+    pub targets: Vec<u32>,
+    /// [B, T] answer positions.
+    pub mask: Vec<bool>,
+    /// [B, T] lags (0 off answers).
+    pub lags: Vec<u32>,
+    /// [B, T] entity flags.
+    pub entity: Vec<bool>,
+    /// [B, T] memorable flags.
+    pub memorable: Vec<bool>,
+}
+
+/// Data streams: training batches and the held-out evaluation set never share a sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Training data.
+    Train,
+    /// Held-out evaluation data.
+    Eval,
+}
+
+impl TaskConfig {
+    /// Vocabulary size: filler + keys + values + the query marker.
+    pub fn vocab(&self) -> usize {
+        self.n_filler + self.n_keys + self.n_values + 1
+    }
+    /// First key / entity token.
+    pub fn key0(&self) -> u32 {
+        self.n_filler as u32
+    }
+    /// First value / label token.
+    pub fn value0(&self) -> u32 {
+        (self.n_filler + self.n_keys) as u32
+    }
+    /// The query marker.
+    pub fn qry(&self) -> u32 {
+        (self.n_filler + self.n_keys + self.n_values) as u32
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    /// [`TaskError::Invalid`] naming the field.
+    pub fn validate(&self) -> Result<(), TaskError> {
+        let bad = |m: String| Err(TaskError::Invalid(m));
+        if self.seq_len < 8 {
+            return bad(format!("seq_len = {} must be >= 8", self.seq_len));
+        }
+        if self.max_lag < 1 || self.max_lag + 4 > self.seq_len {
+            return bad(format!(
+                "max_lag = {} must be in [1, seq_len - 4 = {}]",
+                self.max_lag,
+                self.seq_len - 4
+            ));
+        }
+        if self.queries == 0 || self.queries > self.n_keys {
+            return bad(format!(
+                "queries = {} must be in [1, n_keys = {}] (keys are distinct per sequence)",
+                self.queries, self.n_keys
+            ));
+        }
+        if 5 * self.queries > self.seq_len / 2 {
+            return bad(format!(
+                "queries = {} is too many for seq_len = {} (at most seq_len / 10)",
+                self.queries, self.seq_len
+            ));
+        }
+        if self.n_filler == 0 || self.n_values < 2 {
+            return bad("n_filler must be >= 1 and n_values >= 2".into());
+        }
+        if !(self.zipf_exponent.is_finite() && self.zipf_exponent >= 0.0) {
+            return bad(format!(
+                "zipf_exponent = {} must be finite and >= 0",
+                self.zipf_exponent
+            ));
+        }
+        if self.vocab() > u32::MAX as usize / 2 {
+            return bad("vocabulary too large".into());
+        }
+        Ok(())
+    }
+
+    /// The lag law of this task: P(ℓ) for ℓ = 1..=max_lag (index ℓ - 1).
+    pub fn lag_pmf(&self) -> Vec<f64> {
+        let w: Vec<f64> = (1..=self.max_lag)
+            .map(|l| match self.kind {
+                TaskKind::Zipf => (l as f64).powf(-self.zipf_exponent),
+                TaskKind::LabelCopy => 1.0,
+            })
+            .collect();
+        let z: f64 = w.iter().sum();
+        w.into_iter().map(|x| x / z).collect()
+    }
+
+    /// Sequence `index` of `stream` under `seed` (config assumed valid).
+    pub fn sample(&self, seed: u64, stream: Stream, index: u64) -> Sample {
+        let s = match stream {
+            Stream::Train => 0,
+            Stream::Eval => 1,
+        };
+        let mut rng = SplitMix::new(derive(seed, s, index));
+        let cdf = cumulative(&self.lag_pmf());
+        self.generate(&mut rng, &cdf)
+    }
+
+    /// Training batch of `step` (B sequences; a pure function of (seed, step)).
+    pub fn batch(&self, seed: u64, stream: Stream, step: u64, b: usize) -> Batch {
+        let samples: Vec<Sample> = (0..b)
+            .map(|i| self.sample(seed, stream, step * b as u64 + i as u64))
+            .collect();
+        Batch::from_samples(&samples)
+    }
+
+    fn generate(&self, rng: &mut SplitMix, cdf: &[f64]) -> Sample {
+        let t = self.seq_len;
+        let mut tokens: Vec<u32> = (0..t)
+            .map(|_| rng.below(self.n_filler as u64) as u32)
+            .collect();
+        let mut targets = vec![0u32; t];
+        let mut mask = vec![false; t];
+        let mut lags = vec![0u32; t];
+        let mut entity = vec![false; t];
+        let mut memorable = vec![false; t];
+        let mut used = vec![false; t];
+        let keys = rng.choose(self.n_keys, self.queries);
+        for &key in &keys {
+            let u = rng.unif();
+            let lag = cdf.partition_point(|&c| c <= u).min(cdf.len() - 1) + 1;
+            let key_tok = self.key0() + key as u32;
+            let val_tok = self.value0() + rng.below(self.n_values as u64) as u32;
+            match self.kind {
+                TaskKind::Zipf => {
+                    // [key][value] ... lag ... [QRY][key] -> value (answer at QRY + 1)
+                    // value at v, QRY at m = v + lag, answer at m + 1, value echoed at m + 2
+                    let (lo, hi) = (1, t - 3 - lag); // v range so that m + 2 <= t - 1
+                    if let Some(v) = place(rng, &used, lo, hi, |v| {
+                        vec![v - 1, v, v + lag, v + lag + 1, v + lag + 2]
+                    }) {
+                        let m = v + lag;
+                        for p in [v - 1, v, m, m + 1, m + 2] {
+                            used[p] = true;
+                        }
+                        tokens[v - 1] = key_tok;
+                        tokens[v] = val_tok;
+                        tokens[m] = self.qry();
+                        tokens[m + 1] = key_tok;
+                        tokens[m + 2] = val_tok;
+                        targets[m + 1] = val_tok;
+                        mask[m + 1] = true;
+                        lags[m + 1] = lag as u32;
+                        memorable[v - 1] = true;
+                        memorable[v] = true;
+                    }
+                }
+                TaskKind::LabelCopy => {
+                    // [entity][label] ... lag ... [entity] -> label (echoed after)
+                    // label at p, reappearance at r = p + lag, label echoed at r + 1
+                    let (lo, hi) = (1, t - 2 - lag);
+                    if let Some(p) =
+                        place(rng, &used, lo, hi, |p| vec![p - 1, p, p + lag, p + lag + 1])
+                    {
+                        let r = p + lag;
+                        for q in [p - 1, p, r, r + 1] {
+                            used[q] = true;
+                        }
+                        tokens[p - 1] = key_tok;
+                        tokens[p] = val_tok;
+                        tokens[r] = key_tok;
+                        tokens[r + 1] = val_tok;
+                        targets[r] = val_tok;
+                        mask[r] = true;
+                        lags[r] = lag as u32;
+                        entity[p - 1] = true;
+                        entity[r] = true;
+                        memorable[p - 1] = true;
+                        memorable[p] = true;
+                    }
+                }
+            }
+        }
+        Sample {
+            tokens,
+            targets,
+            mask,
+            lags,
+            entity,
+            memorable,
+        }
+    }
+}
+
+/// A uniformly random anchor in [lo, hi] whose slots are all free (up to 64 tries, then a
+/// scan from a random start), or None when none is free.
+fn place(
+    rng: &mut SplitMix,
+    used: &[bool],
+    lo: usize,
+    hi: usize,
+    slots: impl Fn(usize) -> Vec<usize>,
+) -> Option<usize> {
+    if lo > hi {
+        return None;
+    }
+    let free = |a: usize| slots(a).iter().all(|&p| !used[p]);
+    for _ in 0..64 {
+        let a = rng.range(lo as u64, hi as u64) as usize;
+        if free(a) {
+            return Some(a);
+        }
+    }
+    let n = hi - lo + 1;
+    let start = rng.below(n as u64) as usize;
+    (0..n).map(|i| lo + (start + i) % n).find(|&a| free(a))
+}
+
+fn cumulative(pmf: &[f64]) -> Vec<f64> {
+    let mut acc = 0.0;
+    let mut c: Vec<f64> = pmf
+        .iter()
+        .map(|p| {
+            acc += p;
+            acc
+        })
+        .collect();
+    if let Some(last) = c.last_mut() {
+        *last = 1.0;
+    }
+    c
+}
+
+impl Batch {
+    /// Stacks samples of equal length.
+    pub fn from_samples(samples: &[Sample]) -> Batch {
+        let t = samples.first().map_or(0, |s| s.tokens.len());
+        let cat = |f: &dyn Fn(&Sample) -> Vec<u32>| samples.iter().flat_map(f).collect();
+        let catb = |f: &dyn Fn(&Sample) -> Vec<bool>| samples.iter().flat_map(f).collect();
+        Batch {
+            b: samples.len(),
+            t,
+            tokens: cat(&|s| s.tokens.clone()),
+            targets: cat(&|s| s.targets.clone()),
+            mask: catb(&|s| s.mask.clone()),
+            lags: cat(&|s| s.lags.clone()),
+            entity: catb(&|s| s.entity.clone()),
+            memorable: catb(&|s| s.memorable.clone()),
+        }
+    }
+    /// Flat indices of the answer positions.
+    pub fn answer_positions(&self) -> Vec<usize> {
+        (0..self.mask.len()).filter(|&i| self.mask[i]).collect()
+    }
+}

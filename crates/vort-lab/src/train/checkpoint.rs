@@ -1,0 +1,203 @@
+//! Checkpoints: one safetensors file holding the parameters, the AdamW moments, the step and
+//! the resolved run config, with an FNV-1a 64 checksum of every tensor in its metadata.
+//! Written atomically (temp file, fsync, rename), so a killed run leaves either the previous
+//! checkpoint or the new one, never a torn file; read back with every field checked, so a
+//! corrupt or foreign checkpoint is an error before anything is touched.
+//!
+//! Tensors: `param/<name>`, `adam_m/<name>`, `adam_v/<name>` (f32, little-endian).
+//! Metadata: `format` = [`FORMAT`], `step` (steps completed), `adam_t`, `config` (TOML of the
+//! run config), `checksum`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::Path;
+
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+
+use super::TrainError;
+
+/// Format tag in the metadata.
+pub const FORMAT: &str = "vort-lab-checkpoint-v1";
+
+/// A host tensor: shape and f32 data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTensor {
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Row-major data.
+    pub data: Vec<f32>,
+}
+
+/// The content of a checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// Steps completed (the next step to run).
+    pub step: u64,
+    /// AdamW step counter.
+    pub adam_t: u64,
+    /// TOML of the resolved run config.
+    pub config: String,
+    /// Tensors by name (`param/…`, `adam_m/…`, `adam_v/…`).
+    pub tensors: BTreeMap<String, HostTensor>,
+}
+
+/// FNV-1a 64 over (name, shape, data) of every tensor in name order.
+fn checksum(tensors: &BTreeMap<String, HostTensor>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for (name, t) in tensors {
+        eat(name.as_bytes());
+        for &d in &t.shape {
+            eat(&(d as u64).to_le_bytes());
+        }
+        for &x in &t.data {
+            eat(&x.to_le_bytes());
+        }
+    }
+    h
+}
+
+impl Checkpoint {
+    /// Writes the checkpoint to `path` atomically (temp file in the same directory, fsync,
+    /// rename).
+    ///
+    /// # Errors
+    /// I/O or serialisation errors (the previous file, if any, is left intact).
+    pub fn save(&self, path: &Path) -> Result<(), TrainError> {
+        let bytes: BTreeMap<&String, Vec<u8>> = self
+            .tensors
+            .iter()
+            .map(|(n, t)| (n, t.data.iter().flat_map(|x| x.to_le_bytes()).collect()))
+            .collect();
+        let views = self
+            .tensors
+            .iter()
+            .map(|(n, t)| {
+                TensorView::new(Dtype::F32, t.shape.clone(), &bytes[n])
+                    .map(|v| (n.clone(), v))
+                    .map_err(|e| corrupt(path, format!("tensor {n}: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let meta: HashMap<String, String> = [
+            ("format".to_string(), FORMAT.to_string()),
+            ("step".to_string(), self.step.to_string()),
+            ("adam_t".to_string(), self.adam_t.to_string()),
+            ("config".to_string(), self.config.clone()),
+            (
+                "checksum".to_string(),
+                format!("{:016x}", checksum(&self.tensors)),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        let buf = safetensors::tensor::serialize(views, &Some(meta))
+            .map_err(|e| corrupt(path, format!("serialise: {e}")))?;
+        write_atomic(path, &buf)
+    }
+
+    /// Reads and verifies a checkpoint (format, metadata, checksum).
+    ///
+    /// # Errors
+    /// [`TrainError::NoCheckpoint`] when absent, [`TrainError::CheckpointCorrupt`] when it
+    /// cannot be parsed or its checksum does not match.
+    pub fn load(path: &Path) -> Result<Checkpoint, TrainError> {
+        let buf = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(TrainError::NoCheckpoint(path.display().to_string()))
+            }
+            Err(e) => return Err(io(path, e)),
+        };
+        let (_, header) =
+            SafeTensors::read_metadata(&buf).map_err(|e| corrupt(path, e.to_string()))?;
+        let meta = header
+            .metadata()
+            .clone()
+            .ok_or_else(|| corrupt(path, "no metadata".into()))?;
+        let get = |k: &str| {
+            meta.get(k)
+                .cloned()
+                .ok_or_else(|| corrupt(path, format!("metadata `{k}` missing")))
+        };
+        if get("format")? != FORMAT {
+            return Err(corrupt(
+                path,
+                format!("format `{}` is not {FORMAT}", get("format")?),
+            ));
+        }
+        let num = |k: &str| -> Result<u64, TrainError> {
+            get(k)?
+                .parse()
+                .map_err(|_| corrupt(path, format!("metadata `{k}` is not a number")))
+        };
+        let (step, adam_t) = (num("step")?, num("adam_t")?);
+        let config = get("config")?;
+        let want = get("checksum")?;
+        let st = SafeTensors::deserialize(&buf).map_err(|e| corrupt(path, e.to_string()))?;
+        let mut tensors = BTreeMap::new();
+        for (name, view) in st.tensors() {
+            if view.dtype() != Dtype::F32 {
+                return Err(corrupt(path, format!("tensor {name} is not f32")));
+            }
+            let data = view
+                .data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            tensors.insert(
+                name,
+                HostTensor {
+                    shape: view.shape().to_vec(),
+                    data,
+                },
+            );
+        }
+        let got = format!("{:016x}", checksum(&tensors));
+        if got != want {
+            return Err(corrupt(
+                path,
+                format!("checksum {got} does not match the recorded {want}"),
+            ));
+        }
+        Ok(Checkpoint {
+            step,
+            adam_t,
+            config,
+            tensors,
+        })
+    }
+}
+
+fn corrupt(path: &Path, reason: String) -> TrainError {
+    TrainError::CheckpointCorrupt {
+        path: path.display().to_string(),
+        reason,
+    }
+}
+
+pub(crate) fn io(path: &Path, source: std::io::Error) -> TrainError {
+    TrainError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Writes `bytes` to `path` through `path.tmp` + fsync + rename.
+///
+/// # Errors
+/// I/O errors (the old `path`, if any, is untouched).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
+    f.write_all(bytes).map_err(|e| io(&tmp, e))?;
+    f.sync_all().map_err(|e| io(&tmp, e))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| io(path, e))
+}

@@ -1,0 +1,745 @@
+//! The training loop: AdamW with warm-up + cosine schedule and global-norm clipping, fixed
+//! seeds, metrics to JSON lines, a progress bar, atomic safetensors checkpoints and an exact
+//! resume.
+//!
+//! A run directory holds `config.toml` (the resolved config), `metrics.jsonl` (one JSON object
+//! per logged step), `checkpoint.safetensors` (latest checkpoint, see [`checkpoint`]) and
+//! `eval.json` (held-out accuracy by lag, written at the end).
+//!
+//! Exactness of resume: batch `s` is a pure function of (seed, s) ([`TaskConfig::batch`]),
+//! the model has no dropout, and the checkpoint holds the parameters, both AdamW moments and
+//! the step counters, so a run resumed from step k computes bit-for-bit what the uninterrupted
+//! run computed after step k (tested). A killed run loses at most `checkpoint_every` steps.
+
+pub mod checkpoint;
+pub mod eval;
+pub mod optim;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor, Var, D};
+use candle_nn::VarMap;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Model, ModelConfig, ModelError, ModelOutput};
+use crate::tasks::{Batch, Stream, TaskConfig, TaskError};
+use checkpoint::{Checkpoint, HostTensor};
+use optim::{clip_factor, learning_rate, AdamParams, AdamW};
+
+/// File names inside a run directory.
+pub const CONFIG_FILE: &str = "config.toml";
+/// Metrics, one JSON object per logged step.
+pub const METRICS_FILE: &str = "metrics.jsonl";
+/// Latest checkpoint.
+pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
+/// Held-out evaluation.
+pub const EVAL_FILE: &str = "eval.json";
+
+/// Why training (or evaluation) stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// The config file cannot be parsed (unknown field, wrong type) or is out of domain.
+    #[error("config {path}: {message}")]
+    Config {
+        /// The file (or `<inline>`).
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The task configuration is invalid.
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    /// The model configuration is invalid, or the layer failed.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// candle failed.
+    #[error("candle: {0}")]
+    Candle(#[from] candle_core::Error),
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `resume` was asked but the run has no checkpoint.
+    #[error("no checkpoint at {0} to resume from")]
+    NoCheckpoint(String),
+    /// The checkpoint cannot be read or fails its checksum.
+    #[error("checkpoint {path} is corrupt: {reason}")]
+    CheckpointCorrupt {
+        /// The file.
+        path: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The checkpoint belongs to another configuration or model.
+    #[error("checkpoint {path} does not match this run: {reason}")]
+    CheckpointMismatch {
+        /// The file.
+        path: String,
+        /// What differs.
+        reason: String,
+    },
+    /// A fresh run was asked in a directory that already holds one.
+    #[error("{0} already holds a run (checkpoint present); resume it or choose another directory")]
+    RunExists(String),
+    /// Training diverged (non-finite loss).
+    #[error("non-finite loss {loss} at step {step}")]
+    Diverged {
+        /// Step.
+        step: u64,
+        /// Loss.
+        loss: f64,
+    },
+    /// Writing a plot failed.
+    #[error(transparent)]
+    Plot(#[from] crate::plot::PlotError),
+    /// Serialising JSON or TOML failed.
+    #[error("serialise: {0}")]
+    Serialise(String),
+}
+
+impl TrainError {
+    /// True for errors caused by the user's input (unknown task or memory kind, a config with
+    /// a wrong field or value, a missing, corrupt or mismatched checkpoint, a fresh run in an
+    /// existing run directory): the CLI maps these to exit status 2. In every such case
+    /// nothing in the run directory was written.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            TrainError::Config { .. }
+                | TrainError::Task(_)
+                | TrainError::Model(ModelError::UnknownMemory(_) | ModelError::Invalid(_))
+                | TrainError::NoCheckpoint(_)
+                | TrainError::CheckpointCorrupt { .. }
+                | TrainError::CheckpointMismatch { .. }
+                | TrainError::RunExists(_)
+        )
+    }
+}
+
+/// Optimisation and bookkeeping (the `[train]` table of a run config).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    /// Optimiser steps.
+    pub steps: u64,
+    /// Sequences per batch.
+    pub batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Linear warm-up steps.
+    pub warmup_steps: u64,
+    /// Final learning rate as a fraction of the peak (cosine decay).
+    pub min_lr_ratio: f64,
+    /// AdamW decoupled weight decay.
+    pub weight_decay: f64,
+    /// AdamW β1.
+    pub beta1: f64,
+    /// AdamW β2.
+    pub beta2: f64,
+    /// AdamW ε.
+    pub adam_eps: f64,
+    /// Clip the global gradient norm to this (0: no clipping).
+    pub grad_clip: f64,
+    /// Write a checkpoint every this many steps (and at the end).
+    pub checkpoint_every: u64,
+    /// Append a metrics line every this many steps (and at the end).
+    pub log_every: u64,
+    /// Held-out sequences in the final evaluation.
+    pub eval_sequences: usize,
+    /// Weight of the entity-probe auxiliary loss (VORT on tasks with entity labels).
+    pub entity_aux_weight: f64,
+    /// Weight of the bigram predictor's next-token loss (VORT with an entropy router).
+    pub bigram_weight: f64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            steps: 300,
+            batch_size: 4,
+            lr: 3e-3,
+            warmup_steps: 30,
+            min_lr_ratio: 0.1,
+            weight_decay: 0.01,
+            beta1: 0.9,
+            beta2: 0.99,
+            adam_eps: 1e-8,
+            grad_clip: 1.0,
+            checkpoint_every: 50,
+            log_every: 10,
+            eval_sequences: 64,
+            entity_aux_weight: 0.1,
+            bigram_weight: 1.0,
+        }
+    }
+}
+
+/// A whole run: seed, task, model and training (the TOML file saved as `config.toml`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    /// Seed of the data order and of the initialisation.
+    pub seed: u64,
+    /// The task.
+    pub task: TaskConfig,
+    /// The model.
+    pub model: ModelConfig,
+    /// The optimisation.
+    pub train: TrainConfig,
+}
+
+impl RunConfig {
+    /// Parses a TOML config (unknown fields are errors) and validates it.
+    ///
+    /// # Errors
+    /// [`TrainError::Config`] with the parser's message (it names the field).
+    pub fn from_toml(text: &str, origin: &str) -> Result<RunConfig, TrainError> {
+        let cfg: RunConfig = toml::from_str(text).map_err(|e| TrainError::Config {
+            path: origin.into(),
+            message: e.to_string(),
+        })?;
+        cfg.validate().map_err(|e| TrainError::Config {
+            path: origin.into(),
+            message: e.to_string(),
+        })?;
+        Ok(cfg)
+    }
+
+    /// Reads a TOML config file.
+    ///
+    /// # Errors
+    /// I/O errors, [`TrainError::Config`].
+    pub fn load(path: &Path) -> Result<RunConfig, TrainError> {
+        let text = std::fs::read_to_string(path).map_err(|e| checkpoint::io(path, e))?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+
+    /// The resolved config as TOML.
+    ///
+    /// # Errors
+    /// Serialisation errors (not expected).
+    pub fn to_toml(&self) -> Result<String, TrainError> {
+        toml::to_string(self).map_err(|e| TrainError::Serialise(e.to_string()))
+    }
+
+    /// Checks task, model and training fields.
+    ///
+    /// # Errors
+    /// The first invalid field.
+    pub fn validate(&self) -> Result<(), TrainError> {
+        self.task.validate()?;
+        self.model.validate()?;
+        let t = &self.train;
+        let bad = |m: &str| {
+            Err(TrainError::Config {
+                path: "<config>".into(),
+                message: m.into(),
+            })
+        };
+        if t.steps == 0 || t.batch_size == 0 || t.checkpoint_every == 0 || t.log_every == 0 {
+            return bad("train.steps, batch_size, checkpoint_every and log_every must be >= 1");
+        }
+        if !(t.lr > 0.0 && t.lr.is_finite() && (0.0..=1.0).contains(&t.min_lr_ratio)) {
+            return bad("train.lr must be > 0 and min_lr_ratio in [0, 1]");
+        }
+        if !(0.0..1.0).contains(&t.beta1) || !(0.0..1.0).contains(&t.beta2) {
+            return bad("train.beta1 and beta2 must be in [0, 1)");
+        }
+        if t.eval_sequences == 0 {
+            return bad("train.eval_sequences must be >= 1");
+        }
+        Ok(())
+    }
+}
+
+/// Per-call options that are not part of the run's identity (not saved in the config).
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Stop after this step even if the config asks for more (a checkpoint is written there);
+    /// used to simulate an interrupted run.
+    pub stop_at: Option<u64>,
+    /// Show the progress bar.
+    pub progress: bool,
+    /// Print the resolved config to stderr.
+    pub print_config: bool,
+    /// Skip the final evaluation.
+    pub skip_eval: bool,
+}
+
+/// What a finished (or stopped) run reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainSummary {
+    /// Steps completed.
+    pub steps: u64,
+    /// Loss of the last step.
+    pub final_loss: f64,
+    /// Mean training throughput over this call (tokens/s).
+    pub tokens_per_s: f64,
+    /// Wall time of this call (s).
+    pub wall_s: f64,
+    /// Held-out evaluation (None when skipped or stopped early).
+    pub eval: Option<eval::EvalResult>,
+}
+
+/// One metrics line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Metrics {
+    /// Steps completed.
+    pub step: u64,
+    /// Total loss.
+    pub loss: f64,
+    /// Cross-entropy at answer positions.
+    pub task_loss: f64,
+    /// Accuracy at the batch's answer positions.
+    pub acc: f64,
+    /// Learning rate of the step.
+    pub lr: f64,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Training tokens per second of the step.
+    pub tokens_per_s: f64,
+    /// Seconds since the start of this call.
+    pub elapsed_s: f64,
+}
+
+/// The CPU device (the CUDA path is not built in this workspace).
+pub fn device() -> Device {
+    Device::Cpu
+}
+
+/// Model, parameters and optimiser of a run.
+pub struct Trainer {
+    /// The resolved config.
+    pub cfg: RunConfig,
+    /// The model.
+    pub model: Model,
+    /// Its parameters.
+    pub vm: VarMap,
+    /// The optimiser.
+    pub opt: AdamW,
+    /// Steps completed.
+    pub step: u64,
+}
+
+/// Losses of one forward pass.
+pub struct StepLoss {
+    /// Total (what is differentiated).
+    pub total: Tensor,
+    /// Answer cross-entropy.
+    pub task: Tensor,
+    /// Correct answers and answers.
+    pub correct: (usize, usize),
+}
+
+/// Mean binary cross-entropy with logits, stable: relu(z) - y z + log(1 + e^(-|z|)).
+fn bce_with_logits(z: &Tensor, y: &Tensor) -> candle_core::Result<Tensor> {
+    let t = ((z.relu()? - (z * y)?)? + ((z.abs()?.neg()?.exp()? + 1.0)?.log()?))?;
+    t.mean_all()
+}
+
+/// Answer cross-entropy (+ bigram and entity auxiliary losses) of `out` on `batch`.
+///
+/// # Errors
+/// candle errors.
+pub fn losses(
+    model: &Model,
+    cfg: &RunConfig,
+    batch: &Batch,
+    out: &ModelOutput,
+    device: &Device,
+) -> Result<StepLoss, TrainError> {
+    let pos = batch.answer_positions();
+    let logits = model.logits_at(&out.hidden, &pos)?;
+    let targets: Vec<u32> = pos.iter().map(|&p| batch.targets[p]).collect();
+    let tgt = Tensor::from_vec(targets.clone(), pos.len(), device)?;
+    let task = candle_nn::loss::cross_entropy(&logits, &tgt)?;
+    let pred: Vec<u32> = logits.argmax(D::Minus1)?.to_vec1()?;
+    let correct = pred.iter().zip(&targets).filter(|(a, b)| a == b).count();
+    let mut total = task.clone();
+    let (b, t) = (batch.b, batch.t);
+    if let Some(bg) = &out.bigram_logits {
+        if cfg.train.bigram_weight > 0.0 && t > 1 {
+            let v = model.vocab;
+            let lg = bg.narrow(1, 0, t - 1)?.reshape((b * (t - 1), v))?;
+            let nxt: Vec<u32> = (0..b)
+                .flat_map(|i| batch.tokens[i * t + 1..(i + 1) * t].to_vec())
+                .collect();
+            let nxt = Tensor::from_vec(nxt, b * (t - 1), device)?;
+            let l = candle_nn::loss::cross_entropy(&lg, &nxt)?;
+            total = (total + (l * cfg.train.bigram_weight)?)?;
+        }
+    }
+    if cfg.train.entity_aux_weight > 0.0
+        && !out.entity_logits.is_empty()
+        && batch.entity.iter().any(|&e| e)
+    {
+        let y: Vec<f32> = batch
+            .entity
+            .iter()
+            .map(|&e| if e { 1.0 } else { 0.0 })
+            .collect();
+        let y = Tensor::from_vec(y, (b, t), device)?;
+        let n = out.entity_logits.len() as f64;
+        for z in &out.entity_logits {
+            let l = bce_with_logits(z, &y)?;
+            total = (total + (l * (cfg.train.entity_aux_weight / n))?)?;
+        }
+    }
+    Ok(StepLoss {
+        total,
+        task,
+        correct: (correct, pos.len()),
+    })
+}
+
+/// Tokens of a batch as a [B, T] u32 tensor.
+///
+/// # Errors
+/// candle errors.
+pub fn tokens_tensor(batch: &Batch, device: &Device) -> Result<Tensor, TrainError> {
+    Ok(Tensor::from_vec(
+        batch.tokens.clone(),
+        (batch.b, batch.t),
+        device,
+    )?)
+}
+
+fn scalar(t: &Tensor) -> Result<f64, TrainError> {
+    Ok(t.to_dtype(DType::F64)?.to_scalar::<f64>()?)
+}
+
+impl Trainer {
+    /// A fresh model and optimiser from the config.
+    ///
+    /// # Errors
+    /// Invalid config, layer errors.
+    pub fn new(cfg: &RunConfig, device: &Device) -> Result<Trainer, TrainError> {
+        cfg.validate()?;
+        let vm = VarMap::new();
+        let model = Model::new(
+            &cfg.model,
+            cfg.task.vocab(),
+            cfg.task.seq_len,
+            cfg.seed,
+            &vm,
+            device,
+        )?;
+        let vars = named_vars(&vm);
+        let t = &cfg.train;
+        let opt = AdamW::new(
+            vars,
+            AdamParams {
+                beta1: t.beta1,
+                beta2: t.beta2,
+                eps: t.adam_eps,
+                weight_decay: t.weight_decay,
+            },
+        )?;
+        Ok(Trainer {
+            cfg: cfg.clone(),
+            model,
+            vm,
+            opt,
+            step: 0,
+        })
+    }
+
+    /// Runs step `self.step` and advances it; returns (metrics without timing).
+    ///
+    /// # Errors
+    /// candle errors, [`TrainError::Diverged`].
+    pub fn train_step(&mut self, device: &Device) -> Result<Metrics, TrainError> {
+        let c = &self.cfg;
+        let batch = c
+            .task
+            .batch(c.seed, Stream::Train, self.step, c.train.batch_size);
+        let out = self.model.forward(&tokens_tensor(&batch, device)?)?;
+        let l = losses(&self.model, c, &batch, &out, device)?;
+        let loss = scalar(&l.total)?;
+        if !loss.is_finite() {
+            return Err(TrainError::Diverged {
+                step: self.step,
+                loss,
+            });
+        }
+        let grads = l.total.backward()?;
+        let vars: Vec<&Var> = self.opt.slots.iter().map(|s| &s.var).collect();
+        let (norm, factor) = clip_factor(&grads, &vars, c.train.grad_clip)?;
+        let lr = learning_rate(
+            self.step,
+            c.train.warmup_steps,
+            c.train.steps,
+            c.train.lr,
+            c.train.min_lr_ratio,
+        );
+        self.opt.step(&grads, lr, factor)?;
+        self.step += 1;
+        Ok(Metrics {
+            step: self.step,
+            loss,
+            task_loss: scalar(&l.task)?,
+            acc: l.correct.0 as f64 / l.correct.1.max(1) as f64,
+            lr,
+            grad_norm: norm,
+            tokens_per_s: 0.0,
+            elapsed_s: 0.0,
+        })
+    }
+
+    /// The checkpoint of the current state.
+    ///
+    /// # Errors
+    /// candle errors.
+    pub fn checkpoint(&self) -> Result<Checkpoint, TrainError> {
+        let host = |t: &Tensor| -> Result<HostTensor, TrainError> {
+            Ok(HostTensor {
+                shape: t.dims().to_vec(),
+                data: t.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?,
+            })
+        };
+        let mut tensors = BTreeMap::new();
+        for s in &self.opt.slots {
+            tensors.insert(format!("param/{}", s.name), host(s.var.as_tensor())?);
+            tensors.insert(format!("adam_m/{}", s.name), host(&s.m)?);
+            tensors.insert(format!("adam_v/{}", s.name), host(&s.v)?);
+        }
+        Ok(Checkpoint {
+            step: self.step,
+            adam_t: self.opt.t,
+            config: self.cfg.to_toml()?,
+            tensors,
+        })
+    }
+
+    /// Loads `ck` into this trainer after checking that it belongs to the same config and
+    /// model (every tensor present with the right shape, no extra ones).
+    ///
+    /// # Errors
+    /// [`TrainError::CheckpointMismatch`]; nothing is modified on error.
+    pub fn restore(&mut self, ck: &Checkpoint, path: &Path) -> Result<(), TrainError> {
+        let mismatch = |reason: String| TrainError::CheckpointMismatch {
+            path: path.display().to_string(),
+            reason,
+        };
+        let mine = self.cfg.to_toml()?;
+        if ck.config != mine {
+            let diff: Vec<String> = ck
+                .config
+                .lines()
+                .zip(mine.lines())
+                .filter(|(a, b)| a != b)
+                .take(3)
+                .map(|(a, b)| format!("checkpoint `{a}` vs config `{b}`"))
+                .collect();
+            return Err(mismatch(format!(
+                "configs differ ({})",
+                if diff.is_empty() {
+                    "different number of lines".to_string()
+                } else {
+                    diff.join("; ")
+                }
+            )));
+        }
+        let want = 3 * self.opt.slots.len();
+        if ck.tensors.len() != want {
+            return Err(mismatch(format!(
+                "{} tensors, the model has {want}",
+                ck.tensors.len()
+            )));
+        }
+        // check everything first, then write
+        let mut loaded = Vec::new();
+        for s in &self.opt.slots {
+            let mut three = Vec::new();
+            for kind in ["param", "adam_m", "adam_v"] {
+                let name = format!("{kind}/{}", s.name);
+                let t = ck
+                    .tensors
+                    .get(&name)
+                    .ok_or_else(|| mismatch(format!("tensor {name} missing")))?;
+                if t.shape != s.var.as_tensor().dims() {
+                    return Err(mismatch(format!(
+                        "tensor {name} has shape {:?}, the model {:?}",
+                        t.shape,
+                        s.var.as_tensor().dims()
+                    )));
+                }
+                three.push(Tensor::from_vec(
+                    t.data.clone(),
+                    t.shape.clone(),
+                    s.var.as_tensor().device(),
+                )?);
+            }
+            loaded.push(three);
+        }
+        for (s, three) in self.opt.slots.iter_mut().zip(loaded) {
+            s.var.set(&three[0])?;
+            s.m = three[1].clone();
+            s.v = three[2].clone();
+        }
+        self.opt.t = ck.adam_t;
+        self.step = ck.step;
+        Ok(())
+    }
+}
+
+/// The (name, var) pairs of a VarMap, sorted by name.
+pub fn named_vars(vm: &VarMap) -> Vec<(String, Var)> {
+    let data = vm.data().lock().expect("VarMap lock");
+    let mut v: Vec<(String, Var)> = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// Trains the run in `run_dir` (created if needed) with default options (progress bar on,
+/// config printed). See [`run_with`].
+///
+/// # Errors
+/// As [`run_with`].
+pub fn run(config: &RunConfig, run_dir: &Path, resume: bool) -> Result<TrainSummary, TrainError> {
+    run_with(
+        config,
+        run_dir,
+        resume,
+        &RunOptions {
+            progress: true,
+            print_config: true,
+            ..RunOptions::default()
+        },
+    )
+}
+
+/// Trains `config` in `run_dir`. Fresh (`resume = false`): refuses a directory that already
+/// holds a checkpoint. Resume: loads and verifies `run_dir/checkpoint.safetensors` against
+/// `config` before writing anything, drops metrics lines past the checkpoint, and continues.
+/// Writes config.toml, metrics.jsonl, checkpoints and eval.json.
+///
+/// # Errors
+/// Invalid config, [`TrainError::RunExists`], [`TrainError::NoCheckpoint`],
+/// [`TrainError::CheckpointCorrupt`], [`TrainError::CheckpointMismatch`], I/O, divergence.
+pub fn run_with(
+    config: &RunConfig,
+    run_dir: &Path,
+    resume: bool,
+    opts: &RunOptions,
+) -> Result<TrainSummary, TrainError> {
+    let dev = device();
+    let mut tr = Trainer::new(config, &dev)?;
+    let ck_path = run_dir.join(CHECKPOINT_FILE);
+    if resume {
+        let ck = Checkpoint::load(&ck_path)?;
+        tr.restore(&ck, &ck_path)?;
+    } else if ck_path.exists() {
+        return Err(TrainError::RunExists(run_dir.display().to_string()));
+    }
+    // from here on, files are written
+    std::fs::create_dir_all(run_dir).map_err(|e| checkpoint::io(run_dir, e))?;
+    let toml_text = config.to_toml()?;
+    checkpoint::write_atomic(&run_dir.join(CONFIG_FILE), toml_text.as_bytes())?;
+    if opts.print_config {
+        eprintln!(
+            "# resolved config ({})\n{toml_text}",
+            run_dir.join(CONFIG_FILE).display()
+        );
+    }
+    let metrics_path = run_dir.join(METRICS_FILE);
+    if resume {
+        truncate_metrics(&metrics_path, tr.step)?;
+    } else if metrics_path.exists() {
+        std::fs::remove_file(&metrics_path).map_err(|e| checkpoint::io(&metrics_path, e))?;
+    }
+    let mut metrics = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&metrics_path)
+        .map_err(|e| checkpoint::io(&metrics_path, e))?;
+    let end = opts
+        .stop_at
+        .map_or(config.train.steps, |s| s.min(config.train.steps));
+    let bar = if opts.progress {
+        indicatif::ProgressBar::new(config.train.steps)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_position(tr.step);
+    let tokens_per_step = (config.train.batch_size * config.task.seq_len) as f64;
+    let t0 = Instant::now();
+    let start_step = tr.step;
+    let mut last_loss = f64::NAN;
+    while tr.step < end {
+        let ts = Instant::now();
+        let mut m = tr.train_step(&dev)?;
+        m.tokens_per_s = tokens_per_step / ts.elapsed().as_secs_f64();
+        m.elapsed_s = t0.elapsed().as_secs_f64();
+        last_loss = m.loss;
+        bar.set_position(tr.step);
+        bar.set_message(format!(
+            "loss {:.4} acc {:.3} {:.0} tok/s",
+            m.loss, m.acc, m.tokens_per_s
+        ));
+        if tr.step % config.train.log_every == 0 || tr.step == end {
+            let line =
+                serde_json::to_string(&m).map_err(|e| TrainError::Serialise(e.to_string()))?;
+            writeln!(metrics, "{line}").map_err(|e| checkpoint::io(&metrics_path, e))?;
+        }
+        if tr.step % config.train.checkpoint_every == 0 || tr.step == end {
+            metrics
+                .flush()
+                .map_err(|e| checkpoint::io(&metrics_path, e))?;
+            tr.checkpoint()?.save(&ck_path)?;
+        }
+    }
+    bar.finish_and_clear();
+    let wall = t0.elapsed().as_secs_f64();
+    let done = tr.step - start_step;
+    let mut summary = TrainSummary {
+        steps: tr.step,
+        final_loss: last_loss,
+        tokens_per_s: if wall > 0.0 {
+            done as f64 * tokens_per_step / wall
+        } else {
+            0.0
+        },
+        wall_s: wall,
+        eval: None,
+    };
+    if !opts.skip_eval && tr.step == config.train.steps {
+        let res = eval::evaluate(&tr.model, config, tr.step, &dev)?;
+        eval::write(&res, &run_dir.join(EVAL_FILE))?;
+        summary.eval = Some(res);
+    }
+    Ok(summary)
+}
+
+/// Keeps only the metrics lines with step <= `step` (rewritten atomically).
+fn truncate_metrics(path: &PathBuf, step: u64) -> Result<(), TrainError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(checkpoint::io(path, e)),
+    };
+    let kept: String = text
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<Metrics>(l)
+                .map(|m| m.step <= step)
+                .unwrap_or(false)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    checkpoint::write_atomic(path, kept.as_bytes())
+}

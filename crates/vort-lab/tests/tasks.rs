@@ -1,0 +1,153 @@
+//! Task generators: determinism, lag laws (chi-square with a fixed seed), recoverable answers.
+
+use vort_lab::tasks::{bucket_of, Stream, TaskConfig, TaskKind};
+
+fn cfg(kind: TaskKind) -> TaskConfig {
+    TaskConfig {
+        kind,
+        seq_len: 2048,
+        max_lag: 2000,
+        queries: 16,
+        ..TaskConfig::default()
+    }
+}
+
+/// Lags of `n` sequences.
+fn lags(c: &TaskConfig, n: u64) -> Vec<usize> {
+    (0..n)
+        .flat_map(|i| {
+            let s = c.sample(7, Stream::Train, i);
+            s.lags
+                .iter()
+                .zip(&s.mask)
+                .filter(|(_, &m)| m)
+                .map(|(&l, _)| l as usize)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Pearson chi-square of observed lags against `pmf` on the bins given by `edges`
+/// (bin i = [edges[i], edges[i+1])), returning (statistic, degrees of freedom).
+fn chi_square(lags: &[usize], pmf: &[f64], edges: &[usize]) -> (f64, usize) {
+    let n = lags.len() as f64;
+    let mut stat = 0.0;
+    for w in edges.windows(2) {
+        let p: f64 = (w[0]..w[1]).map(|l| pmf[l - 1]).sum();
+        let obs = lags.iter().filter(|&&l| l >= w[0] && l < w[1]).count() as f64;
+        stat += (obs - n * p).powi(2) / (n * p);
+    }
+    (stat, edges.len() - 2)
+}
+
+#[test]
+fn zipf_lags_follow_the_zipf_law() {
+    let c = cfg(TaskKind::Zipf);
+    let l = lags(&c, 1500); // ~24k lags
+    assert!(l.len() > 23_000, "{} lags placed", l.len());
+    // doubling bins 1, 2-3, 4-7, ..., 1024-2000: expected counts all >= ~200
+    let mut edges = vec![1];
+    while *edges.last().unwrap() * 2 <= c.max_lag {
+        edges.push(edges.last().unwrap() * 2);
+    }
+    edges.push(c.max_lag + 1);
+    let (stat, df) = chi_square(&l, &c.lag_pmf(), &edges);
+    // chi-square 0.999 quantile at df = 10 is 29.6
+    assert_eq!(df, 10);
+    assert!(stat < 29.6, "chi-square {stat} with {df} dof");
+    // and the law is not uniform: the same test against uniform fails massively
+    let uni = vec![1.0 / c.max_lag as f64; c.max_lag];
+    assert!(chi_square(&l, &uni, &edges).0 > 1000.0);
+    // long lags exist
+    assert!(l.iter().filter(|&&x| x > 1000).count() > 1000);
+}
+
+#[test]
+fn label_copy_lags_are_uniform() {
+    let c = cfg(TaskKind::LabelCopy);
+    let l = lags(&c, 1000); // ~16k lags
+    let edges: Vec<usize> = (0..=20).map(|i| 1 + i * 100).collect(); // 20 bins of 100
+    let (stat, df) = chi_square(&l, &c.lag_pmf(), &edges);
+    // chi-square 0.999 quantile at df = 19 is 43.8
+    assert_eq!(df, 19);
+    assert!(stat < 43.8, "chi-square {stat} with {df} dof");
+    let buckets = l.iter().fold([0usize; 3], |mut a, &x| {
+        a[bucket_of(x)] += 1;
+        a
+    });
+    assert!(buckets[2] > 7000, "{buckets:?}");
+}
+
+#[test]
+fn answers_are_recoverable_by_lookup() {
+    for kind in TaskKind::ALL {
+        let c = cfg(kind);
+        for i in 0..50 {
+            let s = c.sample(3, Stream::Eval, i);
+            assert_eq!(s.tokens.len(), c.seq_len);
+            assert!(s.tokens.iter().all(|&x| (x as usize) < c.vocab()));
+            let answers: Vec<usize> = (0..c.seq_len).filter(|&p| s.mask[p]).collect();
+            assert!(answers.len() >= c.queries - 1, "{kind}: {answers:?}");
+            for a in answers {
+                let key = s.tokens[a];
+                assert!(key >= c.key0() && key < c.value0());
+                // the key's first occurrence, followed by its value
+                let p = s.tokens.iter().position(|&x| x == key).unwrap();
+                assert!(p < a);
+                let value = s.tokens[p + 1];
+                assert_eq!(value, s.targets[a], "{kind} seq {i} pos {a}");
+                let lag = s.lags[a] as usize;
+                match kind {
+                    TaskKind::Zipf => {
+                        assert_eq!(s.tokens[a - 1], c.qry());
+                        assert_eq!(a - 1 - (p + 1), lag);
+                    }
+                    TaskKind::LabelCopy => {
+                        assert!(s.entity[a] && s.entity[p]);
+                        assert_eq!(a - (p + 1), lag);
+                    }
+                }
+                assert!(lag >= 1 && lag <= c.max_lag);
+                // exactly two occurrences of the key
+                assert_eq!(s.tokens.iter().filter(|&&x| x == key).count(), 2);
+            }
+        }
+    }
+}
+
+#[test]
+fn generation_is_deterministic_and_streams_differ() {
+    let c = cfg(TaskKind::Zipf);
+    assert_eq!(
+        c.batch(5, Stream::Train, 9, 3),
+        c.batch(5, Stream::Train, 9, 3)
+    );
+    assert_ne!(
+        c.batch(5, Stream::Train, 9, 3).tokens,
+        c.batch(5, Stream::Eval, 9, 3).tokens
+    );
+    assert_ne!(
+        c.batch(5, Stream::Train, 9, 3).tokens,
+        c.batch(6, Stream::Train, 9, 3).tokens
+    );
+    // batch b of step s is samples s*B .. s*B+B
+    let b = c.batch(5, Stream::Train, 2, 3);
+    assert_eq!(
+        &b.tokens[..c.seq_len],
+        &c.sample(5, Stream::Train, 6).tokens[..]
+    );
+}
+
+#[test]
+fn invalid_configs_are_refused() {
+    let mut c = cfg(TaskKind::Zipf);
+    c.max_lag = c.seq_len;
+    assert!(c.validate().is_err());
+    let mut c = cfg(TaskKind::Zipf);
+    c.queries = 1000;
+    assert!(c.validate().is_err());
+    assert!("nope".parse::<TaskKind>().is_err());
+    let err = toml::from_str::<TaskConfig>("kind = \"zipf\"\nbogus = 1\n").unwrap_err();
+    assert!(err.to_string().contains("bogus"), "{err}");
+    assert!(cfg(TaskKind::LabelCopy).validate().is_ok());
+}

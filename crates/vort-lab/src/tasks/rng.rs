@@ -1,31 +1,32 @@
 //! SplitMix64: a tiny seedable generator whose state is one `u64`, so that every sample of a
 //! task is a pure function of (seed, stream, index) and data order survives a resume.
+//!
+//! The generator itself is `vort_math::theory::SplitMix64`; this wrapper adds stream
+//! derivation and the integer draws the tasks need.
 
-/// SplitMix64 (Steele, Lea & Flood 2014).
+use vort_math::theory::SplitMix64;
+
+/// SplitMix64 (Steele, Lea & Flood 2014) with integer helpers.
 #[derive(Debug, Clone)]
-pub struct SplitMix(u64);
+pub struct SplitMix(SplitMix64);
 
 /// Mixes three words into one seed (distinct streams and indices give unrelated generators).
 pub fn derive(seed: u64, stream: u64, index: u64) -> u64 {
-    let mut r = SplitMix(seed ^ 0x6A09_E667_F3BC_C908);
+    let mut r = SplitMix::new(seed ^ 0x6A09_E667_F3BC_C908);
     let a = r.next_u64() ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let mut r = SplitMix(a);
+    let mut r = SplitMix::new(a);
     let b = r.next_u64() ^ index.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    SplitMix(b).next_u64()
+    SplitMix::new(b).next_u64()
 }
 
 impl SplitMix {
     /// A generator from a seed.
     pub fn new(seed: u64) -> Self {
-        SplitMix(seed)
+        SplitMix(SplitMix64::new(seed))
     }
     /// Next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// Uniform in [0, 1).
     pub fn unif(&mut self) -> f64 {

@@ -4,23 +4,7 @@
 use candle_core::{DType, Device, Tensor, Var};
 use vort::Dims;
 
-pub struct Rng(u64);
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn unif(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+pub use vort::rng::Rng;
 
 /// Inputs of one retention call in f64: q, k in [0, 1)/sqrt(F) (nonnegative features),
 /// v in [-1, 1), alpha in [lo, 1].

@@ -51,30 +51,48 @@ pub fn rates_tensor(tables: &[NodeTable], device: &Device) -> Result<Tensor> {
 /// # Errors
 /// Alpha not rank 3, wrong table count.
 pub fn node_weights(alpha: &Tensor, tables: &[NodeTable]) -> Result<Tensor> {
-    let (b, h, t) = alpha.dims3().map_err(|_| VortError::Shape {
+    let (_, h, _) = alpha_dims(alpha)?;
+    check_tables(tables, h)?;
+    let n = tables[0].len();
+    affine_rows(alpha, n, |head, x| Ok(table_for(tables, head).affine_at(x)))
+}
+
+/// [B, H, T] of alpha, or a shape error naming it.
+fn alpha_dims(alpha: &Tensor) -> Result<(usize, usize, usize)> {
+    alpha.dims3().map_err(|_| VortError::Shape {
         name: "alpha".into(),
         got: alpha.dims().to_vec(),
         expected: "[B, H, T]".into(),
-    })?;
-    check_tables(tables, h)?;
-    let n = tables[0].len();
+    })
+}
+
+/// Rows that are affine in each token's α near its value, as a tensor differentiable in α:
+/// `row(head, α) = (base, slope, a0)` gives base + (α - a0) slope. alpha [B, H, T] ->
+/// [B, H, T, width] (dtype of alpha). The rows are computed on the host in f64; candle's
+/// autodiff sees only the final affine map, so the gradient in α is `slope`.
+fn affine_rows(
+    alpha: &Tensor,
+    width: usize,
+    row: impl Fn(usize, f64) -> Result<(Vec<f64>, Vec<f64>, f64)>,
+) -> Result<Tensor> {
+    let (b, h, t) = alpha_dims(alpha)?;
     let a: Vec<f64> = alpha
         .to_dtype(DType::F64)?
         .flatten_all()?
         .to_vec1::<f64>()?;
-    let mut base = Vec::with_capacity(a.len() * n);
-    let mut slope = Vec::with_capacity(a.len() * n);
+    let mut base = Vec::with_capacity(a.len() * width);
+    let mut slope = Vec::with_capacity(a.len() * width);
     let mut a0 = Vec::with_capacity(a.len());
     for (idx, &x) in a.iter().enumerate() {
-        let (bs, sl, lo) = table_for(tables, (idx / t) % h).affine_at(x);
+        let (bs, sl, lo) = row((idx / t) % h, x)?;
         base.extend(bs);
         slope.extend(sl);
         a0.push(lo);
     }
     let dev = alpha.device();
     let dt = alpha.dtype();
-    let base = Tensor::from_vec(base, (b, h, t, n), dev)?.to_dtype(dt)?;
-    let slope = Tensor::from_vec(slope, (b, h, t, n), dev)?.to_dtype(dt)?;
+    let base = Tensor::from_vec(base, (b, h, t, width), dev)?.to_dtype(dt)?;
+    let slope = Tensor::from_vec(slope, (b, h, t, width), dev)?.to_dtype(dt)?;
     let a0 = Tensor::from_vec(a0, (b, h, t, 1), dev)?.to_dtype(dt)?;
     let da = alpha.unsqueeze(3)?.broadcast_sub(&a0)?;
     Ok(base.add(&da.broadcast_mul(&slope)?)?)
@@ -87,35 +105,14 @@ pub fn node_weights(alpha: &Tensor, tables: &[NodeTable]) -> Result<Tensor> {
 /// # Errors
 /// Alpha not rank 3, wrong table count, chunk = 0.
 pub fn exact_intra_weights(alpha: &Tensor, tables: &[NodeTable], chunk: usize) -> Result<Tensor> {
-    let (b, h, t) = alpha.dims3().map_err(|_| VortError::Shape {
-        name: "alpha".into(),
-        got: alpha.dims().to_vec(),
-        expected: "[B, H, T]".into(),
-    })?;
+    let (_, h, _) = alpha_dims(alpha)?;
     check_tables(tables, h)?;
     if chunk == 0 {
         return Err(VortError::InvalidArgument("chunk size must be >= 1".into()));
     }
-    let a: Vec<f64> = alpha
-        .to_dtype(DType::F64)?
-        .flatten_all()?
-        .to_vec1::<f64>()?;
-    let mut base = Vec::with_capacity(a.len() * chunk);
-    let mut slope = Vec::with_capacity(a.len() * chunk);
-    let mut a0 = Vec::with_capacity(a.len());
-    for (idx, &x) in a.iter().enumerate() {
-        let (bs, sl, lo) = table_for(tables, (idx / t) % h).exact_row(x, chunk)?;
-        base.extend(bs);
-        slope.extend(sl);
-        a0.push(lo);
-    }
-    let dev = alpha.device();
-    let dt = alpha.dtype();
-    let base = Tensor::from_vec(base, (b, h, t, chunk), dev)?.to_dtype(dt)?;
-    let slope = Tensor::from_vec(slope, (b, h, t, chunk), dev)?.to_dtype(dt)?;
-    let a0 = Tensor::from_vec(a0, (b, h, t, 1), dev)?.to_dtype(dt)?;
-    let da = alpha.unsqueeze(3)?.broadcast_sub(&a0)?;
-    Ok(base.add(&da.broadcast_mul(&slope)?)?)
+    affine_rows(alpha, chunk, |head, x| {
+        table_for(tables, head).exact_row(x, chunk)
+    })
 }
 
 fn dims4(name: &str, t: &Tensor) -> Result<(usize, usize, usize, usize)> {

@@ -105,15 +105,7 @@ impl NodeTable {
         let orders: Vec<f64> = if k == 1 {
             vec![delta]
         } else {
-            (0..k)
-                .map(|i| {
-                    if i + 1 == k {
-                        1.0
-                    } else {
-                        delta + (1.0 - delta) * i as f64 / (k - 1) as f64
-                    }
-                })
-                .collect()
+            vort_math::shared::uniform_grid(delta, k)
         };
         Self::banks_at(&orders, horizon, eps)
     }

@@ -8,6 +8,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod args;
+mod data;
 mod error;
 mod experiment;
 mod kernel;
@@ -50,6 +51,9 @@ enum Command {
     Eval(experiment::EvalArgs),
     /// Train every model on both synthetic tasks with 3 seeds and write the report.
     Reproduce(experiment::ReproduceArgs),
+    /// Fetch and prepare real data: `vort data fetch books` (pinned, checksum-verified).
+    #[command(subcommand)]
+    Data(data::DataCommand),
 }
 
 fn run(cli: Cli) -> Result<(), CliError> {
@@ -61,6 +65,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Train(args) => experiment::run_train(args),
         Command::Eval(args) => experiment::run_eval(args),
         Command::Reproduce(args) => experiment::run_reproduce(args),
+        Command::Data(cmd) => data::run(cmd),
     }
 }
 

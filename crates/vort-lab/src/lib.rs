@@ -1,4 +1,5 @@
 //! Experiments over the VORT layer: reports, plots and (later) training.
+pub mod data;
 pub mod model;
 pub mod plot;
 pub mod tasks;

@@ -20,7 +20,7 @@ fn tiny_plan_writes_report_plots_and_json() {
     let out = std::env::temp_dir().join(format!("vort-lab-repro-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let mut runs = Vec::new();
-    for task in TaskKind::ALL {
+    for task in TaskKind::SYNTHETIC {
         for memory in [MemoryKind::Vort, MemoryKind::Exponential] {
             for seed in [0, 1] {
                 runs.push(shrink(reproduce::preset(Scale::Quick, task, memory, seed)));

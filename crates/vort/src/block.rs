@@ -12,7 +12,9 @@
 //! - `ExpMixture`: M fixed rates u_m >= Λ (log-spaced on [Λ, 1]) with learned per-head
 //!   softmax weights;
 //! - `PowerLaw`: one fixed order for every token (SOE of w_j(α)), no routing;
-//! - `Softmax`: full causal softmax attention on the normalised q, k (no feature map).
+//! - `Softmax`: full causal softmax attention on the normalised q, k (no feature map);
+//! - `SlidingSoftmax`: the same restricted to the last `window` tokens, O(T·window), the
+//!   softmax baseline that stays affordable at long T (e.g. 8K-byte book sequences on CPU).
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::VarMap;
@@ -80,8 +82,18 @@ pub enum Memory {
         /// Λ, the smallest rate.
         min_rate: f64,
     },
-    /// Full causal softmax attention.
+    /// Full causal softmax attention (O(T²) time and memory in training).
     Softmax,
+    /// Causal softmax attention over a sliding window: the query at position t attends to the
+    /// keys at positions t-window+1 ..= t (exactly the last `window` tokens, itself included;
+    /// fewer at the start), softmax over those. The softmax baseline at long T, where the
+    /// O(T²) of [`Memory::Softmax`] is unaffordable: training costs O(T·window) time and
+    /// memory ([`sliding_softmax`]) and the streaming KV cache holds at most `window` tokens.
+    /// `window >= T` equals [`Memory::Softmax`]; `window = 0` is refused.
+    SlidingSoftmax {
+        /// Tokens attended by each query, itself included (>= 1).
+        window: usize,
+    },
 }
 
 /// Configuration of one block. Every field is saved with each run.
@@ -142,12 +154,14 @@ impl Default for BlockConfig {
     }
 }
 
-/// Recurrent state of a block: the retention state, or the softmax key/value cache.
+/// Recurrent state of a block: the retention state, or the softmax key/value cache (all keys
+/// for [`Memory::Softmax`], the last `window` for [`Memory::SlidingSoftmax`]).
 #[derive(Debug, Clone)]
 pub enum BlockState {
     /// G [B, H, N, F, D+1].
     Retention(Tensor),
-    /// Keys and values seen so far, [B, H, t, head_dim] each.
+    /// Keys and values seen so far (the last `window` of them for a sliding window),
+    /// [B, H, t, head_dim] each.
     Kv {
         /// Normalised keys.
         k: Tensor,
@@ -336,6 +350,13 @@ impl Block {
                 )?);
             }
             Memory::Softmax => {}
+            Memory::SlidingSoftmax { window } => {
+                if *window == 0 {
+                    return Err(VortError::InvalidArgument(
+                        "sliding softmax: window must be >= 1 (each query sees itself)".into(),
+                    ));
+                }
+            }
         }
         Ok(Block {
             cfg,
@@ -360,7 +381,7 @@ impl Block {
             Memory::Vort { .. } | Memory::PowerLaw { .. } => self.tables[0].len(),
             Memory::Exponential => 1,
             Memory::ExpMixture { m, .. } => *m,
-            Memory::Softmax => 0,
+            Memory::Softmax | Memory::SlidingSoftmax { .. } => 0,
         }
     }
 
@@ -480,7 +501,11 @@ impl Block {
         let k = Self::normalise_qk(&proj(&self.wk)?, &self.scale_k)?;
         let v = proj(&self.wv)?;
         let (alpha, entity_logit) = self.route(x, entropy)?;
-        let (y, new_state) = if let Memory::Softmax = self.cfg.memory {
+        let attention = matches!(
+            self.cfg.memory,
+            Memory::Softmax | Memory::SlidingSoftmax { .. }
+        );
+        let (y, new_state) = if attention {
             self.softmax(&q, &k, &v, state)?
         } else {
             let g0 = match state {
@@ -563,11 +588,14 @@ impl Block {
                     .contiguous()?;
                 Ok((cw, self.mix_u.clone().expect("mixture has rates")))
             }
-            Memory::Softmax => Err(VortError::InvalidArgument("softmax has no nodes".into())),
+            Memory::Softmax | Memory::SlidingSoftmax { .. } => {
+                Err(VortError::InvalidArgument("softmax has no nodes".into()))
+            }
         }
     }
 
-    /// Causal softmax attention with a KV cache: q, k (normalised), v [B, H, T, dh].
+    /// Causal softmax attention (full or sliding-window) with a KV cache: q, k (normalised),
+    /// v [B, H, T, dh].
     fn softmax(
         &self,
         q: &Tensor,
@@ -586,8 +614,22 @@ impl Block {
                 ))
             }
         };
-        let y = causal_softmax(q, &kk, &vv)?;
-        Ok((y, Some(BlockState::Kv { k: kk, v: vv })))
+        match self.cfg.memory {
+            Memory::SlidingSoftmax { window } => {
+                let y = sliding_softmax(q, &kk, &vv, window)?;
+                // A later query at position p needs keys p-window+1 ..= p, of which only the
+                // last window-1 are already seen; one more is kept so that the cache is never
+                // a zero-length tensor (window = 1). It is masked out, so pieces = one pass.
+                let s = kk.dim(2)?;
+                let keep = window.min(s);
+                let (kk, vv) = (kk.narrow(2, s - keep, keep)?, vv.narrow(2, s - keep, keep)?);
+                Ok((y, Some(BlockState::Kv { k: kk, v: vv })))
+            }
+            _ => {
+                let y = causal_softmax(q, &kk, &vv)?;
+                Ok((y, Some(BlockState::Kv { k: kk, v: vv })))
+            }
+        }
     }
 }
 
@@ -618,5 +660,96 @@ pub fn causal_softmax(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
     let p = candle_nn::ops::softmax(&logits, D::Minus1)?; // composed ops: differentiable
     let dv = v.dim(3)?;
     Ok(p.matmul(&v.reshape((b * h, s, dv))?.contiguous()?)?
+        .reshape((b, h, t, dv))?)
+}
+
+/// Causal softmax attention over a sliding window, where the T queries are the last T of the
+/// S keys (as in [`causal_softmax`]): q [B, H, T, d], k [B, H, S, d], v [B, H, S, dv] ->
+/// [B, H, T, dv]. The query at absolute position p (= S - T + i) attends to the keys at
+/// positions j with p - window < j <= p (the last `window`, itself included), softmax over
+/// those; `window >= S` equals [`causal_softmax`].
+///
+/// Cost O(T·window) time and memory, not O(T·S): the queries are split into blocks of
+/// `window` (T need not be a multiple; the last block is zero-padded and the padding dropped)
+/// and block i attends to the keys of blocks i-1 and i (2·window keys) under a mask that is
+/// both causal and window-limited; when T <= window there is one block over the last
+/// T + window - 1 keys. Composed candle ops (narrow, cat, matmul, softmax), so autograd gives
+/// the gradients.
+///
+/// # Errors
+/// `window = 0`, fewer keys than queries, shape mismatches.
+pub fn sliding_softmax(q: &Tensor, k: &Tensor, v: &Tensor, window: usize) -> Result<Tensor> {
+    if window == 0 {
+        return Err(VortError::InvalidArgument(
+            "sliding softmax: window must be >= 1 (each query sees itself)".into(),
+        ));
+    }
+    let (b, h, t, d) = q.dims4()?;
+    let s = k.dim(2)?;
+    let dv = v.dim(3)?;
+    if s < t {
+        return Err(VortError::InvalidArgument(format!(
+            "sliding softmax: {s} keys for {t} queries"
+        )));
+    }
+    let (bh, off, w) = (b * h, s - t, window);
+    let k3 = k.reshape((bh, s, d))?;
+    let v3 = v.reshape((bh, s, dv))?;
+    // Blocked layout: queries [bh·nb, bs, d], keys/values [bh·nb, nk, ·], and the absolute
+    // position of key column c of block i (the query of row r of block i is at off + i·bs + r).
+    let (nb, bs, nk, qb, kb, vb, key0): (usize, usize, usize, Tensor, Tensor, Tensor, i64);
+    if t <= w {
+        // one block: the last T + window - 1 keys are all any of the T queries can see
+        nk = s.min(t + w - 1);
+        (nb, bs) = (1, t);
+        qb = q.reshape((bh, t, d))?;
+        kb = k3.narrow(1, s - nk, nk)?;
+        vb = v3.narrow(1, s - nk, nk)?;
+        key0 = (s - nk) as i64;
+    } else {
+        (nb, bs, nk) = (t.div_ceil(w), w, 2 * w);
+        let tail = nb * w - t; // padding of the last block
+        qb = q
+            .reshape((bh, t, d))?
+            .pad_with_zeros(1, 0, tail)?
+            .reshape((bh * nb, w, d))?;
+        // keys from position off - w (the block before the first query block): those before
+        // position 0 are zero padding, masked below
+        let seen = off.min(w);
+        let blocks = |x: &Tensor, dd: usize| -> Result<Tensor> {
+            let x = x
+                .narrow(1, off - seen, t + seen)?
+                .pad_with_zeros(1, w - seen, tail)?;
+            let prev = x.narrow(1, 0, nb * w)?.reshape((bh, nb, w, dd))?;
+            let cur = x.narrow(1, w, nb * w)?.reshape((bh, nb, w, dd))?;
+            Ok(Tensor::cat(&[prev, cur], 2)?.reshape((bh * nb, 2 * w, dd))?)
+        };
+        kb = blocks(&k3, d)?;
+        vb = blocks(&v3, dv)?;
+        key0 = off as i64 - w as i64;
+    }
+    // key (i, c) is at key0 + i·bs + c; valid iff 0 <= j and p - window < j <= p. Every row
+    // keeps its own position, so no row is all -inf (padded query rows included).
+    let mut mask = vec![0f32; nb * bs * nk];
+    for i in 0..nb {
+        for r in 0..bs {
+            let p = (off + i * bs + r) as i64;
+            for c in 0..nk {
+                let j = key0 + (i * bs + c) as i64;
+                if j < 0 || j > p || j <= p - w as i64 {
+                    mask[(i * bs + r) * nk + c] = f32::NEG_INFINITY;
+                }
+            }
+        }
+    }
+    let mask = Tensor::from_vec(mask, (1, nb, bs, nk), q.device())?.to_dtype(q.dtype())?;
+    let logits = qb
+        .matmul(&kb.t()?.contiguous()?)?
+        .reshape((bh, nb, bs, nk))?
+        .broadcast_add(&mask)?;
+    let p = candle_nn::ops::softmax(&logits, D::Minus1)?.reshape((bh * nb, bs, nk))?;
+    Ok(p.matmul(&vb.contiguous()?)?
+        .reshape((bh, nb * bs, dv))?
+        .narrow(1, 0, t)?
         .reshape((b, h, t, dv))?)
 }

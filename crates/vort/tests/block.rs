@@ -7,13 +7,15 @@ mod common;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 use common::*;
-use vort::block::{causal_softmax, Block, BlockConfig, BlockState, Memory, Routing};
+use vort::block::{
+    causal_softmax, sliding_softmax, Block, BlockConfig, BlockState, Memory, Routing,
+};
 use vort::chunked::{chunked_raw, normalise, with_ones};
 use vort::features::{orthogonal_gaussian, FeatureMap, Features};
 use vort::naive::{naive, Kernel};
 use vort::recurrent::{recurrent, State};
 use vort::tol::*;
-use vort::{Dims, MemoryMode, NodeTable};
+use vort::{Dims, MemoryMode, NodeTable, VortError};
 
 fn memories() -> Vec<Memory> {
     let vort = |mode, routing| Memory::Vort {
@@ -41,6 +43,8 @@ fn memories() -> Vec<Memory> {
             min_rate: 1e-3,
         },
         Memory::Softmax,
+        // shorter than the T = 29 / 20 of the shared tests, so the window really slides
+        Memory::SlidingSoftmax { window: 5 },
     ]
 }
 
@@ -439,4 +443,276 @@ fn router_computes_the_documented_formula() {
             }
         }
     }
+}
+
+/// Random f64 [B, H, n, d] with entries of size ~1, so the logits q·k spread over a few units
+/// and the softmax weights are far from uniform.
+fn randn4(r: &mut Rng, b: usize, h: usize, n: usize, d: usize) -> Tensor {
+    Tensor::from_vec(r.normals(b * h * n * d, 1.0), (b, h, n, d), &Device::Cpu).unwrap()
+}
+
+/// The reference twin of [`sliding_softmax`]: O(T·S) loops over every (query, key) pair with
+/// the explicit mask j in (p - window, p], p = S - T + i the query's position; f64.
+fn sliding_reference(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    (bh, t, s, d, dv): (usize, usize, usize, usize, usize),
+    window: usize,
+) -> Vec<f64> {
+    let mut y = vec![0.0; bh * t * dv];
+    for g in 0..bh {
+        for i in 0..t {
+            let p = s - t + i;
+            let logits: Vec<f64> = (0..s)
+                .map(|j| {
+                    if j <= p && j + window > p {
+                        (0..d)
+                            .map(|x| q[(g * t + i) * d + x] * k[(g * s + j) * d + x])
+                            .sum()
+                    } else {
+                        f64::NEG_INFINITY
+                    }
+                })
+                .collect();
+            let m = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = logits.iter().map(|l| (l - m).exp()).sum();
+            for x in 0..dv {
+                y[(g * t + i) * dv + x] = (0..s)
+                    .map(|j| (logits[j] - m).exp() / z * v[(g * s + j) * dv + x])
+                    .sum();
+            }
+        }
+    }
+    y
+}
+
+/// window >= S: the sliding form is full causal softmax, outputs and gradients in q, k, v, in
+/// f64 at the function level (with and without cached keys before the queries).
+#[test]
+fn sliding_softmax_with_a_wide_window_is_full_softmax_in_f64() {
+    let mut r = Rng::new(21);
+    for (t, s) in [(7, 7), (4, 11), (1, 6)] {
+        for window in [s, s + 3, 1000] {
+            let q = Var::from_tensor(&randn4(&mut r, 2, 2, t, 3)).unwrap();
+            let k = Var::from_tensor(&randn4(&mut r, 2, 2, s, 3)).unwrap();
+            let v = Var::from_tensor(&randn4(&mut r, 2, 2, s, 4)).unwrap();
+            let w = randn4(&mut r, 2, 2, t, 4);
+            let ys = sliding_softmax(&q, &k, &v, window).unwrap();
+            let yf = causal_softmax(&q, &k, &v).unwrap();
+            let e = rel_rms_tensor(&ys, &yf).unwrap();
+            assert!(e <= F64_SAME_KERNEL_REL, "T {t} S {s} w {window}: y {e:e}");
+            let gs = (ys * &w).unwrap().sum_all().unwrap().backward().unwrap();
+            let gf = (yf * &w).unwrap().sum_all().unwrap().backward().unwrap();
+            for (name, x) in [("q", &q), ("k", &k), ("v", &v)] {
+                let (a, b) = (gs.get(x).unwrap(), gf.get(x).unwrap());
+                let e = rel_rms_tensor(a, b).unwrap();
+                assert!(e <= F64_GRAD_REL, "T {t} S {s} w {window}: d{name} {e:e}");
+            }
+        }
+    }
+}
+
+/// window >= T at the block level: the same y and the same gradient in every parameter and in
+/// x as `Memory::Softmax` (the block's parameters are f32, so f32 with the same-kernel
+/// tolerances: both run the same ops on the same keys, only the masking code differs).
+#[test]
+fn sliding_block_with_a_wide_window_is_the_softmax_block() {
+    for window in [29, 64] {
+        let vm = VarMap::new();
+        let full = Block::new(
+            cfg(Memory::Softmax, FeatureMap::Elu),
+            &vm,
+            "b",
+            &Device::Cpu,
+        )
+        .unwrap();
+        // same prefix: the second block reuses the first one's parameters
+        let slid = Block::new(
+            cfg(Memory::SlidingSoftmax { window }, FeatureMap::Elu),
+            &vm,
+            "b",
+            &Device::Cpu,
+        )
+        .unwrap();
+        let (x, _) = input(2, 29, 12, 22);
+        let x = Var::from_tensor(&x).unwrap();
+        let yf = full.forward(&x, None).unwrap().y;
+        let ys = slid.forward(&x, None).unwrap().y;
+        let e = rel_rms_tensor(&ys, &yf).unwrap();
+        assert!(e <= F32_SAME_KERNEL_REL, "window {window}: y {e:e}");
+        let gf = yf.sqr().unwrap().sum_all().unwrap().backward().unwrap();
+        let gs = ys.sqr().unwrap().sum_all().unwrap().backward().unwrap();
+        let data = vm.data().lock().unwrap();
+        let mut vars: Vec<(String, Tensor)> = data
+            .iter()
+            .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+            .collect();
+        vars.push(("x".into(), x.as_tensor().clone()));
+        for (name, var) in &vars {
+            let e = rel_rms_tensor(gs.get(var).unwrap(), gf.get(var).unwrap()).unwrap();
+            assert!(e <= F32_GRAD_REL, "window {window}: d{name} {e:e}");
+        }
+    }
+}
+
+/// window < T on awkward shapes (T = 1, 7, 37 with window 1, 5, 16: T a multiple of the
+/// window, not, or smaller; with 0, 3 or 20 cached keys before the queries) against the
+/// O(T·S) reference twin, in f64.
+#[test]
+fn sliding_softmax_matches_the_masked_reference_twin() {
+    let mut r = Rng::new(23);
+    let (b, h, d, dv) = (2, 2, 3, 4);
+    for t in [1, 7, 37] {
+        for window in [1, 5, 16] {
+            for cached in [0, 3, 20] {
+                let s = t + cached;
+                let (q, k, v) = (
+                    randn4(&mut r, b, h, t, d),
+                    randn4(&mut r, b, h, s, d),
+                    randn4(&mut r, b, h, s, dv),
+                );
+                let y = sliding_softmax(&q, &k, &v, window).unwrap();
+                assert_eq!(y.dims(), &[b, h, t, dv]);
+                let want = sliding_reference(
+                    &to_f64(&q),
+                    &to_f64(&k),
+                    &to_f64(&v),
+                    (b * h, t, s, d, dv),
+                    window,
+                );
+                let e = rel_rms(&to_f64(&y), &want);
+                assert!(
+                    e <= F64_SAME_KERNEL_REL,
+                    "T {t} window {window} cached {cached}: {e:e}"
+                );
+            }
+        }
+    }
+}
+
+/// The gradients of the blocked form (padding, overlapping key blocks) against central finite
+/// differences of the reference twin, every entry of q, k and v, in f64.
+#[test]
+fn sliding_softmax_gradients_match_finite_differences_of_the_twin() {
+    let mut r = Rng::new(24);
+    let (b, h, d, dv) = (1, 2, 3, 2);
+    for (t, s, window) in [(37, 40, 5), (7, 7, 16), (9, 9, 1)] {
+        let shape = (b * h, t, s, d, dv);
+        let (q, k, v) = (
+            randn4(&mut r, b, h, t, d),
+            randn4(&mut r, b, h, s, d),
+            randn4(&mut r, b, h, s, dv),
+        );
+        let w = to_f64(&randn4(&mut r, b, h, t, dv));
+        let (qv, kv, vv) = (
+            Var::from_tensor(&q).unwrap(),
+            Var::from_tensor(&k).unwrap(),
+            Var::from_tensor(&v).unwrap(),
+        );
+        let y = sliding_softmax(&qv, &kv, &vv, window).unwrap();
+        let wt = Tensor::from_vec(w.clone(), (b, h, t, dv), &Device::Cpu).unwrap();
+        let grads = (y * wt).unwrap().sum_all().unwrap().backward().unwrap();
+        let host = [to_f64(&q), to_f64(&k), to_f64(&v)];
+        for (which, var) in [qv, kv, vv].iter().enumerate() {
+            let ad = to_f64(grads.get(var).unwrap());
+            let fd: Vec<f64> = (0..host[which].len())
+                .map(|i| {
+                    let loss = |du: f64| {
+                        let mut x = host.clone();
+                        x[which][i] += du;
+                        dot(&sliding_reference(&x[0], &x[1], &x[2], shape, window), &w)
+                    };
+                    (loss(FD_STEP) - loss(-FD_STEP)) / (2.0 * FD_STEP)
+                })
+                .collect();
+            let e = rel_rms(&ad, &fd);
+            assert!(
+                e <= FD_GRAD_REL,
+                "T {t} S {s} window {window}: grad of input {which}: {e:e}"
+            );
+        }
+    }
+}
+
+/// Streaming in pieces shorter and longer than the window equals one pass and the training
+/// forward, and the KV cache never holds more than `window` tokens.
+#[test]
+fn sliding_block_streams_in_pieces_with_a_bounded_cache() {
+    for window in [1, 5, 16] {
+        let vm = VarMap::new();
+        let blk = Block::new(
+            cfg(Memory::SlidingSoftmax { window }, FeatureMap::Elu),
+            &vm,
+            "s",
+            &Device::Cpu,
+        )
+        .unwrap();
+        let (x, _) = input(2, 37, 12, 25);
+        let one = blk.forward_with_state(&x, None, None).unwrap();
+        let train = blk.forward(&x, None).unwrap();
+        let e = rel_rms_tensor(&train.y, &one.y).unwrap();
+        assert!(
+            e <= STREAMING_F32_REL,
+            "window {window}: train vs one pass {e:e}"
+        );
+        let mut state: Option<BlockState> = None;
+        let (mut ys, mut t0) = (Vec::new(), 0);
+        for l in [1, 3, 7, 1, 16, 9] {
+            let out = blk
+                .forward_with_state(&x.narrow(1, t0, l).unwrap(), None, state.as_ref())
+                .unwrap();
+            ys.push(out.y);
+            t0 += l;
+            match &out.state {
+                Some(BlockState::Kv { k, v }) => {
+                    assert_eq!(k.dim(2).unwrap(), window.min(t0), "window {window}");
+                    assert_eq!(v.dim(2).unwrap(), window.min(t0), "window {window}");
+                }
+                other => panic!("window {window}: state {other:?}"),
+            }
+            state = out.state;
+        }
+        let y = Tensor::cat(&ys, 1).unwrap();
+        let e = rel_rms_tensor(&y, &one.y).unwrap();
+        assert!(
+            e <= STREAMING_F32_REL,
+            "window {window}: pieces vs one pass {e:e}"
+        );
+    }
+}
+
+/// window = 0 is a typed error (block and function), as is a retention state.
+#[test]
+fn sliding_window_zero_and_wrong_state_are_typed_errors() {
+    let vm = VarMap::new();
+    let c = cfg(Memory::SlidingSoftmax { window: 0 }, FeatureMap::Elu);
+    assert!(matches!(
+        Block::new(c, &vm, "z", &Device::Cpu),
+        Err(VortError::InvalidArgument(_))
+    ));
+    let q = Tensor::zeros((1, 1, 3, 2), DType::F32, &Device::Cpu).unwrap();
+    assert!(matches!(
+        sliding_softmax(&q, &q, &q, 0),
+        Err(VortError::InvalidArgument(_))
+    ));
+    let k = Tensor::zeros((1, 1, 2, 2), DType::F32, &Device::Cpu).unwrap();
+    assert!(
+        sliding_softmax(&q, &k, &k, 2).is_err(),
+        "fewer keys than queries"
+    );
+    let blk = Block::new(
+        cfg(Memory::SlidingSoftmax { window: 3 }, FeatureMap::Elu),
+        &vm,
+        "w",
+        &Device::Cpu,
+    )
+    .unwrap();
+    let (x, _) = input(1, 5, 12, 1);
+    let g =
+        BlockState::Retention(Tensor::zeros((1, 2, 1, 6, 7), DType::F32, &Device::Cpu).unwrap());
+    assert!(matches!(
+        blk.forward_with_state(&x, None, Some(&g)),
+        Err(VortError::InvalidArgument(_))
+    ));
 }

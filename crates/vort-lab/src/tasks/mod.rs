@@ -20,10 +20,14 @@
 //! position taken, only possible for lags within a few tokens of `seq_len`) is dropped rather
 //! than re-drawn, so the placed lags keep their law.
 
+pub mod books;
 pub mod rng;
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use books::BookCorpus;
 use rng::{derive, SplitMix};
 
 /// Which task.
@@ -35,16 +39,19 @@ pub enum TaskKind {
     Zipf,
     /// Entity label copy with uniform lags.
     LabelCopy,
+    /// Byte-level language modelling on books ([`books`]).
+    Books,
 }
 
 impl TaskKind {
-    /// Both tasks, in report order.
-    pub const ALL: [TaskKind; 2] = [TaskKind::Zipf, TaskKind::LabelCopy];
+    /// The two synthetic tasks, in report order.
+    pub const SYNTHETIC: [TaskKind; 2] = [TaskKind::Zipf, TaskKind::LabelCopy];
     /// The name used in configs and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             TaskKind::Zipf => "zipf",
             TaskKind::LabelCopy => "label-copy",
+            TaskKind::Books => "books",
         }
     }
 }
@@ -61,6 +68,7 @@ impl std::str::FromStr for TaskKind {
         match s {
             "zipf" => Ok(TaskKind::Zipf),
             "label-copy" | "label_copy" => Ok(TaskKind::LabelCopy),
+            "books" => Ok(TaskKind::Books),
             _ => Err(TaskError::UnknownTask(s.into())),
         }
     }
@@ -70,11 +78,14 @@ impl std::str::FromStr for TaskKind {
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum TaskError {
     /// The task name is not one of zipf|label-copy.
-    #[error("unknown task `{0}` (expected zipf|label-copy)")]
+    #[error("unknown task `{0}` (expected zipf|label-copy|books)")]
     UnknownTask(String),
     /// A field is out of its domain (the message names it).
     #[error("invalid task config: {0}")]
     Invalid(String),
+    /// The books data is missing or fails its manifest (the message says what to do).
+    #[error("books data: {0}")]
+    Data(String),
 }
 
 /// Task configuration (the `[task]` table of a run config).
@@ -97,6 +108,8 @@ pub struct TaskConfig {
     pub n_keys: usize,
     /// Value / label tokens in the vocabulary (chance accuracy is 1/n_values).
     pub n_values: usize,
+    /// Directory written by `vort data fetch books` (books task only).
+    pub data_dir: String,
 }
 
 impl Default for TaskConfig {
@@ -110,6 +123,7 @@ impl Default for TaskConfig {
             n_filler: 32,
             n_keys: 64,
             n_values: 64,
+            data_dir: "data/books".into(),
         }
     }
 }
@@ -121,12 +135,26 @@ pub const BUCKETS: [(&str, usize, usize); 3] = [
     (">1000", 1001, usize::MAX),
 ];
 
+/// Context buckets of the books task (DESIGN §3: BPC at context 0-512, ..., > 4096): the
+/// "lag" of a byte is its context length, i.e. its position in the window plus one.
+pub const CONTEXT_BUCKETS: [(&str, usize, usize); 4] = [
+    ("0-512", 1, 512),
+    ("512-2048", 513, 2048),
+    ("2048-4096", 2049, 4096),
+    (">4096", 4097, usize::MAX),
+];
+
 /// Index into [`BUCKETS`] of a lag (>= 1).
 pub fn bucket_of(lag: usize) -> usize {
-    BUCKETS
+    bucket_in(&BUCKETS, lag)
+}
+
+/// Index of the bucket of `buckets` (ordered, covering [1, ∞)) that holds `lag`.
+pub fn bucket_in(buckets: &[(&str, usize, usize)], lag: usize) -> usize {
+    buckets
         .iter()
         .position(|&(_, lo, hi)| lag >= lo && lag <= hi)
-        .unwrap_or(BUCKETS.len() - 1)
+        .unwrap_or(buckets.len() - 1)
 }
 
 /// One sequence: inputs, next-token targets at answer positions, and bookkeeping.
@@ -144,6 +172,8 @@ pub struct Sample {
     pub entity: Vec<bool>,
     /// True at tokens the task asks to remember (keys, values, entities, labels), length T.
     pub memorable: Vec<bool>,
+    /// True at bytes of function words (books only; all false for the synthetic tasks).
+    pub function: Vec<bool>,
 }
 
 /// A batch of B samples flattened row-major ([B, T]).
@@ -165,6 +195,8 @@ pub struct Batch {
     pub entity: Vec<bool>,
     /// [B, T] memorable flags.
     pub memorable: Vec<bool>,
+    /// [B, T] function-word flags.
+    pub function: Vec<bool>,
 }
 
 /// Data streams: training batches and the held-out evaluation set never share a sequence.
@@ -177,9 +209,20 @@ pub enum Stream {
 }
 
 impl TaskConfig {
-    /// Vocabulary size: filler + keys + values + the query marker.
+    /// Vocabulary size: filler + keys + values + the query marker; 256 bytes for books.
     pub fn vocab(&self) -> usize {
-        self.n_filler + self.n_keys + self.n_values + 1
+        match self.kind {
+            TaskKind::Books => 256,
+            _ => self.n_filler + self.n_keys + self.n_values + 1,
+        }
+    }
+
+    /// The report buckets of this task: lag buckets, or context buckets for books.
+    pub fn buckets(&self) -> &'static [(&'static str, usize, usize)] {
+        match self.kind {
+            TaskKind::Books => &CONTEXT_BUCKETS,
+            _ => &BUCKETS,
+        }
     }
     /// First key / entity token.
     pub fn key0(&self) -> u32 {
@@ -202,6 +245,14 @@ impl TaskConfig {
         let bad = |m: String| Err(TaskError::Invalid(m));
         if self.seq_len < 8 {
             return bad(format!("seq_len = {} must be >= 8", self.seq_len));
+        }
+        if self.kind == TaskKind::Books {
+            // the synthetic fields are unused; the data directory is checked when opened
+            return if self.data_dir.is_empty() {
+                bad("data_dir must name the directory of `vort data fetch books`".into())
+            } else {
+                Ok(())
+            };
         }
         if self.max_lag < 1 || self.max_lag + 4 > self.seq_len {
             return bad(format!(
@@ -242,14 +293,14 @@ impl TaskConfig {
         let w: Vec<f64> = (1..=self.max_lag)
             .map(|l| match self.kind {
                 TaskKind::Zipf => (l as f64).powf(-self.zipf_exponent),
-                TaskKind::LabelCopy => 1.0,
+                TaskKind::LabelCopy | TaskKind::Books => 1.0,
             })
             .collect();
         let z: f64 = w.iter().sum();
         w.into_iter().map(|x| x / z).collect()
     }
 
-    /// Sequence `index` of `stream` under `seed` (config assumed valid).
+    /// Sequence `index` of `stream` under `seed` (a synthetic task; config assumed valid).
     pub fn sample(&self, seed: u64, stream: Stream, index: u64) -> Sample {
         let s = match stream {
             Stream::Train => 0,
@@ -260,7 +311,8 @@ impl TaskConfig {
         self.generate(&mut rng, &cdf)
     }
 
-    /// Training batch of `step` (B sequences; a pure function of (seed, step)).
+    /// Training batch of `step` of a synthetic task (B sequences; a pure function of
+    /// (seed, step)).
     pub fn batch(&self, seed: u64, stream: Stream, step: u64, b: usize) -> Batch {
         let samples: Vec<Sample> = (0..b)
             .map(|i| self.sample(seed, stream, step * b as u64 + i as u64))
@@ -333,6 +385,8 @@ impl TaskConfig {
                         memorable[p] = true;
                     }
                 }
+                // books sequences come from `Source` (a books config here yields filler)
+                TaskKind::Books => {}
             }
         }
         Sample {
@@ -342,6 +396,7 @@ impl TaskConfig {
             lags,
             entity,
             memorable,
+            function: vec![false; t],
         }
     }
 }
@@ -400,10 +455,58 @@ impl Batch {
             lags: cat(&|s| s.lags.clone()),
             entity: catb(&|s| s.entity.clone()),
             memorable: catb(&|s| s.memorable.clone()),
+            function: catb(&|s| s.function.clone()),
         }
     }
     /// Flat indices of the answer positions.
     pub fn answer_positions(&self) -> Vec<usize> {
         (0..self.mask.len()).filter(|&i| self.mask[i]).collect()
+    }
+}
+
+/// Where a run's sequences come from: a synthetic generator, or the books corpus loaded once.
+/// Either way sequence `index` of a stream is a pure function of (seed, stream, index).
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// Zipf retrieval or label copy.
+    Synthetic(TaskConfig),
+    /// Byte-level books.
+    Books(TaskConfig, Arc<BookCorpus>),
+}
+
+impl Source {
+    /// Opens the source of `cfg` (loads and verifies the books for the books task).
+    ///
+    /// # Errors
+    /// An invalid config; [`TaskError::Data`] when the books are missing or corrupt.
+    pub fn open(cfg: &TaskConfig) -> Result<Source, TaskError> {
+        cfg.validate()?;
+        Ok(match cfg.kind {
+            TaskKind::Books => Source::Books(cfg.clone(), Arc::new(BookCorpus::open(cfg)?)),
+            _ => Source::Synthetic(cfg.clone()),
+        })
+    }
+
+    /// The task config.
+    pub fn config(&self) -> &TaskConfig {
+        match self {
+            Source::Synthetic(c) | Source::Books(c, _) => c,
+        }
+    }
+
+    /// Sequence `index` of `stream` under `seed`.
+    pub fn sample(&self, seed: u64, stream: Stream, index: u64) -> Sample {
+        match self {
+            Source::Synthetic(c) => c.sample(seed, stream, index),
+            Source::Books(c, corpus) => corpus.sample(c.seq_len, seed, stream, index),
+        }
+    }
+
+    /// Batch `step` of `stream` (B sequences; a pure function of (seed, step)).
+    pub fn batch(&self, seed: u64, stream: Stream, step: u64, b: usize) -> Batch {
+        let samples: Vec<Sample> = (0..b)
+            .map(|i| self.sample(seed, stream, step * b as u64 + i as u64))
+            .collect();
+        Batch::from_samples(&samples)
     }
 }

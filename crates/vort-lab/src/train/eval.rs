@@ -1,19 +1,21 @@
-//! Held-out evaluation: accuracy at answer positions by lag bucket (1-100, 101-1000, >1000)
-//! and in doubling lag bins (for accuracy-against-lag plots), plus the learned orders α of a
-//! VORT model on memorable tokens (keys, values, entities, labels) and on the rest.
+//! Held-out evaluation: accuracy and cross-entropy at answer positions by lag bucket (1-100,
+//! 101-1000, >1000; for books the context buckets 0-512, ..., > 4096, where the cross-entropy
+//! in bits is the BPC) and in doubling lag bins (for plots against lag or context), plus the
+//! learned orders α of a VORT model on memorable tokens (keys, values, entities, labels), on
+//! function words (books) and on the rest.
 
 use std::path::Path;
 
-use candle_core::{Device, D};
+use candle_core::{Device, Tensor, D};
 use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    checkpoint, losses, tokens_tensor, RunConfig, TrainError, Trainer, CHECKPOINT_FILE,
-    CONFIG_FILE, EVAL_FILE,
+    checkpoint, tokens_tensor, RunConfig, TrainError, Trainer, CHECKPOINT_FILE, CONFIG_FILE,
+    EVAL_FILE,
 };
 use crate::model::Model;
-use crate::tasks::{bucket_of, Stream, BUCKETS};
+use crate::tasks::{bucket_in, Source, Stream};
 
 /// Most α values kept per class in [`AlphaSample`].
 pub const ALPHA_SAMPLES: usize = 20_000;
@@ -33,6 +35,16 @@ pub struct LagAccuracy {
     pub correct: usize,
     /// correct / n (NaN when n = 0).
     pub accuracy: f64,
+    /// Mean cross-entropy in nats (NaN when n = 0); / ln 2 = bits per token.
+    #[serde(default)]
+    pub nll: f64,
+}
+
+impl LagAccuracy {
+    /// Mean cross-entropy in bits (bits per character for the byte-level books task).
+    pub fn bits(&self) -> f64 {
+        self.nll / std::f64::consts::LN_2
+    }
 }
 
 /// Learned orders α of the VORT blocks (all layers and heads) on the evaluation set.
@@ -40,12 +52,19 @@ pub struct LagAccuracy {
 pub struct AlphaSample {
     /// Mean α on memorable tokens (keys, values, entities, labels).
     pub mean_memorable: f64,
-    /// Mean α on the other tokens (filler, query markers, repeats).
+    /// Mean α on the other tokens (filler, query markers, repeats; books: not entity or
+    /// function word).
     pub mean_other: f64,
+    /// Mean α on function-word bytes (books only).
+    #[serde(default)]
+    pub mean_function: Option<f64>,
     /// Up to [`ALPHA_SAMPLES`] α values on memorable tokens.
     pub memorable: Vec<f32>,
     /// Up to [`ALPHA_SAMPLES`] α values on the other tokens.
     pub other: Vec<f32>,
+    /// Up to [`ALPHA_SAMPLES`] α values on function-word bytes (books only).
+    #[serde(default)]
+    pub function: Vec<f32>,
 }
 
 /// Result of [`evaluate`].
@@ -65,7 +84,7 @@ pub struct EvalResult {
     pub accuracy: f64,
     /// Mean answer cross-entropy.
     pub loss: f64,
-    /// Accuracy by report bucket ([`BUCKETS`]).
+    /// Accuracy by report bucket ([`crate::tasks::TaskConfig::buckets`]).
     pub buckets: Vec<LagAccuracy>,
     /// Accuracy in doubling lag bins [1,1], [2,3], [4,7], ...
     pub lag_bins: Vec<LagAccuracy>,
@@ -80,58 +99,123 @@ impl EvalResult {
     }
 }
 
-/// Evaluates `model` on `train.eval_sequences` held-out sequences.
+/// Running (answers, correct, Σ nll) of one lag range.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    n: usize,
+    correct: usize,
+    nll: f64,
+}
+
+impl Tally {
+    fn add(&mut self, ok: bool, nll: f64) {
+        self.n += 1;
+        self.correct += usize::from(ok);
+        self.nll += nll;
+    }
+    fn row(&self, label: String, lo: usize, hi: usize) -> LagAccuracy {
+        let mean = |x: f64| {
+            if self.n == 0 {
+                f64::NAN
+            } else {
+                x / self.n as f64
+            }
+        };
+        LagAccuracy {
+            label,
+            lo,
+            hi,
+            n: self.n,
+            correct: self.correct,
+            accuracy: mean(self.correct as f64),
+            nll: mean(self.nll),
+        }
+    }
+}
+
+/// α values of one token class: running mean and a bounded sample.
+#[derive(Debug, Default)]
+struct AlphaClass {
+    sum: f64,
+    n: usize,
+    sample: Vec<f32>,
+}
+
+impl AlphaClass {
+    /// Adds `x`; `keep` says whether it may enter the (bounded) sample.
+    fn add(&mut self, x: f32, keep: bool) {
+        self.sum += f64::from(x);
+        self.n += 1;
+        if keep && self.sample.len() < ALPHA_SAMPLES {
+            self.sample.push(x);
+        }
+    }
+    fn mean(&self) -> f64 {
+        self.sum / self.n.max(1) as f64
+    }
+}
+
+/// Cross-entropy (nats) of each row of `logits` [P, V] at `targets` [P].
+fn row_nll(logits: &Tensor, targets: &[u32]) -> Result<Vec<f64>, TrainError> {
+    let lp = candle_nn::ops::log_softmax(logits, D::Minus1)?;
+    let idx = Tensor::from_vec(targets.to_vec(), (targets.len(), 1), logits.device())?;
+    let picked: Vec<f32> = lp.gather(&idx, 1)?.flatten_all()?.to_vec1()?;
+    Ok(picked.into_iter().map(|x| -f64::from(x)).collect())
+}
+
+/// Evaluates `model` on `train.eval_sequences` held-out sequences of `source`.
 ///
 /// # Errors
 /// candle errors.
 pub fn evaluate(
     model: &Model,
+    source: &Source,
     cfg: &RunConfig,
     step: u64,
     device: &Device,
 ) -> Result<EvalResult, TrainError> {
     let n_seq = cfg.train.eval_sequences;
     let bs = cfg.train.batch_size.max(1);
-    let max_lag = cfg.task.max_lag;
+    let buckets = cfg.task.buckets();
+    // books: the "lag" is the context length, up to seq_len
+    let max_lag = match cfg.task.kind {
+        crate::tasks::TaskKind::Books => cfg.task.seq_len,
+        _ => cfg.task.max_lag,
+    };
     let mut bins: Vec<(usize, usize)> = Vec::new();
     let mut lo = 1;
     while lo <= max_lag {
         bins.push((lo, (2 * lo - 1).min(max_lag)));
         lo *= 2;
     }
-    let mut bin_counts = vec![(0usize, 0usize); bins.len()];
-    let mut bucket_counts = [(0usize, 0usize); BUCKETS.len()];
-    let (mut loss_sum, mut answers) = (0.0, 0usize);
-    let (mut mem, mut oth) = (Vec::new(), Vec::new());
-    let (mut mem_sum, mut mem_n, mut oth_sum, mut oth_n) = (0.0, 0usize, 0.0, 0usize);
+    let mut bin_tally = vec![Tally::default(); bins.len()];
+    let mut bucket_tally = vec![Tally::default(); buckets.len()];
+    let mut total = Tally::default();
+    let (mut mem, mut func, mut oth) = (
+        AlphaClass::default(),
+        AlphaClass::default(),
+        AlphaClass::default(),
+    );
     let mut done = 0;
-    let mut batch_idx = 0u64;
     while done < n_seq {
         let b = bs.min(n_seq - done);
         let samples: Vec<_> = (0..b)
-            .map(|i| cfg.task.sample(cfg.seed, Stream::Eval, (done + i) as u64))
+            .map(|i| source.sample(cfg.seed, Stream::Eval, (done + i) as u64))
             .collect();
         let batch = crate::tasks::Batch::from_samples(&samples);
         let out = model.forward(&tokens_tensor(&batch, device)?)?;
-        let l = losses(model, cfg, &batch, &out, device)?;
         let pos = batch.answer_positions();
         let logits = model.logits_at(&out.hidden, &pos)?;
         let pred: Vec<u32> = logits.argmax(D::Minus1)?.to_vec1()?;
-        loss_sum += l
-            .task
-            .to_dtype(candle_core::DType::F64)?
-            .to_scalar::<f64>()?
-            * pos.len() as f64;
-        answers += pos.len();
+        let targets: Vec<u32> = pos.iter().map(|&p| batch.targets[p]).collect();
+        let nll = row_nll(&logits, &targets)?;
         for (k, &p) in pos.iter().enumerate() {
             let lag = batch.lags[p] as usize;
-            let ok = usize::from(pred[k] == batch.targets[p]);
-            let bk = bucket_of(lag);
-            bucket_counts[bk].0 += 1;
-            bucket_counts[bk].1 += ok;
+            let ok = pred[k] == targets[k];
+            total.add(ok, nll[k]);
+            bucket_tally[bucket_in(buckets, lag)].add(ok, nll[k]);
             if let Some(i) = bins.iter().position(|&(lo, hi)| lag >= lo && lag <= hi) {
-                bin_counts[i].0 += 1;
-                bin_counts[i].1 += ok;
+                bin_tally[i].add(ok, nll[k]);
             }
         }
         let t = batch.t;
@@ -142,76 +226,48 @@ pub fn evaluate(
                 for hh in 0..h {
                     for j in 0..tt {
                         let x = v[(i * h + hh) * tt + j];
-                        if batch.memorable[i * t + j] {
-                            mem_sum += x as f64;
-                            mem_n += 1;
-                            if mem.len() < ALPHA_SAMPLES {
-                                mem.push(x);
-                            }
+                        let f = i * t + j;
+                        // keep a spread-out subset of the (many) frequent-class tokens
+                        let spread = (j + 7 * hh) % 16 == 0;
+                        if batch.memorable[f] {
+                            mem.add(x, true);
+                        } else if batch.function[f] {
+                            func.add(x, spread);
                         } else {
-                            oth_sum += x as f64;
-                            oth_n += 1;
-                            // keep a spread-out subset of the (many) other tokens
-                            if oth.len() < ALPHA_SAMPLES && (j + 7 * hh) % 16 == 0 {
-                                oth.push(x);
-                            }
+                            oth.add(x, spread);
                         }
                     }
                 }
             }
         }
         done += b;
-        batch_idx += 1;
     }
-    let _ = batch_idx;
-    let acc = |(n, c): (usize, usize)| {
-        if n == 0 {
-            f64::NAN
-        } else {
-            c as f64 / n as f64
-        }
-    };
-    let buckets = BUCKETS
-        .iter()
-        .zip(bucket_counts)
-        .map(|(&(label, lo, hi), nc)| LagAccuracy {
-            label: label.into(),
-            lo,
-            hi: hi.min(max_lag),
-            n: nc.0,
-            correct: nc.1,
-            accuracy: acc(nc),
-        })
-        .collect();
-    let lag_bins = bins
-        .iter()
-        .zip(&bin_counts)
-        .map(|(&(lo, hi), &nc)| LagAccuracy {
-            label: format!("{lo}-{hi}"),
-            lo,
-            hi,
-            n: nc.0,
-            correct: nc.1,
-            accuracy: acc(nc),
-        })
-        .collect();
-    let total_correct: usize = bucket_counts.iter().map(|x| x.1).sum();
     Ok(EvalResult {
         task: cfg.task.kind.name().into(),
         memory: cfg.model.memory.name().into(),
         seed: cfg.seed,
         step,
         sequences: n_seq,
-        accuracy: acc((answers, total_correct)),
-        loss: loss_sum / answers.max(1) as f64,
-        buckets,
-        lag_bins,
-        alpha: if mem_n + oth_n > 0 {
+        accuracy: total.row(String::new(), 0, 0).accuracy,
+        loss: total.row(String::new(), 0, 0).nll,
+        buckets: buckets
+            .iter()
+            .zip(&bucket_tally)
+            .map(|(&(label, lo, hi), t)| t.row(label.into(), lo, hi.min(max_lag)))
+            .collect(),
+        lag_bins: bins
+            .iter()
+            .zip(&bin_tally)
+            .map(|(&(lo, hi), t)| t.row(format!("{lo}-{hi}"), lo, hi))
+            .collect(),
+        alpha: if mem.n + func.n + oth.n > 0 {
             Some(AlphaSample {
-                mean_memorable: mem_sum / mem_n.max(1) as f64,
-                mean_other: oth_sum / oth_n.max(1) as f64,
-                memorable: mem,
-                other: oth,
+                mean_memorable: mem.mean(),
+                mean_other: oth.mean(),
+                mean_function: (func.n > 0).then(|| func.mean()),
+                memorable: mem.sample,
+                other: oth.sample,
+                function: func.sample,
             })
         } else {
             None
@@ -241,7 +297,7 @@ pub fn run(run_dir: &Path) -> Result<EvalResult, TrainError> {
     let ck_path = run_dir.join(CHECKPOINT_FILE);
     let ck = checkpoint::Checkpoint::load(&ck_path)?;
     tr.restore(&ck, &ck_path)?;
-    let res = evaluate(&tr.model, &cfg, tr.step, &dev)?;
+    let res = evaluate(&tr.model, &tr.source, &cfg, tr.step, &dev)?;
     write(&res, &run_dir.join(EVAL_FILE))?;
     Ok(res)
 }

@@ -25,7 +25,7 @@ use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Model, ModelConfig, ModelError, ModelOutput};
-use crate::tasks::{Batch, Stream, TaskConfig, TaskError};
+use crate::tasks::{Batch, Source, Stream, TaskConfig, TaskError};
 use checkpoint::{Checkpoint, HostTensor};
 use optim::{clip_factor, learning_rate, AdamParams, AdamW};
 
@@ -154,7 +154,7 @@ pub struct TrainConfig {
     pub log_every: u64,
     /// Held-out sequences in the final evaluation.
     pub eval_sequences: usize,
-    /// Weight of the entity-probe auxiliary loss (VORT on tasks with entity labels).
+    /// Weight of the entity-probe auxiliary loss (VORT; target: the task's memorable tokens).
     pub entity_aux_weight: f64,
     /// Weight of the bigram predictor's next-token loss (VORT with an entropy router).
     pub bigram_weight: f64,
@@ -327,6 +327,8 @@ pub struct Trainer {
     pub opt: AdamW,
     /// Steps completed.
     pub step: u64,
+    /// Where the sequences come from.
+    pub source: Source,
 }
 
 /// Losses of one forward pass.
@@ -377,12 +379,16 @@ pub fn losses(
             total = (total + (l * cfg.train.bigram_weight)?)?;
         }
     }
+    // The probe learns the task's annotation of what must be remembered (`memorable`): entity
+    // bytes in books; entity and label in label copy, key and value in Zipf retrieval. With
+    // the one-token shift a pair is stored at its second token, so marking only the first
+    // (the entity) would raise α where nothing is written.
     if cfg.train.entity_aux_weight > 0.0
         && !out.entity_logits.is_empty()
-        && batch.entity.iter().any(|&e| e)
+        && batch.memorable.iter().any(|&e| e)
     {
         let y: Vec<f32> = batch
-            .entity
+            .memorable
             .iter()
             .map(|&e| if e { 1.0 } else { 0.0 })
             .collect();
@@ -423,6 +429,7 @@ impl Trainer {
     /// Invalid config, layer errors.
     pub fn new(cfg: &RunConfig, device: &Device) -> Result<Trainer, TrainError> {
         cfg.validate()?;
+        let source = Source::open(&cfg.task)?;
         let vm = VarMap::new();
         let model = Model::new(
             &cfg.model,
@@ -449,6 +456,7 @@ impl Trainer {
             vm,
             opt,
             step: 0,
+            source,
         })
     }
 
@@ -458,8 +466,8 @@ impl Trainer {
     /// candle errors, [`TrainError::Diverged`].
     pub fn train_step(&mut self, device: &Device) -> Result<Metrics, TrainError> {
         let c = &self.cfg;
-        let batch = c
-            .task
+        let batch = self
+            .source
             .batch(c.seed, Stream::Train, self.step, c.train.batch_size);
         let out = self.model.forward(&tokens_tensor(&batch, device)?)?;
         let l = losses(&self.model, c, &batch, &out, device)?;
@@ -718,7 +726,7 @@ pub fn run_with(
         eval: None,
     };
     if !opts.skip_eval && tr.step == config.train.steps {
-        let res = eval::evaluate(&tr.model, config, tr.step, &dev)?;
+        let res = eval::evaluate(&tr.model, &tr.source, config, tr.step, &dev)?;
         eval::write(&res, &run_dir.join(EVAL_FILE))?;
         summary.eval = Some(res);
     }

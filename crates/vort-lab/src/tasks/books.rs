@@ -1,0 +1,153 @@
+//! Byte-level language modelling on books (DESIGN §3, the PG-19 claim), served as a task so
+//! the training loop, checkpoints and evaluation are the same as for the synthetic tasks.
+//!
+//! Tokens are bytes (vocabulary 256), so the cross-entropy in bits is exactly bits per
+//! character of the UTF-8 text. Every position is an answer (next-byte prediction); the "lag"
+//! of a position is its context length (position in the window + 1), so the report buckets
+//! ([`super::CONTEXT_BUCKETS`]) give BPC by context.
+//!
+//! - Training windows: T + 1 consecutive bytes of a training book, the book drawn with
+//!   probability proportional to its number of window starts, the start uniform; a pure
+//!   function of (seed, index) like the synthetic tasks, so resume stays exact.
+//! - Evaluation windows: the test books cut into consecutive non-overlapping windows, in
+//!   manifest order; index i is window i (mod their number).
+//!
+//! Each byte carries the class of the word it belongs to (entity, function word, other; see
+//! [`crate::data::lexicon`]): entities feed the router's entity-probe loss and the α analysis.
+
+use std::path::Path;
+
+use super::rng::{derive, SplitMix};
+use super::{Sample, Stream, TaskConfig, TaskError};
+use crate::data::books::{load_split, Split};
+use crate::data::lexicon::{tag_bytes, Lexicon, TokenClass};
+
+/// One book with a class per byte.
+#[derive(Debug, Clone)]
+pub struct TaggedBook {
+    /// Title (from the manifest).
+    pub title: String,
+    /// The text, byte-level.
+    pub bytes: Vec<u8>,
+    /// Class of each byte (same length as `bytes`).
+    pub class: Vec<TokenClass>,
+}
+
+impl TaggedBook {
+    /// Tags `bytes` with `lex`.
+    pub fn new(title: String, bytes: Vec<u8>, lex: &Lexicon) -> TaggedBook {
+        let class = tag_bytes(&bytes, lex);
+        TaggedBook {
+            title,
+            bytes,
+            class,
+        }
+    }
+}
+
+/// Training and test books, loaded and tagged once per run.
+#[derive(Debug, Clone)]
+pub struct BookCorpus {
+    train: Vec<TaggedBook>,
+    test: Vec<TaggedBook>,
+}
+
+impl BookCorpus {
+    /// Loads the train and test splits written by `vort data fetch books` into
+    /// `cfg.data_dir` (verified against its manifest) and tags them with its lexicon.
+    ///
+    /// # Errors
+    /// [`TaskError::Data`] saying what is missing and how to get it.
+    pub fn open(cfg: &TaskConfig) -> Result<BookCorpus, TaskError> {
+        let dir = Path::new(&cfg.data_dir);
+        // the data errors already say which command writes the directory
+        let data = |e: crate::data::DataError| TaskError::Data(e.to_string());
+        let lex = Lexicon::load(dir).map_err(data)?;
+        let load = |split: Split| -> Result<Vec<TaggedBook>, TaskError> {
+            Ok(load_split(dir, split)
+                .map_err(data)?
+                .into_iter()
+                .map(|b| TaggedBook::new(b.title, b.bytes, &lex))
+                .collect())
+        };
+        BookCorpus::from_books(load(Split::Train)?, load(Split::Test)?, cfg.seq_len)
+    }
+
+    /// A corpus from tagged books; every split needs at least one book of T + 1 bytes.
+    ///
+    /// # Errors
+    /// [`TaskError::Data`] when a split has no book long enough for one window.
+    pub fn from_books(
+        train: Vec<TaggedBook>,
+        test: Vec<TaggedBook>,
+        seq_len: usize,
+    ) -> Result<BookCorpus, TaskError> {
+        for (name, books) in [("train", &train), ("test", &test)] {
+            if !books.iter().any(|b| b.bytes.len() > seq_len) {
+                return Err(TaskError::Data(format!(
+                    "no {name} book has more than seq_len = {seq_len} bytes"
+                )));
+            }
+        }
+        Ok(BookCorpus { train, test })
+    }
+
+    /// Bytes in the (train, test) splits.
+    pub fn sizes(&self) -> (usize, usize) {
+        let n = |v: &[TaggedBook]| v.iter().map(|b| b.bytes.len()).sum();
+        (n(&self.train), n(&self.test))
+    }
+
+    /// Number of non-overlapping test windows of `seq_len + 1` bytes.
+    pub fn test_windows(&self, seq_len: usize) -> usize {
+        self.test
+            .iter()
+            .map(|b| b.bytes.len() / (seq_len + 1))
+            .sum()
+    }
+
+    /// Window `index` of `stream` (T = `seq_len`) under `seed`.
+    pub fn sample(&self, seq_len: usize, seed: u64, stream: Stream, index: u64) -> Sample {
+        let w = seq_len + 1;
+        let (book, start) = match stream {
+            Stream::Train => {
+                // book ∝ its window starts, start uniform: every train window equally likely
+                let starts: Vec<u64> = self
+                    .train
+                    .iter()
+                    .map(|b| b.bytes.len().saturating_sub(seq_len) as u64)
+                    .collect();
+                let mut rng = SplitMix::new(derive(seed, 2, index));
+                let mut r = rng.below(starts.iter().sum());
+                let mut k = 0;
+                while r >= starts[k] {
+                    r -= starts[k];
+                    k += 1;
+                }
+                (&self.train[k], r as usize)
+            }
+            Stream::Eval => {
+                let n = self.test_windows(seq_len) as u64;
+                let mut i = (index % n) as usize;
+                let mut k = 0;
+                while i >= self.test[k].bytes.len() / w {
+                    i -= self.test[k].bytes.len() / w;
+                    k += 1;
+                }
+                (&self.test[k], i * w)
+            }
+        };
+        let win = &book.bytes[start..start + w];
+        let cls = &book.class[start..start + seq_len];
+        let entity: Vec<bool> = cls.iter().map(|&c| c == TokenClass::Entity).collect();
+        Sample {
+            tokens: win[..seq_len].iter().map(|&b| u32::from(b)).collect(),
+            targets: win[1..].iter().map(|&b| u32::from(b)).collect(),
+            mask: vec![true; seq_len],
+            lags: (1..=seq_len as u32).collect(),
+            memorable: entity.clone(),
+            entity,
+            function: cls.iter().map(|&c| c == TokenClass::Function).collect(),
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! The books task as a data source: byte windows, context "lags", class flags, window laws.
+//! Built from in-memory books (no download, no ../shared).
+
+use vort_lab::data::lexicon::{tag_bytes, Lexicon, TokenClass};
+use vort_lab::tasks::books::{BookCorpus, TaggedBook};
+use vort_lab::tasks::{Stream, TaskError};
+
+fn lexicon() -> Lexicon {
+    Lexicon::new(
+        ["Alice", "London"].map(String::from),
+        ["the", "and", "of"].map(String::from),
+    )
+}
+
+/// A text of `n` bytes built from a repeated sentence with entities and function words.
+fn text(n: usize, salt: u8) -> Vec<u8> {
+    let base = format!("Alice walked to London and the end of day {salt}. ");
+    base.bytes().cycle().take(n).collect()
+}
+
+fn corpus(t: usize) -> BookCorpus {
+    let lex = lexicon();
+    BookCorpus::from_books(
+        vec![
+            TaggedBook::new("a".into(), text(3000, 1), &lex),
+            TaggedBook::new("b".into(), text(1000, 2), &lex),
+        ],
+        vec![
+            TaggedBook::new("c".into(), text(700, 3), &lex),
+            TaggedBook::new("d".into(), text(300, 4), &lex),
+        ],
+        t,
+    )
+    .expect("books are long enough")
+}
+
+#[test]
+fn windows_are_next_byte_prediction_with_context_lags() {
+    let t = 64;
+    let c = corpus(t);
+    for stream in [Stream::Train, Stream::Eval] {
+        for i in 0..20 {
+            let s = c.sample(t, 7, stream, i);
+            assert_eq!(s.tokens.len(), t);
+            assert!(s.mask.iter().all(|&m| m), "every byte is an answer");
+            assert_eq!(s.lags, (1..=t as u32).collect::<Vec<_>>());
+            for p in 0..t - 1 {
+                assert_eq!(s.targets[p], s.tokens[p + 1], "target = next byte");
+            }
+            assert_eq!(s, c.sample(t, 7, stream, i), "deterministic");
+        }
+    }
+}
+
+#[test]
+fn class_flags_follow_the_lexicon() {
+    let t = 64;
+    let c = corpus(t);
+    let lex = lexicon();
+    // eval window 0 is bytes 0..t of the first test book; classes come from the whole book,
+    // so a word cut by the window's end keeps its class
+    let s = c.sample(t, 3, Stream::Eval, 0);
+    let cls = tag_bytes(&text(700, 3), &lex);
+    for (p, &c) in cls.iter().take(t).enumerate() {
+        assert_eq!(s.entity[p], c == TokenClass::Entity, "byte {p}");
+        assert_eq!(s.function[p], c == TokenClass::Function, "byte {p}");
+        assert_eq!(s.memorable[p], s.entity[p]);
+    }
+    assert!(s.entity.iter().any(|&e| e) && s.function.iter().any(|&f| f));
+}
+
+#[test]
+fn eval_windows_tile_the_test_books_without_overlap() {
+    let t = 99; // windows of 100 bytes: 7 in book c (700 B), 3 in book d (300 B)
+    let c = corpus(t);
+    assert_eq!(c.test_windows(t), 10);
+    let books = [text(700, 3), text(300, 4)];
+    for i in 0..10u64 {
+        let s = c.sample(t, 0, Stream::Eval, i);
+        let (b, k) = if i < 7 { (0, i) } else { (1, i - 7) };
+        let start = k as usize * (t + 1);
+        let want: Vec<u32> = books[b][start..start + t]
+            .iter()
+            .map(|&x| u32::from(x))
+            .collect();
+        assert_eq!(s.tokens, want, "window {i}");
+    }
+    // index wraps around
+    assert_eq!(
+        c.sample(t, 0, Stream::Eval, 10),
+        c.sample(t, 0, Stream::Eval, 0)
+    );
+}
+
+#[test]
+fn training_windows_are_uniform_over_window_starts() {
+    // book a has 3000 - 64 starts, book b 1000 - 64: P(a) = 2936 / 3872 = 0.7583
+    let t = 64;
+    let c = corpus(t);
+    let n = 4000;
+    let from_a = (0..n)
+        .filter(|&i| {
+            let s = c.sample(t, 11, Stream::Train, i);
+            // the two books differ in their salt digit; a window of 64 bytes always holds it
+            let bytes: Vec<u8> = s.tokens.iter().map(|&x| x as u8).collect();
+            bytes.windows(5).any(|w| w == b"day 1")
+        })
+        .count();
+    let p = 2936.0 / 3872.0;
+    let sd = (p * (1.0 - p) / n as f64).sqrt();
+    let got = from_a as f64 / n as f64;
+    assert!(
+        (got - p).abs() < 4.0 * sd,
+        "P(book a) = {got:.4}, expected {p:.4} ± {sd:.4}"
+    );
+}
+
+#[test]
+fn a_split_without_a_long_enough_book_is_refused() {
+    let lex = lexicon();
+    let err = BookCorpus::from_books(
+        vec![TaggedBook::new("a".into(), text(3000, 1), &lex)],
+        vec![TaggedBook::new("c".into(), text(100, 3), &lex)],
+        128,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, TaskError::Data(ref m) if m.contains("test")),
+        "{err}"
+    );
+}

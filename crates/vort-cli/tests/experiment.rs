@@ -99,3 +99,49 @@ fn bad_names_configs_and_runs_exit_2() {
     assert_one_line_error(&vort(&["eval", "--run", out.to_str().unwrap()]));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Books without fetched data, and conflicting reproduction scales: one `error:` line, exit 2,
+/// and the message says what to run.
+#[test]
+fn books_without_data_and_conflicting_scales_are_refused() {
+    let data = tmp("no-books");
+    let cfg = tmp("books-cfg.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[task]\nkind = \"books\"\nseq_len = 64\ndata_dir = \"{}\"\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let run = tmp("books-run");
+    let o = vort(&[
+        "train",
+        "--task",
+        "books",
+        "--memory",
+        "vort",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&o);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("vort data fetch books"));
+    assert!(!run.exists(), "nothing may be written");
+    let out = tmp("books-repro");
+    let o = vort(&[
+        "reproduce",
+        "books",
+        "--quick",
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&o);
+    assert!(!out.exists(), "nothing may be written");
+    assert_one_line_error(&vort(&["reproduce", "--quick", "--full"]));
+    assert_one_line_error(&vort(&["reproduce", "--medium", "--full"]));
+    assert_one_line_error(&vort(&["reproduce", "everything"]));
+}

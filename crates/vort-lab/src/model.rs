@@ -12,7 +12,7 @@
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
-use vort::block::{Block, BlockConfig, Memory, Routing};
+use vort::block::{Block, BlockConfig, BlockState, Memory, Routing};
 use vort::features::FeatureMap;
 use vort::nodes::MemoryMode;
 use vort::rng::Rng;
@@ -292,6 +292,29 @@ pub struct ModelOutput {
     pub entity_logits: Vec<Tensor>,
 }
 
+/// Streaming state of a [`Model`]: each block's retention state (or KV cache) and the last
+/// token seen (for the one-token shift).
+#[derive(Debug, Clone)]
+pub struct ModelState {
+    blocks: Vec<Option<BlockState>>,
+    last_token: Option<Tensor>,
+}
+
+impl ModelState {
+    /// Resident bytes of the block states (retention states or KV caches).
+    pub fn bytes(&self) -> usize {
+        let size = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
+        self.blocks
+            .iter()
+            .flatten()
+            .map(|s| match s {
+                BlockState::Retention(g) => size(g),
+                BlockState::Kv { k, v } => size(k) + size(v),
+            })
+            .sum()
+    }
+}
+
 struct Mlp {
     w1: Tensor,
     w2: Tensor,
@@ -439,17 +462,44 @@ impl Model {
     /// # Errors
     /// Shape errors; tokens outside the vocabulary.
     pub fn forward(&self, tokens: &Tensor) -> Result<ModelOutput, ModelError> {
+        self.run(tokens, None)
+    }
+
+    /// Streaming forward: tokens [B, T] continuing the stream in `state` (which is updated).
+    /// Feeding a sequence in pieces gives the same hidden states as one [`Model::forward`]
+    /// pass, up to the rounding of the two retention forms (tested); memory stays
+    /// [`ModelState::bytes`], flat in the stream length for the retention memories.
+    ///
+    /// # Errors
+    /// Shape errors; tokens outside the vocabulary; a state from another batch size.
+    pub fn forward_with_state(
+        &self,
+        tokens: &Tensor,
+        state: &mut ModelState,
+    ) -> Result<ModelOutput, ModelError> {
+        self.run(tokens, Some(state))
+    }
+
+    fn run(
+        &self,
+        tokens: &Tensor,
+        mut state: Option<&mut ModelState>,
+    ) -> Result<ModelOutput, ModelError> {
         let (b, t) = tokens.dims2()?;
         let flat = tokens.flatten_all()?;
         let mut x = self.emb.index_select(&flat, 0)?.reshape((b, t, ()))?;
         if let Some(pe) = &self.prev_emb {
             let prev = pe.index_select(&flat, 0)?.reshape((b, t, ()))?;
-            // shift right by one along T (zeros at t = 0)
+            // shift right by one along T: the first row is the previous piece's last token
+            // when streaming, zeros at the start of a sequence
+            let first = match state.as_ref().and_then(|s| s.last_token.as_ref()) {
+                Some(last) => pe.index_select(last, 0)?.reshape((b, 1, ()))?,
+                None => Tensor::zeros((b, 1, self.cfg.d_model), DType::F32, tokens.device())?,
+            };
             let shifted = if t > 1 {
-                let z = Tensor::zeros((b, 1, self.cfg.d_model), DType::F32, tokens.device())?;
-                Tensor::cat(&[&z, &prev.narrow(1, 0, t - 1)?], 1)?
+                Tensor::cat(&[&first, &prev.narrow(1, 0, t - 1)?], 1)?
             } else {
-                prev.zeros_like()?
+                first
             };
             x = (x + shifted)?;
         }
@@ -461,7 +511,7 @@ impl Model {
                 // entropy in units of ln V, i.e. in [0, 1] whatever the vocabulary: in nats
                 // (≈ ln V at start) the router's -b·H term saturates σ and every token starts
                 // at α ≈ δ with almost no gradient (measured: α stuck at 0.12 on every token)
-                let ent = ((lp.exp()? * &lp)?.sum(D::Minus1)?.neg()? / (self.vocab as f64).ln())?; // [B, T]
+                let ent = ((lp.exp()? * &lp)?.sum(D::Minus1)?.neg()? / (self.vocab as f64).ln())?;
                 (Some(logits), Some(ent.detach()))
             }
             None => (None, None),
@@ -469,7 +519,15 @@ impl Model {
         let mut alphas = Vec::new();
         let mut entity_logits = Vec::new();
         for (l, blk) in self.blocks.iter().enumerate() {
-            let out = blk.forward(&rms_norm(&x, &self.norms1[l])?, entropy.as_ref())?;
+            let xn = rms_norm(&x, &self.norms1[l])?;
+            let out = match state.as_deref_mut() {
+                Some(st) => {
+                    let o = blk.forward_with_state(&xn, entropy.as_ref(), st.blocks[l].as_ref())?;
+                    st.blocks[l] = o.state.clone();
+                    o
+                }
+                None => blk.forward(&xn, entropy.as_ref())?,
+            };
             x = (x + out.y)?;
             if let Some(a) = out.alpha {
                 alphas.push(a);
@@ -482,6 +540,9 @@ impl Model {
                 x = (x + linear(&h, &mlp.w2)?)?;
             }
         }
+        if let Some(st) = state {
+            st.last_token = Some(tokens.narrow(1, t - 1, 1)?.flatten_all()?);
+        }
         let hidden = rms_norm(&x, &self.norm_f)?;
         Ok(ModelOutput {
             hidden,
@@ -489,6 +550,14 @@ impl Model {
             alphas,
             entity_logits,
         })
+    }
+
+    /// An empty streaming state for this model.
+    pub fn new_state(&self) -> ModelState {
+        ModelState {
+            blocks: vec![None; self.blocks.len()],
+            last_token: None,
+        }
     }
 
     /// Logits at selected flat positions of `hidden` [B, T, D]: positions index B·T -> [P, V].

@@ -461,3 +461,52 @@ fn a_tiny_books_run_trains_and_reports_bpc_by_context() {
     assert!(err.is_bad_input(), "{err}");
     assert!(err.to_string().contains("vort data fetch books"), "{err}");
 }
+
+/// `reproduce books` on a tiny plan: every run, the table beside the paper, the plots, and a
+/// test book streamed through the recurrent form with a flat state.
+#[test]
+fn tiny_books_reproduction_writes_report_plots_and_streams() {
+    use vort_lab::model::MemoryKind;
+    use vort_lab::reproduce::{books, Scale};
+    let (cache, data) = (
+        fresh_dir("repro-cache"),
+        fresh_dir("repro-data").join("books"),
+    );
+    fetch(&config(&data, &cache, vec![five_books(&cache)]), &mut quiet).unwrap();
+    let runs: Vec<_> = [
+        MemoryKind::Vort,
+        MemoryKind::Exponential,
+        MemoryKind::Softmax,
+    ]
+    .into_iter()
+    .map(|m| {
+        let mut c = books::preset(Scale::Quick, m, 0, &data.display().to_string());
+        c.task.seq_len = 32;
+        c.model.chunk = 16;
+        c.model.softmax_window = 8;
+        c.train.steps = 3;
+        c.train.eval_sequences = 2;
+        c
+    })
+    .collect();
+    let out = fresh_dir("repro-out");
+    let rep = books::run_plan("test", &runs, &out, 200, false).unwrap();
+    assert_eq!(rep.rows.len(), 3);
+    for f in [
+        "report.md",
+        "results.json",
+        "bpc_vs_context.png",
+        "alpha_by_class_books.png",
+        "stream.png",
+    ] {
+        assert!(std::fs::metadata(out.join(f)).unwrap().len() > 0, "{f}");
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("1.56") && md.contains("1.68") && md.contains("Streaming"));
+    assert_eq!(rep.streams.len(), 2, "VORT and exponential are streamed");
+    for s in &rep.streams {
+        let sizes: Vec<usize> = s.result.state_bytes.iter().map(|x| x.1).collect();
+        assert!(sizes.iter().all(|&b| b == sizes[0] && b > 0), "{sizes:?}");
+        assert!(s.result.bits.is_finite());
+    }
+}

@@ -96,3 +96,106 @@ fn router_bias_override_reaches_the_layer() {
     let m0 = Model::new(&cfg(MemoryKind::Vort), 11, 37, 0, &vm0, &dev).unwrap();
     assert!(mean(&m) > mean(&m0) + 0.1);
 }
+
+/// Relative RMS difference of two tensors.
+fn rel_rms(a: &Tensor, b: &Tensor) -> f64 {
+    let a: Vec<f32> = a.flatten_all().unwrap().to_vec1().unwrap();
+    let b: Vec<f32> = b.flatten_all().unwrap().to_vec1().unwrap();
+    let num: f64 = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| f64::from(x - y).powi(2))
+        .sum();
+    let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+    (num / den).sqrt()
+}
+
+/// The streaming forward (recurrent state carried between pieces, token shift across the
+/// boundary) equals one training pass for every kind, including the sliding-window softmax,
+/// on pieces that do not divide the chunk; the retention state does not grow with the stream.
+#[test]
+fn streaming_in_pieces_equals_one_pass() {
+    let dev = Device::Cpu;
+    let t = 37;
+    let tokens = Tensor::from_vec(
+        (0..2 * t)
+            .map(|i| ((i * 7) % 11) as u32)
+            .collect::<Vec<_>>(),
+        (2, t),
+        &dev,
+    )
+    .unwrap();
+    for kind in MemoryKind::ALL {
+        for window in [0, 5] {
+            if window > 0 && kind != MemoryKind::Softmax {
+                continue;
+            }
+            let mut c = cfg(kind);
+            c.softmax_window = window;
+            let vm = VarMap::new();
+            let m = Model::new(&c, 11, t, 5, &vm, &dev).unwrap();
+            let whole = m.forward(&tokens).unwrap().hidden;
+            let mut st = m.new_state();
+            let mut parts = Vec::new();
+            let mut sizes = Vec::new();
+            let mut s = 0;
+            for len in [5, 1, 16, 15] {
+                let out = m
+                    .forward_with_state(&tokens.narrow(1, s, len).unwrap(), &mut st)
+                    .unwrap();
+                parts.push(out.hidden);
+                sizes.push(st.bytes());
+                s += len;
+            }
+            let streamed = Tensor::cat(&parts.iter().collect::<Vec<_>>(), 1).unwrap();
+            let err = rel_rms(&streamed, &whole);
+            // f32 fused chunked vs plain recurrent forms of the same kernel: rounding only
+            assert!(err < 1e-5, "{kind} window {window}: rel-RMS {err:.2e}");
+            if kind != MemoryKind::Softmax || window > 0 {
+                assert!(
+                    sizes.windows(2).all(|w| w[1] <= w[0].max(sizes[0])),
+                    "{kind}: state grew {sizes:?}"
+                );
+            }
+        }
+    }
+}
+
+/// `stream_text` scores every byte on its successor with the state carried across pieces:
+/// its mean BPC equals the cross-entropy of one pass over the whole text.
+#[test]
+fn stream_text_bpc_equals_one_pass_cross_entropy() {
+    use vort_lab::train::stream::stream_text;
+    let dev = Device::Cpu;
+    let text: Vec<u8> = b"It was the best of times, it was the worst of times; Alice said so."
+        .iter()
+        .cycle()
+        .take(150)
+        .copied()
+        .collect();
+    let vm = VarMap::new();
+    let m = Model::new(&cfg(MemoryKind::Vort), 256, 150, 9, &vm, &dev).unwrap();
+    let n = text.len() - 1;
+    let tokens: Vec<u32> = text[..n].iter().map(|&b| u32::from(b)).collect();
+    let out = m
+        .forward(&Tensor::from_vec(tokens, (1, n), &dev).unwrap())
+        .unwrap();
+    let logits = m
+        .logits_at(&out.hidden, &(0..n).collect::<Vec<_>>())
+        .unwrap();
+    let tgt: Vec<u32> = text[1..].iter().map(|&b| u32::from(b)).collect();
+    let ce = candle_nn::loss::cross_entropy(&logits, &Tensor::from_vec(tgt, n, &dev).unwrap())
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    let want = f64::from(ce) / std::f64::consts::LN_2;
+    let r = stream_text(&m, &text, 16, &dev, |_| {}).unwrap();
+    assert!((r.bits - want).abs() < 1e-5 * want, "{} vs {want}", r.bits);
+    assert_eq!(r.bins.iter().map(|b| b.n).sum::<usize>(), n);
+    assert_eq!(r.state_bytes.len(), n.div_ceil(16));
+    assert!(
+        r.state_bytes.iter().all(|s| s.1 == r.state_bytes[0].1),
+        "flat state"
+    );
+    assert!(stream_text(&m, &text, 0, &dev, |_| {}).is_err());
+}

@@ -92,6 +92,11 @@ impl BookCorpus {
         Ok(BookCorpus { train, test })
     }
 
+    /// The test books, in manifest order.
+    pub fn test_books(&self) -> &[TaggedBook] {
+        &self.test
+    }
+
     /// Bytes in the (train, test) splits.
     pub fn sizes(&self) -> (usize, usize) {
         let n = |v: &[TaggedBook]| v.iter().map(|b| b.bytes.len()).sum();

@@ -242,14 +242,15 @@ pub fn evaluate(
         }
         done += b;
     }
+    let overall = total.row(String::new(), 1, max_lag);
     Ok(EvalResult {
         task: cfg.task.kind.name().into(),
         memory: cfg.model.memory.name().into(),
         seed: cfg.seed,
         step,
         sequences: n_seq,
-        accuracy: total.row(String::new(), 0, 0).accuracy,
-        loss: total.row(String::new(), 0, 0).nll,
+        accuracy: overall.accuracy,
+        loss: overall.nll,
         buckets: buckets
             .iter()
             .zip(&bucket_tally)

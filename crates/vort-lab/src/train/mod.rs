@@ -14,6 +14,7 @@
 pub mod checkpoint;
 pub mod eval;
 pub mod optim;
+pub mod stream;
 
 use std::collections::BTreeMap;
 use std::io::Write;

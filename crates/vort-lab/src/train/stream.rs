@@ -1,0 +1,117 @@
+//! Streaming evaluation: one long text through a trained model in pieces, carrying the
+//! recurrent state (the retention state, O(1) in the stream length) from piece to piece, so
+//! the context of a byte is everything before it, far beyond the training length. Reports
+//! bits per character in doubling context bins and the resident state size along the way.
+
+use candle_core::{Device, Tensor, D};
+use serde::{Deserialize, Serialize};
+
+use super::TrainError;
+use crate::model::Model;
+
+/// BPC over a context range of the stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextBin {
+    /// Smallest context (bytes before and including the current one).
+    pub lo: usize,
+    /// Largest context.
+    pub hi: usize,
+    /// Bytes scored.
+    pub n: usize,
+    /// Mean bits per character.
+    pub bits: f64,
+}
+
+/// What [`stream_text`] measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamResult {
+    /// Bytes streamed (every byte but the last is scored on its successor).
+    pub bytes: usize,
+    /// Piece length fed per call.
+    pub piece: usize,
+    /// BPC in doubling context bins [1,1], [2,3], [4,7], ...
+    pub bins: Vec<ContextBin>,
+    /// Mean BPC over the stream.
+    pub bits: f64,
+    /// (bytes streamed, resident state bytes) after each piece.
+    pub state_bytes: Vec<(usize, usize)>,
+    /// Throughput (bytes/s).
+    pub bytes_per_s: f64,
+}
+
+/// Streams `text` through `model` in pieces of `piece` bytes (the model's vocabulary must be
+/// bytes); `progress` is called with the bytes done after each piece.
+///
+/// # Errors
+/// candle errors; [`TrainError::Config`] for an empty piece length or a text of < 2 bytes.
+pub fn stream_text(
+    model: &Model,
+    text: &[u8],
+    piece: usize,
+    device: &Device,
+    mut progress: impl FnMut(usize),
+) -> Result<StreamResult, TrainError> {
+    if piece == 0 || text.len() < 2 {
+        return Err(TrainError::Config {
+            path: "<stream>".into(),
+            message: format!(
+                "piece = {piece} and text of {} bytes (need piece >= 1, text >= 2)",
+                text.len()
+            ),
+        });
+    }
+    let t0 = std::time::Instant::now();
+    let scored = text.len() - 1;
+    let mut sums: Vec<(usize, f64)> = Vec::new(); // per doubling bin: (n, Σ nats)
+    let mut state = model.new_state();
+    let mut state_bytes = Vec::new();
+    let mut start = 0;
+    while start < scored {
+        let end = (start + piece).min(scored);
+        let tokens: Vec<u32> = text[start..end].iter().map(|&b| u32::from(b)).collect();
+        let targets: Vec<u32> = text[start + 1..end + 1]
+            .iter()
+            .map(|&b| u32::from(b))
+            .collect();
+        let n = end - start;
+        let out =
+            model.forward_with_state(&Tensor::from_vec(tokens, (1, n), device)?, &mut state)?;
+        let pos: Vec<usize> = (0..n).collect();
+        let lp = candle_nn::ops::log_softmax(&model.logits_at(&out.hidden, &pos)?, D::Minus1)?;
+        let idx = Tensor::from_vec(targets, (n, 1), device)?;
+        let picked: Vec<f32> = lp.gather(&idx, 1)?.flatten_all()?.to_vec1()?;
+        for (i, &lp) in picked.iter().enumerate() {
+            let context = start + i + 1;
+            let bin = (usize::BITS - 1 - context.leading_zeros()) as usize; // floor(log2)
+            if sums.len() <= bin {
+                sums.resize(bin + 1, (0, 0.0));
+            }
+            sums[bin].0 += 1;
+            sums[bin].1 -= f64::from(lp);
+        }
+        start = end;
+        state_bytes.push((end, state.bytes()));
+        progress(end);
+    }
+    let ln2 = std::f64::consts::LN_2;
+    let bins: Vec<ContextBin> = sums
+        .iter()
+        .enumerate()
+        .filter(|(_, &(n, _))| n > 0)
+        .map(|(k, &(n, s))| ContextBin {
+            lo: 1 << k,
+            hi: (2 << k) - 1,
+            n,
+            bits: s / n as f64 / ln2,
+        })
+        .collect();
+    let total: f64 = sums.iter().map(|x| x.1).sum();
+    Ok(StreamResult {
+        bytes: text.len(),
+        piece,
+        bits: total / scored as f64 / ln2,
+        bins,
+        state_bytes,
+        bytes_per_s: scored as f64 / t0.elapsed().as_secs_f64().max(1e-9),
+    })
+}

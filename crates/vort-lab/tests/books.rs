@@ -498,6 +498,8 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         "bpc_vs_context.png",
         "alpha_by_class_books.png",
         "stream.png",
+        "manifest.json",
+        "lexicon_sources.json",
     ] {
         assert!(std::fs::metadata(out.join(f)).unwrap().len() > 0, "{f}");
     }

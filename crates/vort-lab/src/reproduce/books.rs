@@ -2,7 +2,8 @@
 //! claim, DESIGN §3): bits per character by context bucket for every memory kind, BPC
 //! against context, and the learned orders α on entity, function-word and other bytes.
 //!
-//! Output directory: `report.md`, `results.json`, `bpc_vs_context.png`,
+//! Output directory: `report.md`, `results.json`, `manifest.json` and `lexicon_sources.json`
+//! (the data measured on), `bpc_vs_context.png`,
 //! `alpha_by_class_books.png`, `stream.png` (a test book streamed through the recurrent form:
 //! BPC against context far beyond the training length, and the resident state), and
 //! `runs/books/<memory>/seed<k>/` (config, metrics, checkpoint, eval). Finished runs are reused and interrupted ones resumed, as for the
@@ -192,6 +193,9 @@ pub fn run_plan(
         BookCorpus::open(&c.task)?;
     }
     std::fs::create_dir_all(out_dir).map_err(|e| train::checkpoint::io(out_dir, e))?;
+    if let Some(c) = runs.first() {
+        record_data(Path::new(&c.task.data_dir), out_dir)?;
+    }
     let (mut results, mut tps) = (Vec::new(), Vec::new());
     for (i, c) in runs.iter().enumerate() {
         if progress {
@@ -283,6 +287,25 @@ pub fn run_plan(
         markdown(&report, runs).as_bytes(),
     )?;
     Ok(report)
+}
+
+/// Copies the books manifest (book, bytes, split, checksum) beside the report and writes the
+/// lexicon's provenance (sources, entry counts) as `lexicon_sources.json`, so a committed
+/// report names exactly the data it was measured on.
+fn record_data(data_dir: &Path, out_dir: &Path) -> Result<(), TrainError> {
+    let manifest = data_dir.join("manifest.json");
+    let bytes = std::fs::read(&manifest).map_err(|e| train::checkpoint::io(&manifest, e))?;
+    train::checkpoint::write_atomic(&out_dir.join("manifest.json"), &bytes)?;
+    let lex = crate::data::lexicon::Lexicon::load(data_dir)
+        .map_err(|e| TrainError::Task(crate::tasks::TaskError::Data(e.to_string())))?;
+    let info = serde_json::json!({
+        "entities": lex.entities.len(),
+        "function_words": lex.function_words.len(),
+        "sources": lex.sources,
+    });
+    let text =
+        serde_json::to_string_pretty(&info).map_err(|e| TrainError::Serialise(e.to_string()))?;
+    train::checkpoint::write_atomic(&out_dir.join("lexicon_sources.json"), text.as_bytes())
 }
 
 /// Streams the first test book through the seed-0 model of each kind in [`STREAMED`].

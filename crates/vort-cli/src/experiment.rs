@@ -219,15 +219,28 @@ pub struct ReproduceArgs {
     data: PathBuf,
 }
 
+impl ReproduceArgs {
+    /// The scale the flags ask for (quick when none is given).
+    fn scale(&self) -> Scale {
+        if self.full {
+            Scale::Full
+        } else if self.medium {
+            Scale::Medium
+        } else {
+            Scale::Quick
+        }
+    }
+}
+
 pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
-    let scale = if a.full { Scale::Full } else { Scale::Quick };
+    let scale = a.scale();
     let name = match a.what {
         Experiments::Synthetic => "synthetic",
         Experiments::Books => "books",
     };
-    let out = a.out.unwrap_or_else(|| {
-        Path::new("results").join(format!("{name}-{}", if a.full { "full" } else { "quick" }))
-    });
+    let out = a
+        .out
+        .unwrap_or_else(|| Path::new("results").join(format!("{name}-{}", scale.name())));
     let n = match a.what {
         Experiments::Synthetic => reproduce::run(scale, &out)?.runs.len(),
         Experiments::Books => {
@@ -241,4 +254,32 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         "{n} runs; report written to {}\n",
         out.join("report.md").display()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ReproduceArgs,
+    }
+
+    /// Each flag selects its own preset (a regression: --medium once ran the quick preset).
+    #[test]
+    fn scale_flags_select_their_presets() {
+        let scale = |flags: &[&str]| {
+            let mut argv = vec!["reproduce"];
+            argv.extend_from_slice(flags);
+            Cli::try_parse_from(argv).unwrap().args.scale()
+        };
+        assert_eq!(scale(&[]), Scale::Quick);
+        assert_eq!(scale(&["--quick"]), Scale::Quick);
+        assert_eq!(scale(&["--medium"]), Scale::Medium);
+        assert_eq!(scale(&["--full"]), Scale::Full);
+        assert_eq!(scale(&["books", "--medium"]), Scale::Medium);
+        assert!(Cli::try_parse_from(["reproduce", "--medium", "--full"]).is_err());
+    }
 }

@@ -200,7 +200,7 @@ pub struct ReproduceArgs {
     /// synthetic (default) or books.
     #[arg(value_enum, default_value = "synthetic")]
     what: Experiments,
-    /// The default: about 15 minutes on 2 cores, small models, still long sequences (T =
+    /// The default: about 15-18 minutes on 2 cores, small models, still long sequences (T =
     /// 2048 with lags to 2000; books: 8K bytes).
     #[arg(long, conflicts_with_all = ["medium", "full"])]
     quick: bool,

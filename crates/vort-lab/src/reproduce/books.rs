@@ -162,6 +162,8 @@ pub struct BooksReport {
     pub tokens_per_s: Vec<f64>,
     /// Streamed test book per model of [`STREAMED`].
     pub streams: Vec<StreamRow>,
+    /// Runs reused from an earlier call (finished, same config) rather than trained.
+    pub reused: usize,
     /// Wall time of this call (s).
     pub wall_s: f64,
 }
@@ -196,7 +198,7 @@ pub fn run_plan(
     if let Some(c) = runs.first() {
         record_data(Path::new(&c.task.data_dir), out_dir)?;
     }
-    let (mut results, mut tps) = (Vec::new(), Vec::new());
+    let (mut results, mut tps, mut reused) = (Vec::new(), Vec::new(), 0);
     for (i, c) in runs.iter().enumerate() {
         if progress {
             eprintln!(
@@ -207,9 +209,10 @@ pub fn run_plan(
                 c.seed
             );
         }
-        let (r, t) = one(out_dir, c, progress)?;
+        let (r, t, was_reused) = one(out_dir, c, progress)?;
         results.push(r);
         tps.push(t);
+        reused += usize::from(was_reused);
     }
     let mut rows = Vec::new();
     for memory in MemoryKind::ALL {
@@ -277,6 +280,7 @@ pub fn run_plan(
         runs: stripped,
         tokens_per_s: tps,
         streams,
+        reused,
         wall_s: t0.elapsed().as_secs_f64(),
     };
     let json =
@@ -485,13 +489,15 @@ fn plots(results: &[EvalResult], streams: &[StreamRow], out: &Path) -> Result<()
 
 fn markdown(rep: &BooksReport, runs: &[RunConfig]) -> String {
     let mut s = format!(
-        "# VORT book language modelling: `{}` reproduction\n\n{} runs, wall time {:.0} s. \
+        "# VORT book language modelling: `{}` reproduction\n\n{} runs ({} reused from an earlier call), \
+         wall time of this call {:.0} s. \
          Test bits per character (byte-level, so exact BPC), mean ± sample standard deviation \
          over seeds, by context (the byte's position in its window). The paper's numbers are \
          at context > 4096 on a PG-19 subset (DESIGN §3); its \"power law\" row is shown beside \
          both VORT and the fixed-order power law.\n\n",
         rep.label,
         runs.len(),
+        rep.reused,
         rep.wall_s
     );
     if let Some(c) = runs.first() {

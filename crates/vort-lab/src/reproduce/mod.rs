@@ -28,7 +28,8 @@ use crate::train::{self, RunConfig, RunOptions, TrainConfig, TrainError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scale {
-    /// About 15 minutes on 2 CPU cores (small models, few steps; still T = 2048, lags to 2000).
+    /// About 15-18 minutes on 2 CPU cores (small models, few steps; still T = 2048, lags to
+    /// 2000).
     Quick,
     /// About an hour on 2 CPU cores: a wider model and twice the steps of the quick scale
     /// (the largest synthetic reproduction run on the development machine).
@@ -220,6 +221,12 @@ pub struct Report {
     pub runs: Vec<EvalResult>,
     /// Every run's throughput (tokens/s), aligned with `runs`.
     pub tokens_per_s: Vec<f64>,
+    /// Runs reused from an earlier call (finished, same config) rather than trained.
+    #[serde(default)]
+    pub reused: usize,
+    /// Training seconds summed over the runs (from their metrics, whichever call trained them).
+    #[serde(default)]
+    pub train_s: f64,
     /// Wall time of this call (s).
     pub wall_s: f64,
 }
@@ -260,8 +267,19 @@ fn run_throughput(dir: &Path) -> f64 {
     }
 }
 
-/// Trains (or reuses) one run and returns its evaluation and throughput.
-fn one(out: &Path, c: &RunConfig, progress: bool) -> Result<(EvalResult, f64), TrainError> {
+/// Training seconds of a run: the elapsed time of its last metrics line (of its last call,
+/// if it was resumed).
+fn run_train_seconds(dir: &Path) -> f64 {
+    let text = std::fs::read_to_string(dir.join(train::METRICS_FILE)).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<train::Metrics>(l).ok())
+        .last()
+        .map_or(0.0, |m| m.elapsed_s)
+}
+
+/// Trains (or reuses) one run and returns its evaluation, throughput, and whether a finished
+/// run was reused.
+fn one(out: &Path, c: &RunConfig, progress: bool) -> Result<(EvalResult, f64, bool), TrainError> {
     let dir = run_dir(out, c);
     let eval_path = dir.join(train::EVAL_FILE);
     let cfg_path = dir.join(train::CONFIG_FILE);
@@ -272,7 +290,7 @@ fn one(out: &Path, c: &RunConfig, progress: bool) -> Result<(EvalResult, f64), T
         if let Ok(res) = serde_json::from_str::<EvalResult>(&e) {
             if res.step == c.train.steps && saved == c.to_toml()? {
                 let tps = run_throughput(&dir);
-                return Ok((res, tps));
+                return Ok((res, tps, true));
             }
         }
     }
@@ -286,7 +304,7 @@ fn one(out: &Path, c: &RunConfig, progress: bool) -> Result<(EvalResult, f64), T
         Some(r) => r,
         None => crate::train::eval::run(&dir)?,
     };
-    Ok((res, run_throughput(&dir)))
+    Ok((res, run_throughput(&dir), false))
 }
 
 /// Runs the reproduction of `scale` into `out_dir` (see the module doc).
@@ -307,6 +325,7 @@ pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, T
     std::fs::create_dir_all(out_dir).map_err(|e| train::checkpoint::io(out_dir, e))?;
     let mut results = Vec::new();
     let mut tps = Vec::new();
+    let mut reused = 0;
     for (i, c) in plan.runs.iter().enumerate() {
         if progress {
             eprintln!(
@@ -318,9 +337,10 @@ pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, T
                 c.seed
             );
         }
-        let (r, t) = one(out_dir, c, progress)?;
+        let (r, t, was_reused) = one(out_dir, c, progress)?;
         results.push(r);
         tps.push(t);
+        reused += usize::from(was_reused);
     }
     let mut rows = Vec::new();
     for task in TaskKind::SYNTHETIC {
@@ -372,7 +392,11 @@ pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, T
             });
         }
     }
-    plots(&results, out_dir)?;
+    let chance = plan
+        .runs
+        .first()
+        .map_or(f64::NAN, |c| 100.0 / c.task.n_values as f64);
+    plots(&results, chance, out_dir)?;
     let stripped: Vec<EvalResult> = results
         .iter()
         .cloned()
@@ -389,6 +413,12 @@ pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, T
         rows,
         runs: stripped,
         tokens_per_s: tps,
+        reused,
+        train_s: plan
+            .runs
+            .iter()
+            .map(|c| run_train_seconds(&run_dir(out_dir, c)))
+            .sum(),
         wall_s: t0.elapsed().as_secs_f64(),
     };
     let json =
@@ -399,7 +429,7 @@ pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, T
     Ok(report)
 }
 
-fn plots(results: &[EvalResult], out: &Path) -> Result<(), TrainError> {
+fn plots(results: &[EvalResult], chance: f64, out: &Path) -> Result<(), TrainError> {
     for task in TaskKind::SYNTHETIC {
         let of_task: Vec<&EvalResult> = results.iter().filter(|r| r.task == task.name()).collect();
         if of_task.is_empty() {
@@ -431,6 +461,16 @@ fn plots(results: &[EvalResult], out: &Path) -> Result<(), TrainError> {
                 })
                 .collect();
             series.push(Series::line(memory.name(), pts).with_color(ci));
+        }
+        if chance.is_finite() {
+            let max_lag = of_task[0].lag_bins.last().map_or(1, |b| b.hi) as f64;
+            series.push(
+                Series::line(
+                    format!("chance ({chance:.1}%)"),
+                    vec![(1.0, chance), (max_lag, chance)],
+                )
+                .with_color(7),
+            );
         }
         panels_plot(
             &out.join(format!("acc_vs_lag_{}.png", task.name())),
@@ -517,12 +557,16 @@ fn markdown(rep: &Report, plan: &Plan) -> String {
         rep.label
     ));
     s.push_str(&format!(
-        "{} runs, wall time {:.0} s. Accuracy in percent on held-out sequences, mean ± sample \
+        "{} runs ({} reused from an earlier call), wall time of this call {:.0} s, training \
+         time summed over the runs {:.0} s. Accuracy in percent on held-out sequences, mean ± \
+         sample \
          standard deviation over seeds. The paper's numbers are at lags > 1000 (DESIGN §3); \
          its \"power law\" row is shown beside both VORT (routed orders) and the fixed-order \
          power law, since it does not separate them.\n\n",
         plan.runs.len(),
-        rep.wall_s
+        rep.reused,
+        rep.wall_s,
+        rep.train_s
     ));
     let kinds: Vec<String> = MemoryKind::ALL
         .iter()

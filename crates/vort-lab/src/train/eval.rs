@@ -33,11 +33,18 @@ pub struct LagAccuracy {
     pub n: usize,
     /// Correct answers.
     pub correct: usize,
-    /// correct / n (NaN when n = 0).
+    /// correct / n (NaN when n = 0; written as null in JSON).
+    #[serde(deserialize_with = "nan_if_null")]
     pub accuracy: f64,
     /// Mean cross-entropy in nats (NaN when n = 0); / ln 2 = bits per token.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nan_if_null")]
     pub nll: f64,
+}
+
+/// JSON has no NaN: serde_json writes it as null, so read null back as NaN (otherwise an
+/// eval.json with an empty bin could not be read, and a finished run would not be reused).
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 impl LagAccuracy {
@@ -81,8 +88,10 @@ pub struct EvalResult {
     /// Held-out sequences.
     pub sequences: usize,
     /// Overall accuracy at answer positions.
+    #[serde(deserialize_with = "nan_if_null")]
     pub accuracy: f64,
     /// Mean answer cross-entropy.
+    #[serde(deserialize_with = "nan_if_null")]
     pub loss: f64,
     /// Accuracy by report bucket ([`crate::tasks::TaskConfig::buckets`]).
     pub buckets: Vec<LagAccuracy>,
@@ -314,4 +323,20 @@ pub fn load_model(run_dir: &Path) -> Result<(RunConfig, Model, VarMap), TrainErr
     let ck_path = run_dir.join(CHECKPOINT_FILE);
     tr.restore(&checkpoint::Checkpoint::load(&ck_path)?, &ck_path)?;
     Ok((cfg, tr.model, tr.vm))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An empty bin (NaN accuracy and cross-entropy) survives a JSON round trip.
+    #[test]
+    fn empty_bins_round_trip_through_json() {
+        let row = Tally::default().row("1-1".into(), 1, 1);
+        assert!(row.accuracy.is_nan() && row.nll.is_nan());
+        let text = serde_json::to_string(&row).unwrap();
+        assert!(text.contains("null"), "{text}");
+        let back: LagAccuracy = serde_json::from_str(&text).unwrap();
+        assert!(back.accuracy.is_nan() && back.nll.is_nan() && back.n == 0);
+    }
 }

@@ -272,8 +272,8 @@ fn run_throughput(dir: &Path) -> f64 {
 fn run_train_seconds(dir: &Path) -> f64 {
     let text = std::fs::read_to_string(dir.join(train::METRICS_FILE)).unwrap_or_default();
     text.lines()
-        .filter_map(|l| serde_json::from_str::<train::Metrics>(l).ok())
-        .last()
+        .rev()
+        .find_map(|l| serde_json::from_str::<train::Metrics>(l).ok())
         .map_or(0.0, |m| m.elapsed_s)
 }
 

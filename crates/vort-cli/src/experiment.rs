@@ -211,7 +211,8 @@ pub struct ReproduceArgs {
     #[arg(long)]
     full: bool,
     /// Output directory (report.md, plots, results.json, every run). Default:
-    /// results/<synthetic|books>-<quick|medium|full>.
+    /// runs/<synthetic|books>-<quick|medium|full> (the committed measurements under results/
+    /// were written with --out results/...). Finished runs in DIR are reused.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Books directory written by `vort data fetch books` (books only).
@@ -240,7 +241,7 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
     };
     let out = a
         .out
-        .unwrap_or_else(|| Path::new("results").join(format!("{name}-{}", scale.name())));
+        .unwrap_or_else(|| Path::new("runs").join(format!("{name}-{}", scale.name())));
     let n = match a.what {
         Experiments::Synthetic => reproduce::run(scale, &out)?.runs.len(),
         Experiments::Books => {

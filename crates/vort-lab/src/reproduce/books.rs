@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{mean_sd, one, Scale};
+use super::{density, mean_sd, one, Scale};
 use crate::model::MemoryKind;
 use crate::plot::{panels_plot, Panel, Series};
 use crate::tasks::books::BookCorpus;
@@ -352,20 +352,6 @@ fn streams(
         });
     }
     Ok(rows)
-}
-
-/// Fraction of values in each of 40 bins on [0, 1] (a density to compare classes).
-fn density(v: &[f64]) -> Vec<(f64, f64)> {
-    let bins = 40;
-    let mut c = vec![0usize; bins];
-    for &x in v {
-        c[((x * bins as f64) as usize).min(bins - 1)] += 1;
-    }
-    let n = v.len().max(1) as f64;
-    c.iter()
-        .enumerate()
-        .map(|(i, &k)| ((i as f64 + 0.5) / bins as f64, k as f64 / n))
-        .collect()
 }
 
 fn plots(results: &[EvalResult], streams: &[StreamRow], out: &Path) -> Result<(), TrainError> {

@@ -429,6 +429,20 @@ pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, T
     Ok(report)
 }
 
+/// Fraction of values in each of 40 bins on [0, 1] (a density, to compare token classes).
+fn density(v: &[f64]) -> Vec<(f64, f64)> {
+    let bins = 40;
+    let mut c = vec![0usize; bins];
+    for &x in v {
+        c[((x * bins as f64) as usize).min(bins - 1)] += 1;
+    }
+    let n = v.len().max(1) as f64;
+    c.iter()
+        .enumerate()
+        .map(|(i, &k)| ((i as f64 + 0.5) / bins as f64, k as f64 / n))
+        .collect()
+}
+
 fn plots(results: &[EvalResult], chance: f64, out: &Path) -> Result<(), TrainError> {
     for task in TaskKind::SYNTHETIC {
         let of_task: Vec<&EvalResult> = results.iter().filter(|r| r.task == task.name()).collect();
@@ -511,18 +525,6 @@ fn plots(results: &[EvalResult], chance: f64, out: &Path) -> Result<(), TrainErr
                 &all,
                 40,
             )?;
-            let density = |v: &[f64]| -> Vec<(f64, f64)> {
-                let bins = 40;
-                let mut c = vec![0usize; bins];
-                for &x in v {
-                    c[((x * bins as f64) as usize).min(bins - 1)] += 1;
-                }
-                let n = v.len().max(1) as f64;
-                c.iter()
-                    .enumerate()
-                    .map(|(i, &k)| ((i as f64 + 0.5) / bins as f64, k as f64 / n))
-                    .collect()
-            };
             panels_plot(
                 &out.join(format!("alpha_by_class_{}.png", task.name())),
                 &[Panel {

@@ -311,15 +311,6 @@ impl TaskConfig {
         self.generate(&mut rng, &cdf)
     }
 
-    /// Training batch of `step` of a synthetic task (B sequences; a pure function of
-    /// (seed, step)).
-    pub fn batch(&self, seed: u64, stream: Stream, step: u64, b: usize) -> Batch {
-        let samples: Vec<Sample> = (0..b)
-            .map(|i| self.sample(seed, stream, step * b as u64 + i as u64))
-            .collect();
-        Batch::from_samples(&samples)
-    }
-
     fn generate(&self, rng: &mut SplitMix, cdf: &[f64]) -> Sample {
         let t = self.seq_len;
         let mut tokens: Vec<u32> = (0..t)

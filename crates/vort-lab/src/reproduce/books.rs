@@ -517,10 +517,11 @@ fn markdown(rep: &BooksReport, runs: &[RunConfig]) -> String {
             r.paper_long.map_or("—".into(), |p| format!("{p:.2}"))
         );
         for (_, m, sd) in &r.buckets {
-            s += &if m.is_finite() {
-                format!(" {m:.3} ± {sd:.3} |")
-            } else {
-                " n/a |".into()
+            s += &match (m.is_finite(), r.seeds.len()) {
+                (false, _) => " n/a |".into(),
+                // one seed has no spread to show
+                (true, 1) => format!(" {m:.3} |"),
+                (true, _) => format!(" {m:.3} ± {sd:.3} |"),
             };
         }
         s += &format!(

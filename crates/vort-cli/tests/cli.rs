@@ -1,18 +1,11 @@
 //! End-to-end tests of the `vort` binary: JSON outputs, plots and every error path.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
+
+use common::{assert_one_line_error, vort};
 
 use serde_json::Value;
-
-fn vort(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vort"))
-        .args(args)
-        .env_remove("RUST_BACKTRACE")
-        .env_remove("RUST_LIB_BACKTRACE")
-        .output()
-        .expect("the vort binary runs")
-}
 
 /// Runs a command that must succeed and returns its stdout.
 fn ok(args: &[&str]) -> String {
@@ -367,24 +360,10 @@ fn help_and_version_exit_zero() {
     }
 }
 
-/// Asserts the documented failure shape: the exit status, one `error:` line, nothing on
-/// stdout, no panic message and no backtrace.
+/// Asserts the documented failure shape of `vort args`: the exit status, one `error:` line,
+/// nothing on stdout, no panic message and no backtrace.
 fn assert_fails(args: &[&str], code: i32) {
-    let out = vort(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "vort {args:?}: stderr {stderr:?}"
-    );
-    assert!(out.stdout.is_empty(), "vort {args:?} wrote to stdout");
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "vort {args:?}: stderr {stderr:?}");
-    assert!(lines[0].starts_with("error: "), "vort {args:?}: {stderr:?}");
-    assert!(lines[0].len() > "error: ".len() + 5, "{stderr:?}");
-    for bad in ["panicked", "backtrace", "RUST_BACKTRACE", "internal error"] {
-        assert!(!stderr.contains(bad), "vort {args:?}: {stderr:?}");
-    }
+    assert_one_line_error(&vort(args), code);
 }
 
 #[test]

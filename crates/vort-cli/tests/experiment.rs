@@ -2,28 +2,16 @@
 //! nothing overwritten).
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
+
+use common::{assert_one_line_error, vort};
 
 const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tiny_run.toml");
-
-fn vort(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vort"))
-        .args(args)
-        .output()
-        .expect("vort runs")
-}
 
 fn tmp(name: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("vort-cli-exp-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&p);
     p
-}
-
-fn assert_one_line_error(out: &Output) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
-    assert_eq!(stderr.lines().count(), 1, "stderr: {stderr}");
-    assert!(stderr.starts_with("error:") && !stderr.contains("panicked"));
 }
 
 #[test]
@@ -54,19 +42,25 @@ fn tiny_run_trains_evaluates_and_refuses_to_overwrite() {
 
     // A fresh run into a directory that holds one, and a resume that names another run.
     let checkpoint = std::fs::read(dir.join("checkpoint.safetensors")).unwrap();
-    assert_one_line_error(&vort(&[
-        "train", "--task", "zipf", "--memory", "vort", "--config", TINY, "--out", d,
-    ]));
-    assert_one_line_error(&vort(&[
-        "train",
-        "--task",
-        "label-copy",
-        "--memory",
-        "vort",
-        "--resume",
-        "--out",
-        d,
-    ]));
+    assert_one_line_error(
+        &vort(&[
+            "train", "--task", "zipf", "--memory", "vort", "--config", TINY, "--out", d,
+        ]),
+        2,
+    );
+    assert_one_line_error(
+        &vort(&[
+            "train",
+            "--task",
+            "label-copy",
+            "--memory",
+            "vort",
+            "--resume",
+            "--out",
+            d,
+        ]),
+        2,
+    );
     assert_eq!(
         std::fs::read(dir.join("checkpoint.safetensors")).unwrap(),
         checkpoint
@@ -76,27 +70,30 @@ fn tiny_run_trains_evaluates_and_refuses_to_overwrite() {
 
 #[test]
 fn bad_names_configs_and_runs_exit_2() {
-    assert_one_line_error(&vort(&["train", "--task", "bogus", "--memory", "vort"]));
-    assert_one_line_error(&vort(&["train", "--task", "zipf", "--memory", "lstm"]));
+    assert_one_line_error(&vort(&["train", "--task", "bogus", "--memory", "vort"]), 2);
+    assert_one_line_error(&vort(&["train", "--task", "zipf", "--memory", "lstm"]), 2);
 
     let dir = tmp("bad");
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("bad.toml");
     std::fs::write(&cfg, "seed = 1\nbogus_field = 3\n").unwrap();
     let out = dir.join("run");
-    assert_one_line_error(&vort(&[
-        "train",
-        "--task",
-        "zipf",
-        "--memory",
-        "vort",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]));
+    assert_one_line_error(
+        &vort(&[
+            "train",
+            "--task",
+            "zipf",
+            "--memory",
+            "vort",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        2,
+    );
     assert!(!out.exists(), "nothing is created for a bad config");
-    assert_one_line_error(&vort(&["eval", "--run", out.to_str().unwrap()]));
+    assert_one_line_error(&vort(&["eval", "--run", out.to_str().unwrap()]), 2);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -126,7 +123,7 @@ fn books_without_data_and_conflicting_scales_are_refused() {
         "--out",
         run.to_str().unwrap(),
     ]);
-    assert_one_line_error(&o);
+    assert_one_line_error(&o, 2);
     assert!(String::from_utf8_lossy(&o.stderr).contains("vort data fetch books"));
     assert!(!run.exists(), "nothing may be written");
     let out = tmp("books-repro");
@@ -139,9 +136,9 @@ fn books_without_data_and_conflicting_scales_are_refused() {
         "--out",
         out.to_str().unwrap(),
     ]);
-    assert_one_line_error(&o);
+    assert_one_line_error(&o, 2);
     assert!(!out.exists(), "nothing may be written");
-    assert_one_line_error(&vort(&["reproduce", "--quick", "--full"]));
-    assert_one_line_error(&vort(&["reproduce", "--medium", "--full"]));
-    assert_one_line_error(&vort(&["reproduce", "everything"]));
+    assert_one_line_error(&vort(&["reproduce", "--quick", "--full"]), 2);
+    assert_one_line_error(&vort(&["reproduce", "--medium", "--full"]), 2);
+    assert_one_line_error(&vort(&["reproduce", "everything"]), 2);
 }

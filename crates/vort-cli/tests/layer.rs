@@ -2,16 +2,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+
+mod common;
+
+use common::{assert_one_line_error, vort};
 
 use vort::st::{self, Precision};
-
-fn vort(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vort"))
-        .args(args)
-        .output()
-        .expect("vort runs")
-}
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("vort-cli-{}-{name}", std::process::id()))
@@ -50,15 +46,6 @@ fn read_y(path: &Path) -> (Vec<usize>, Vec<f64>) {
     let mut file = st::read(path).unwrap();
     let y = file.take("y").unwrap();
     (y.shape, y.data)
-}
-
-fn assert_one_line_error(out: &Output, code: i32) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(code), "stderr: {stderr}");
-    assert_eq!(stderr.lines().count(), 1, "stderr: {stderr}");
-    assert!(stderr.starts_with("error:"), "stderr: {stderr}");
-    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"));
-    assert!(out.stdout.is_empty());
 }
 
 /// The three forms on one file: chunked and recurrent share the SOE kernel (agree to f32

@@ -103,7 +103,7 @@ fn probe_quick_preset() {
 }
 
 #[test]
-#[ignore = "the quick reproduction (~15 min on 2 cores): REPRO_OUT=dir"]
+#[ignore = "the quick reproduction (~18 min on 2 cores): REPRO_OUT=dir"]
 fn quick_reproduction() {
     let out = std::env::var("REPRO_OUT").unwrap_or_else(|_| "results/synthetic-quick".into());
     let rep = reproduce::run(Scale::Quick, std::path::Path::new(&out)).unwrap();

@@ -1,0 +1,34 @@
+//! Helpers shared by the binary's end-to-end tests.
+
+use std::process::{Command, Output};
+
+/// Runs the `vort` binary with `args` (backtrace variables cleared, so an error's stderr is
+/// what a user sees).
+pub fn vort(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vort"))
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .output()
+        .expect("the vort binary runs")
+}
+
+/// Exit status `code`, nothing on stdout, exactly one stderr line, `error: <message>`, and no
+/// panic or backtrace; returns stderr.
+pub fn assert_one_line_error(out: &Output, code: i32) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "stderr {stderr:?}");
+    assert!(
+        out.stdout.is_empty(),
+        "stdout {:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr:?}");
+    assert!(lines[0].starts_with("error: "), "{stderr:?}");
+    assert!(lines[0].len() > "error: ".len() + 5, "{stderr:?}");
+    for bad in ["panicked", "backtrace", "RUST_BACKTRACE", "internal error"] {
+        assert!(!stderr.contains(bad), "{stderr:?}");
+    }
+    stderr
+}

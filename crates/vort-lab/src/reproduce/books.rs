@@ -190,10 +190,12 @@ pub fn run_plan(
     progress: bool,
 ) -> Result<BooksReport, TrainError> {
     let t0 = std::time::Instant::now();
-    // fail before writing anything when the books are missing or corrupt
-    if let Some(c) = runs.first() {
-        BookCorpus::open(&c.task)?;
-    }
+    // fail before writing anything when the books are missing or corrupt; the corpus is
+    // kept for the streaming evaluation (the runs of a plan share one data directory)
+    let corpus = match runs.first() {
+        Some(c) => Some(BookCorpus::open(&c.task)?),
+        None => None,
+    };
     std::fs::create_dir_all(out_dir).map_err(|e| train::checkpoint::io(out_dir, e))?;
     if let Some(c) = runs.first() {
         record_data(Path::new(&c.task.data_dir), out_dir)?;
@@ -260,7 +262,10 @@ pub fn run_plan(
             }),
         });
     }
-    let streams = streams(runs, out_dir, stream_bytes, progress)?;
+    let streams = match &corpus {
+        Some(corpus) => streams(runs, corpus, out_dir, stream_bytes, progress)?,
+        None => Vec::new(),
+    };
     plots(&results, &streams, out_dir)?;
     let stripped = results
         .iter()
@@ -312,9 +317,11 @@ fn record_data(data_dir: &Path, out_dir: &Path) -> Result<(), TrainError> {
     train::checkpoint::write_atomic(&out_dir.join("lexicon_sources.json"), text.as_bytes())
 }
 
-/// Streams the first test book through the seed-0 model of each kind in [`STREAMED`].
+/// Streams the first test book of `corpus` through the seed-0 model of each kind in
+/// [`STREAMED`].
 fn streams(
     runs: &[RunConfig],
+    corpus: &BookCorpus,
     out_dir: &Path,
     max_bytes: usize,
     progress: bool,
@@ -324,7 +331,6 @@ fn streams(
         .iter()
         .filter(|c| c.seed == 0 && STREAMED.contains(&c.model.memory))
     {
-        let corpus = BookCorpus::open(&c.task)?;
         let book = &corpus.test_books()[0];
         let text = &book.bytes[..book.bytes.len().min(max_bytes)];
         let (_, model, _vm) = train::eval::load_model(&super::run_dir(out_dir, c))?;

@@ -365,6 +365,9 @@ fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor, ModelError> {
 }
 
 impl Model {
+    /// Name of the bigram table in the VarMap (the trainer gives it its own learning rate).
+    pub const BIGRAM_PARAM: &'static str = "bigram";
+
     /// Builds the model for a vocabulary of `vocab` tokens and sequences of `seq_len`.
     ///
     /// # Errors
@@ -394,7 +397,7 @@ impl Model {
             None
         };
         let bigram = if cfg.uses_entropy() {
-            Some(param(vm, "bigram", mat(vocab, vocab, 0.0)?)?)
+            Some(param(vm, Self::BIGRAM_PARAM, mat(vocab, vocab, 0.0)?)?)
         } else {
             None
         };

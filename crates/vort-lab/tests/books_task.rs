@@ -129,3 +129,43 @@ fn a_split_without_a_long_enough_book_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn evaluation_scores_each_test_window_once() {
+    use std::sync::Arc;
+    use vort_lab::model::{MemoryKind, Model};
+    use vort_lab::tasks::{Source, TaskConfig, TaskKind};
+    use vort_lab::train::{eval, RunConfig};
+    let t = 99; // 10 test windows of 100 bytes (see above)
+    let mut cfg = RunConfig {
+        task: TaskConfig {
+            kind: TaskKind::Books,
+            seq_len: t,
+            ..TaskConfig::default()
+        },
+        ..RunConfig::default()
+    };
+    cfg.model.memory = MemoryKind::Exponential;
+    cfg.model.d_model = 8;
+    cfg.model.layers = 1;
+    cfg.model.heads = 1;
+    cfg.model.head_dim = 8;
+    cfg.model.features = 8;
+    cfg.model.chunk = 16;
+    let source = Source::Books(cfg.task.clone(), Arc::new(corpus(t)));
+    assert_eq!(source.eval_len(), Some(10));
+    let dev = candle_core::Device::Cpu;
+    let vm = candle_nn::VarMap::new();
+    let model = Model::new(&cfg.model, 256, t, 0, &vm, &dev).unwrap();
+    for (asked, scored) in [(3, 3), (10, 10), (1000, 10)] {
+        cfg.train.eval_sequences = asked;
+        let r = eval::evaluate(&model, &source, &cfg, 0, &dev).unwrap();
+        assert_eq!(r.sequences, scored, "asked {asked}");
+        let bytes: usize = r.buckets.iter().map(|b| b.n).sum();
+        assert_eq!(
+            bytes,
+            scored * t,
+            "asked {asked}: every byte of a window is scored"
+        );
+    }
+}

@@ -252,3 +252,57 @@ fn schedule_and_clipping() {
     let (_, f) = vort_lab::train::optim::clip_factor(&g, &[&v], 10.0).unwrap();
     assert_eq!(f, 1.0);
 }
+
+#[test]
+fn per_parameter_learning_rate_scale_multiplies_the_step() {
+    use candle_core::{Device, Var};
+    use vort_lab::train::optim::{AdamParams, AdamW};
+    let dev = Device::Cpu;
+    let init = [0.5f32, -1.25, 2.0];
+    let a = Var::new(&init, &dev).unwrap();
+    let b = Var::new(&init, &dev).unwrap();
+    // the same gradient (1, -2, 3) on both
+    let c = candle_core::Tensor::new(&[1.0f32, -2.0, 3.0], &dev).unwrap();
+    let loss = ((a.as_tensor() * &c).unwrap().sum_all().unwrap()
+        + (b.as_tensor() * &c).unwrap().sum_all().unwrap())
+    .unwrap();
+    let grads = loss.backward().unwrap();
+    let params = AdamParams {
+        beta1: 0.9,
+        beta2: 0.99,
+        eps: 1e-8,
+        weight_decay: 0.0,
+    };
+    let mut opt = AdamW::new(
+        vec![("a".into(), a.clone()), ("b".into(), b.clone())],
+        params,
+        |name| if name == "b" { 7.0 } else { 1.0 },
+    )
+    .unwrap();
+    opt.step(&grads, 1e-3, 1.0).unwrap();
+    let da: Vec<f32> = a.as_tensor().to_vec1().unwrap();
+    let db: Vec<f32> = b.as_tensor().to_vec1().unwrap();
+    for i in 0..3 {
+        let (sa, sb) = (init[i] - da[i], init[i] - db[i]);
+        // Adam's first step is lr · sign(g) (bias-corrected m̂/√v̂ = g/|g|)
+        assert!((sa.abs() - 1e-3).abs() < 1e-6, "{sa}");
+        assert!((sb - 7.0 * sa).abs() < 1e-6, "{sb} vs 7 × {sa}");
+    }
+}
+
+#[test]
+fn bigram_learning_rate_scale_is_validated() {
+    let c = RunConfig::from_toml("seed = 1\n[train]\nsteps = 3\n", "partial.toml").unwrap();
+    assert_eq!(
+        c.train.bigram_lr_scale,
+        TrainConfig::default().bigram_lr_scale
+    );
+    for bad in ["0.0", "-1.0", "nan", "inf"] {
+        let text = format!("seed = 1\n[train]\nbigram_lr_scale = {bad}\n");
+        let err = match RunConfig::from_toml(&text, "bad.toml") {
+            Ok(c) => c.validate().unwrap_err(),
+            Err(e) => e,
+        };
+        assert!(err.to_string().contains("bigram_lr_scale"), "{bad}: {err}");
+    }
+}

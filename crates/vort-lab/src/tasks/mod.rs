@@ -485,6 +485,15 @@ impl Source {
         }
     }
 
+    /// How many distinct held-out sequences there are: the books' test windows (they tile the
+    /// test books), `None` for the synthetic tasks (generated without end).
+    pub fn eval_len(&self) -> Option<usize> {
+        match self {
+            Source::Synthetic(_) => None,
+            Source::Books(c, corpus) => Some(corpus.test_windows(c.seq_len)),
+        }
+    }
+
     /// Sequence `index` of `stream` under `seed`.
     pub fn sample(&self, seed: u64, stream: Stream, index: u64) -> Sample {
         match self {

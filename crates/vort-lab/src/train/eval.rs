@@ -172,7 +172,8 @@ fn row_nll(logits: &Tensor, targets: &[u32]) -> Result<Vec<f64>, TrainError> {
     Ok(picked.into_iter().map(|x| -f64::from(x)).collect())
 }
 
-/// Evaluates `model` on `train.eval_sequences` held-out sequences of `source`.
+/// Evaluates `model` on `train.eval_sequences` held-out sequences of `source` (at most the
+/// source's distinct ones: books' test windows are not scored twice).
 ///
 /// # Errors
 /// candle errors.
@@ -183,7 +184,9 @@ pub fn evaluate(
     step: u64,
     device: &Device,
 ) -> Result<EvalResult, TrainError> {
-    let n_seq = cfg.train.eval_sequences;
+    let n_seq = source.eval_len().map_or(cfg.train.eval_sequences, |n| {
+        n.min(cfg.train.eval_sequences)
+    });
     let bs = cfg.train.batch_size.max(1);
     let buckets = cfg.task.buckets();
     // books: the "lag" is the context length, up to seq_len

@@ -159,6 +159,13 @@ pub struct TrainConfig {
     pub entity_aux_weight: f64,
     /// Weight of the bigram predictor's next-token loss (VORT with an entropy router).
     pub bigram_weight: f64,
+    /// Multiplier of the learning rate for the bigram table. Adam moves each parameter by at
+    /// most about lr per step, and a table of logits must travel several units: at lr 3e-3 the
+    /// byte bigram's cross-entropy was still 4.9 nats (uniform: 5.5) after 145 steps, so its
+    /// entropy, the router's input, was nearly the same at every token. (Runs whose
+    /// config.toml lacks this field were trained with 1; reproductions retrain them, since
+    /// their saved config no longer matches.)
+    pub bigram_lr_scale: f64,
 }
 
 impl Default for TrainConfig {
@@ -179,6 +186,7 @@ impl Default for TrainConfig {
             eval_sequences: 64,
             entity_aux_weight: 0.1,
             bigram_weight: 1.0,
+            bigram_lr_scale: 30.0,
         }
     }
 }
@@ -250,6 +258,9 @@ impl RunConfig {
         }
         if !(t.lr > 0.0 && t.lr.is_finite() && (0.0..=1.0).contains(&t.min_lr_ratio)) {
             return bad("train.lr must be > 0 and min_lr_ratio in [0, 1]");
+        }
+        if !(t.bigram_lr_scale > 0.0 && t.bigram_lr_scale.is_finite()) {
+            return bad("train.bigram_lr_scale must be a finite number > 0");
         }
         if !(0.0..1.0).contains(&t.beta1) || !(0.0..1.0).contains(&t.beta2) {
             return bad("train.beta1 and beta2 must be in [0, 1)");
@@ -449,6 +460,13 @@ impl Trainer {
                 beta2: t.beta2,
                 eps: t.adam_eps,
                 weight_decay: t.weight_decay,
+            },
+            |name| {
+                if name == Model::BIGRAM_PARAM {
+                    t.bigram_lr_scale
+                } else {
+                    1.0
+                }
             },
         )?;
         Ok(Trainer {

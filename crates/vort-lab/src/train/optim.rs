@@ -30,6 +30,10 @@ pub struct Slot {
     pub m: Tensor,
     /// Second moment.
     pub v: Tensor,
+    /// Multiplier of the learning rate for this parameter (1 for most; the bigram table has
+    /// `train.bigram_lr_scale`). Derived from the name and config, so a checkpoint need not
+    /// hold it.
+    pub lr_scale: f64,
 }
 
 /// AdamW over named parameters, in name order (deterministic).
@@ -43,18 +47,30 @@ pub struct AdamW {
 }
 
 impl AdamW {
-    /// Zero moments for every (name, var).
+    /// Zero moments for every (name, var); `lr_scale(name)` multiplies that parameter's
+    /// learning rate.
     ///
     /// # Errors
     /// candle allocation errors.
-    pub fn new(mut vars: Vec<(String, Var)>, params: AdamParams) -> candle_core::Result<Self> {
+    pub fn new(
+        mut vars: Vec<(String, Var)>,
+        params: AdamParams,
+        lr_scale: impl Fn(&str) -> f64,
+    ) -> candle_core::Result<Self> {
         vars.sort_by(|a, b| a.0.cmp(&b.0));
         let slots = vars
             .into_iter()
             .map(|(name, var)| {
                 let m = var.as_tensor().zeros_like()?;
                 let v = var.as_tensor().zeros_like()?;
-                Ok(Slot { name, var, m, v })
+                let lr_scale = lr_scale(&name);
+                Ok(Slot {
+                    name,
+                    var,
+                    m,
+                    v,
+                    lr_scale,
+                })
             })
             .collect::<candle_core::Result<_>>()?;
         Ok(AdamW {
@@ -89,6 +105,7 @@ impl AdamW {
             let v = ((&s.v * p.beta2)? + (g.sqr()? * (1.0 - p.beta2))?)?;
             let m_hat = (&m * scale_m)?;
             let v_hat = (&v * scale_v)?;
+            let lr = lr * s.lr_scale;
             let theta = (s.var.as_tensor() * (1.0 - lr * p.weight_decay))?;
             let upd = (m_hat / (v_hat.sqrt()? + p.eps)?)?;
             s.var.set(&(theta - (upd * lr)?)?)?;

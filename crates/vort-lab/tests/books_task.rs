@@ -131,7 +131,7 @@ fn a_split_without_a_long_enough_book_is_refused() {
 }
 
 #[test]
-fn evaluation_scores_each_test_window_once() {
+fn evaluation_scores_each_test_window_once_and_by_book() {
     use std::sync::Arc;
     use vort_lab::model::{MemoryKind, Model};
     use vort_lab::tasks::{Source, TaskConfig, TaskKind};
@@ -167,5 +167,15 @@ fn evaluation_scores_each_test_window_once() {
             scored * t,
             "asked {asked}: every byte of a window is scored"
         );
+        // by book: windows 0-6 are book c's, 7-9 book d's
+        let by_book: Vec<(&str, usize)> =
+            r.per_book.iter().map(|b| (b.label.as_str(), b.n)).collect();
+        let want: Vec<(&str, usize)> = match scored {
+            3 => vec![("c", 3 * t)],
+            _ => vec![("c", 7 * t), ("d", 3 * t)],
+        };
+        assert_eq!(by_book, want, "asked {asked}");
+        let pooled: f64 = r.per_book.iter().map(|b| b.nll * b.n as f64).sum::<f64>() / bytes as f64;
+        assert!((pooled - r.loss).abs() < 1e-9, "{pooled} vs {}", r.loss);
     }
 }

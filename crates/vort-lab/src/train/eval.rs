@@ -99,6 +99,10 @@ pub struct EvalResult {
     pub lag_bins: Vec<LagAccuracy>,
     /// Orders α (VORT only).
     pub alpha: Option<AlphaSample>,
+    /// Books: every scored byte by test book (label: the title; lags 1..=T), in the order
+    /// scored. Empty for the synthetic tasks (and in files written before it existed).
+    #[serde(default)]
+    pub per_book: Vec<LagAccuracy>,
 }
 
 impl EvalResult {
@@ -203,6 +207,7 @@ pub fn evaluate(
     let mut bin_tally = vec![Tally::default(); bins.len()];
     let mut bucket_tally = vec![Tally::default(); buckets.len()];
     let mut total = Tally::default();
+    let mut group_tally: Vec<(String, Tally)> = Vec::new();
     let (mut mem, mut func, mut oth) = (
         AlphaClass::default(),
         AlphaClass::default(),
@@ -221,7 +226,24 @@ pub fn evaluate(
         let pred: Vec<u32> = logits.argmax(D::Minus1)?.to_vec1()?;
         let targets: Vec<u32> = pos.iter().map(|&p| batch.targets[p]).collect();
         let nll = row_nll(&logits, &targets)?;
+        // the group (test book) of each sequence of the batch
+        let groups: Vec<Option<usize>> = (0..b)
+            .map(|i| {
+                source.eval_group((done + i) as u64).map(|g| {
+                    match group_tally.iter().position(|(name, _)| name == g) {
+                        Some(j) => j,
+                        None => {
+                            group_tally.push((g.to_string(), Tally::default()));
+                            group_tally.len() - 1
+                        }
+                    }
+                })
+            })
+            .collect();
         for (k, &p) in pos.iter().enumerate() {
+            if let Some(g) = groups[p / batch.t] {
+                group_tally[g].1.add(pred[k] == targets[k], nll[k]);
+            }
             let lag = batch.lags[p] as usize;
             let ok = pred[k] == targets[k];
             total.add(ok, nll[k]);
@@ -285,6 +307,10 @@ pub fn evaluate(
         } else {
             None
         },
+        per_book: group_tally
+            .iter()
+            .map(|(name, t)| t.row(name.clone(), 1, max_lag))
+            .collect(),
     })
 }
 

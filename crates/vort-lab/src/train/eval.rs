@@ -176,6 +176,24 @@ fn row_nll(logits: &Tensor, targets: &[u32]) -> Result<Vec<f64>, TrainError> {
     Ok(picked.into_iter().map(|x| -f64::from(x)).collect())
 }
 
+/// Doubling lag bins [1,1], [2,3], [4,7], ... covering 1..=`max_lag`. When `max_lag` is a
+/// power of two the bin [max_lag, max_lag] would hold one byte per books window (a noisy
+/// last point on every BPC curve), so it joins the bin before it.
+pub fn doubling_bins(max_lag: usize) -> Vec<(usize, usize)> {
+    let mut bins = Vec::new();
+    let mut lo = 1;
+    while lo <= max_lag {
+        let hi = if 2 * lo == max_lag {
+            max_lag
+        } else {
+            (2 * lo - 1).min(max_lag)
+        };
+        bins.push((lo, hi));
+        lo = hi + 1;
+    }
+    bins
+}
+
 /// Evaluates `model` on `train.eval_sequences` held-out sequences of `source` (at most the
 /// source's distinct ones: books' test windows are not scored twice).
 ///
@@ -198,12 +216,7 @@ pub fn evaluate(
         crate::tasks::TaskKind::Books => cfg.task.seq_len,
         _ => cfg.task.max_lag,
     };
-    let mut bins: Vec<(usize, usize)> = Vec::new();
-    let mut lo = 1;
-    while lo <= max_lag {
-        bins.push((lo, (2 * lo - 1).min(max_lag)));
-        lo *= 2;
-    }
+    let bins = doubling_bins(max_lag);
     let mut bin_tally = vec![Tally::default(); bins.len()];
     let mut bucket_tally = vec![Tally::default(); buckets.len()];
     let mut total = Tally::default();
@@ -357,6 +370,26 @@ pub fn load_model(run_dir: &Path) -> Result<(RunConfig, Model, VarMap), TrainErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bins tile 1..=max_lag without gaps, double, and never end in a one-lag bin.
+    #[test]
+    fn doubling_bins_tile_the_lags() {
+        assert_eq!(doubling_bins(1), vec![(1, 1)]);
+        assert_eq!(doubling_bins(2), vec![(1, 2)]);
+        assert_eq!(doubling_bins(8), vec![(1, 1), (2, 3), (4, 8)]);
+        assert_eq!(doubling_bins(10), vec![(1, 1), (2, 3), (4, 7), (8, 10)]);
+        for max_lag in [3, 7, 2000, 2048, 8191, 8192, 8193] {
+            let b = doubling_bins(max_lag);
+            assert_eq!(b[0].0, 1);
+            assert_eq!(b.last().unwrap().1, max_lag);
+            assert!(
+                b.windows(2).all(|w| w[1].0 == w[0].1 + 1),
+                "{max_lag}: {b:?}"
+            );
+            let last = b.last().unwrap();
+            assert!(max_lag < 2 || last.1 > last.0, "{max_lag}: {b:?}");
+        }
+    }
 
     /// An empty bin (NaN accuracy and cross-entropy) survives a JSON round trip.
     #[test]

@@ -68,7 +68,7 @@ pub fn preset(scale: Scale, memory: MemoryKind, seed: u64, data_dir: &str) -> Ru
                 checkpoint_every: 25,
                 log_every: 5,
                 // quick: 8 windows (64 KiB of the first test book); medium: more than the
-                // test books hold (176 windows), so every test byte is scored (~1.4 MB)
+                // test books hold (176 windows), so every test window is scored (~1.4 MB)
                 eval_sequences: if scale == Scale::Medium { 1000 } else { 8 },
                 ..TrainConfig::default()
             };
@@ -144,7 +144,7 @@ pub struct BooksRow {
     pub paper_long: Option<f64>,
     /// Per context bucket (label, mean bits/char, sample sd).
     pub buckets: Vec<(String, f64, f64)>,
-    /// Mean BPC over every test byte.
+    /// Mean BPC over every scored test byte.
     pub overall: f64,
     /// Mean training throughput (bytes/s).
     pub tokens_per_s: f64,

@@ -254,12 +254,12 @@ pub fn evaluate(
             })
             .collect();
         for (k, &p) in pos.iter().enumerate() {
-            if let Some(g) = groups[p / batch.t] {
-                group_tally[g].1.add(pred[k] == targets[k], nll[k]);
-            }
             let lag = batch.lags[p] as usize;
             let ok = pred[k] == targets[k];
             total.add(ok, nll[k]);
+            if let Some(g) = groups[p / batch.t] {
+                group_tally[g].1.add(ok, nll[k]);
+            }
             bucket_tally[bucket_in(buckets, lag)].add(ok, nll[k]);
             if let Some(i) = bins.iter().position(|&(lo, hi)| lag >= lo && lag <= hi) {
                 bin_tally[i].add(ok, nll[k]);

@@ -1,8 +1,10 @@
 //! AdamW with inspectable state, the learning-rate schedule and global-norm gradient clipping.
 //!
 //! The update is candle-nn's `AdamW::step` line for line (decoupled weight decay,
-//! bias-corrected moments); it is re-implemented here only because candle-nn keeps the moment
-//! estimates private, and a checkpoint must hold them for an exact resume.
+//! bias-corrected moments), with one addition: a per-parameter learning-rate multiplier (the
+//! bigram table's logits must move far faster than the network's weights). It is
+//! re-implemented here because candle-nn keeps the moment estimates private, and a checkpoint
+//! must hold them for an exact resume.
 
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};

@@ -8,23 +8,31 @@
 //! Construction (R1 generalised over a):
 //! - one trapezoid step h = min_a h_R1(a, eps) and the union of the R1 node ranges, so each
 //!   order gets its own R1 trapezoid weights c_k(a) = h G_a(x_k) on a common grid;
-//! - the slow tail {k < k_bot} of every order is compressed onto [`TAIL_NODES_V`] fixed nodes
-//!   (v = u / u_{k_bot-1}; v = 0 is the non-decaying mode, which carries all of a = 1) whose
-//!   weights match the first four moments of that order's tail measure (exact for cubics, the
-//!   same degree as R1's 2-point Gauss rule);
+//! - the slow tail {k < k_bot} of every order is split onto M fixed tail nodes (every gap-th
+//!   trapezoid index below k_bot) and u = 0, the non-decaying mode that carries all of a = 1.
+//!   Each slow node's weight goes to its two neighbouring tail nodes, keeping its mass and first
+//!   moment (see `Layout::weights`). Every weight is therefore >= 0 for every a, like the GL
+//!   kernel's own Laplace measure: the kernel is positive and decreasing at every lag, also
+//!   past the horizon. (The earlier 4-moment fit on fixed nodes had negative weights, and its
+//!   kernel turned negative at lags of ~11-18 T.) (k_bot, gap, M) are searched, fewest nodes
+//!   first, until the certificate passes;
 //! - c_s(a) is a closed form at every a (no interpolation error): the trapezoid weights are
-//!   h G_a(x_k) and the tail weights solve a 4x4 moment system. It is tabulated on a uniform
-//!   a-grid for reports, and certified at every grid order and every midpoint. (Linear
-//!   interpolation of a table was tried first: c_k(a) ∝ e^((1-a) x_k) varies with rate |x_k| ~ 15
-//!   in a, so a table fine enough for eps = 1e-4 at T = 1e5 needs thousands of orders.)
+//!   h G_a(x_k) and the tail weights are fixed positive combinations of them (plus the
+//!   closed-form geometric remainder). It is tabulated on a uniform a-grid for reports, and
+//!   certified at every grid order and every midpoint. (Linear interpolation of a table was
+//!   tried first: c_k(a) ∝ e^((1-a) x_k) varies with rate |x_k| ~ 15 in a, so a table fine enough for eps = 1e-4 at T = 1e5 needs thousands of orders.)
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{check_order, MathError};
-use crate::soe::{self, Certificate, SoeTerm, TailMeasure};
+use crate::soe::{self, Certificate, SoeTerm};
 
-/// Fixed tail nodes in the scaled variable v = u / u_{k_bot - 1}.
-pub const TAIL_NODES_V: [f64; 4] = [0.0, 0.05, 0.3, 0.8];
+/// Index gaps between the positive tail nodes tried by [`SharedSoe::build`].
+pub const TAIL_GAPS: [i64; 6] = [1, 2, 3, 4, 6, 8];
+/// Most positive tail nodes tried.
+pub const MAX_TAIL_NODES: usize = 12;
+/// Most trapezoid nodes tried below single-order R1's lowest k_bot.
+pub const MAX_EXTRA_TRAPEZOID: i64 = 40;
 /// Orders in the table and the certificate (their midpoints are certified too).
 pub const GRID_POINTS: usize = 33;
 
@@ -43,8 +51,12 @@ pub struct SharedSoe {
     pub nodes_u: Vec<f64>,
     /// Trapezoid node indices k_bot..=k_top (x_k = k h).
     pub k_top: i64,
-    /// Lowest trapezoid node; every slower node is folded into the tail nodes.
+    /// Lowest trapezoid node; every slower node is split onto the tail nodes.
     pub k_bot: i64,
+    /// The positive tail nodes sit at trapezoid indices k_bot - 1 - m·gap, m < tail_nodes.
+    pub tail_gap: i64,
+    /// Positive tail nodes M; the last node, u = 0, comes on top of them.
+    pub tail_nodes: usize,
     /// Uniform a-grid on [δ, 1] where the weights are tabulated and certified.
     pub alpha_grid: Vec<f64>,
     /// c_s(a) at each grid point: `weights[i][s]` for a = alpha_grid[i] (exact values; use
@@ -86,20 +98,29 @@ impl SharedSoe {
             .map(|&a| soe::r1_k_bot(a, horizon, eps, h, k_top))
             .min()
             .unwrap_or(k_top);
+        // Candidate layouts (k_bot, gap, M), fewest nodes first: the positive tail split is
+        // cruder than R1's per-order Gauss rule, so the search may trade trapezoid nodes for
+        // tail nodes either way. The quick check filters; the certificate decides.
+        let mut layouts: Vec<Layout> = Vec::new();
+        for k_bot in (r1_bot - MAX_EXTRA_TRAPEZOID)..=k_top {
+            for gap in TAIL_GAPS {
+                for tail in 1..=MAX_TAIL_NODES {
+                    layouts.push(Layout {
+                        h,
+                        k_top,
+                        k_bot,
+                        gap,
+                        tail,
+                        horizon,
+                    });
+                }
+            }
+        }
+        // Fewest nodes first; among equals, the most trapezoid nodes (the finer tail) first.
+        layouts.sort_by_key(|l| (l.len(), std::cmp::Reverse(l.n_trap()), l.gap));
         let mut best = f64::INFINITY;
-        // Fixed tail nodes are cruder than per-order Gauss nodes: lower k_bot (more trapezoid
-        // nodes) until the quick check passes on the grid, then certify grid and midpoints.
-        for k_bot in (r1_bot - 40..=r1_bot).rev() {
-            let layout = Layout {
-                h,
-                k_top,
-                k_bot,
-                horizon,
-            };
-            let quick = grid
-                .iter()
-                .map(|&a| soe::quick_check(&layout.terms(a), a, horizon))
-                .fold(0.0, f64::max);
+        for layout in layouts {
+            let quick = quick_check_grid(&layout, &grid, eps);
             if quick > eps {
                 best = best.min(quick);
                 continue;
@@ -110,7 +131,9 @@ impl SharedSoe {
                 eps,
                 step: h,
                 k_top,
-                k_bot,
+                k_bot: layout.k_bot,
+                tail_gap: layout.gap,
+                tail_nodes: layout.tail,
                 nodes_u: layout.nodes_u(),
                 weights: grid.iter().map(|&a| layout.weights(a)).collect(),
                 alpha_grid: grid.clone(),
@@ -160,6 +183,8 @@ impl SharedSoe {
             h: self.step,
             k_top: self.k_top,
             k_bot: self.k_bot,
+            gap: self.tail_gap,
+            tail: self.tail_nodes,
             horizon: self.horizon,
         }
     }
@@ -280,17 +305,49 @@ pub fn uniform_grid(delta: f64, n: usize) -> Vec<f64> {
         .collect()
 }
 
-/// The shared node layout: trapezoid nodes k_bot..=k_top (fastest first), then the tail nodes.
+/// The quick check of a layout over the grid orders, stopping at the first order above eps.
+fn quick_check_grid(layout: &Layout, grid: &[f64], eps: f64) -> f64 {
+    let mut worst: f64 = 0.0;
+    // the ends of the grid are the hardest orders: check them first
+    let n = grid.len();
+    let order = [0, n - 2, n / 2].into_iter().chain(0..n);
+    for i in order {
+        let a = grid[i];
+        let e = soe::quick_check(&layout.terms(a), a, layout.horizon);
+        worst = worst.max(if e.is_nan() { f64::INFINITY } else { e });
+        if worst > eps {
+            break;
+        }
+    }
+    worst
+}
+
+/// The shared node layout: trapezoid nodes k_bot..=k_top, then the tail nodes u_{k_bot-1},
+/// u_{k_bot-1-g}, …, u_{k_bot-1-(M-1)g} and u = 0; fastest first throughout.
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Layout {
     h: f64,
     k_top: i64,
     k_bot: i64,
+    /// Tail nodes sit on every `gap`-th trapezoid index below k_bot.
+    gap: i64,
+    /// Positive tail nodes M (the u = 0 node comes on top).
+    tail: usize,
     horizon: u64,
 }
 
 impl Layout {
-    fn umax(&self) -> f64 {
-        ((self.k_bot - 1) as f64 * self.h).exp()
+    fn n_trap(&self) -> usize {
+        (self.k_top - self.k_bot + 1) as usize
+    }
+
+    fn len(&self) -> usize {
+        self.n_trap() + self.tail + 1
+    }
+
+    /// Trapezoid indices of the positive tail nodes, fastest first.
+    fn tail_indices(&self) -> impl Iterator<Item = i64> + '_ {
+        (0..self.tail as i64).map(move |m| self.k_bot - 1 - m * self.gap)
     }
 
     fn nodes_u(&self) -> Vec<f64> {
@@ -298,26 +355,76 @@ impl Layout {
             .rev()
             .map(|k| (k as f64 * self.h).exp())
             .collect();
-        u.extend(TAIL_NODES_V.iter().map(|v| v * self.umax()));
+        u.extend(self.tail_indices().map(|k| (k as f64 * self.h).exp()));
+        u.push(0.0);
         u
     }
 
-    /// c_s(a): R1 trapezoid weights, then tail weights matching moments 0..=3 of the tail.
+    /// c_s(a) >= 0: the R1 trapezoid weights h G_a(x_k) on k_bot..=k_top, then the slow tail
+    /// {k < k_bot} split onto the tail nodes.
+    ///
+    /// Each slow node u_k lying between two neighbouring tail nodes v_lo < u_k <= v_hi gives
+    /// them θ c_k and (1 - θ) c_k with θ v_lo + (1 - θ) v_hi = u_k: a positive split that keeps
+    /// the mass and the first moment of the tail measure exactly, for every a. Since
+    /// u -> e^(-u j) is convex, the split over-weights each slow node by at most
+    /// j² (v_hi - v_lo)² / 8 relative, which the builder's search over (k_bot, gap, M) keeps
+    /// below eps on [1, T]. Below the explicit nodes the geometric remainder (moments in closed
+    /// form, as in R1) goes to u = 0 and the slowest positive tail node the same way.
+    ///
+    /// This replaces the earlier 4-moment fit on fixed nodes, whose weights went negative and
+    /// turned the kernel negative at lags beyond ~11 T. The weights are positive, so the kernel
+    /// is completely monotone at every lag, inside the horizon or not.
     fn weights(&self, a: f64) -> Vec<f64> {
-        let n_trap = (self.k_top - self.k_bot + 1) as usize;
+        let n_trap = self.n_trap();
+        let mut c = vec![0.0; self.len()];
         if a >= 1.0 {
-            // w_j = 1: all the mass sits on the non-decaying node v = 0.
-            let mut c = vec![0.0; n_trap + TAIL_NODES_V.len()];
-            c[n_trap] = 1.0;
+            // w_j = 1: all the mass sits on the non-decaying node u = 0.
+            c[self.len() - 1] = 1.0;
             return c;
         }
-        let mut c: Vec<f64> = (self.k_bot..=self.k_top)
-            .rev()
-            .map(|k| self.h * soe::laplace_density(a, k as f64 * self.h))
-            .collect();
-        let tail = TailMeasure::below(a, self.horizon, self.h, self.k_bot);
-        let moments: Vec<f64> = (0..TAIL_NODES_V.len()).map(|p| tail.moment(p)).collect();
-        c.extend(solve_vandermonde(&TAIL_NODES_V, &moments));
+        for (slot, k) in (self.k_bot..=self.k_top).rev().enumerate() {
+            c[slot] = self.h * soe::laplace_density(a, k as f64 * self.h);
+        }
+        // Tail nodes in index space: positive ones at k_m, then u = 0 (index -inf).
+        let tail_k: Vec<i64> = self.tail_indices().collect();
+        let k_min = *tail_k.last().expect("at least one tail node");
+        // Explicit slow nodes down to u <= 1e-12 / T (e^(-ju) = 1 to 1e-12 for j <= T) and at
+        // least one index below the slowest positive tail node.
+        let k_lo = (((1e-12 / self.horizon as f64).ln() / self.h).floor() as i64).min(k_min - 1);
+        let u_of = |k: i64| (k as f64 * self.h).exp();
+        let mut m = 0; // tail interval: between tail_k[m] (above) and tail_k[m+1] or 0
+        for k in (k_lo..self.k_bot).rev() {
+            let ck = self.h * soe::laplace_density(a, k as f64 * self.h);
+            while m + 1 < tail_k.len() && k <= tail_k[m + 1] {
+                m += 1;
+            }
+            let hi = tail_k[m];
+            if k >= hi {
+                // k == hi: the node is a tail node (k > hi cannot happen: tail_k[0] = k_bot-1)
+                c[n_trap + m] += ck;
+                continue;
+            }
+            let (u_hi, u_k) = (u_of(hi), u_of(k));
+            let u_lo = if m + 1 < tail_k.len() {
+                u_of(tail_k[m + 1])
+            } else {
+                0.0
+            };
+            let theta_hi = (u_k - u_lo) / (u_hi - u_lo);
+            c[n_trap + m] += theta_hi * ck;
+            c[n_trap + m + 1] += (1.0 - theta_hi) * ck;
+        }
+        // Geometric remainder below k_lo: c_{k_lo-i} ≈ c_{k_lo} q^i, q = e^(-(1-a)h) (exact as
+        // u -> 0, where G(x) -> (sin πa/π) e^((1-a)x)); mass m0 and first moment m1 in closed
+        // form, split between the slowest positive node and u = 0 (m1 <= m0 u_min).
+        let c_lo = self.h * soe::laplace_density(a, k_lo as f64 * self.h);
+        let q = (-(1.0 - a) * self.h).exp();
+        let m0 = c_lo * q / (1.0 - q);
+        let q1 = q * (-self.h).exp();
+        let m1 = c_lo * u_of(k_lo) * q1 / (1.0 - q1);
+        let to_min = m1 / u_of(k_min);
+        c[self.len() - 2] += to_min;
+        c[self.len() - 1] += m0 - to_min;
         c
     }
 
@@ -330,53 +437,48 @@ impl Layout {
     }
 }
 
-/// Solves Σ_i w_i v_i^p = m_p, p = 0..n-1 (distinct nodes), by Gaussian elimination with
-/// partial pivoting (n = 4 here).
-fn solve_vandermonde(v: &[f64], m: &[f64]) -> Vec<f64> {
-    let n = v.len();
-    let mut a: Vec<Vec<f64>> = (0..n)
-        .map(|p| {
-            let mut row: Vec<f64> = v.iter().map(|&x| x.powi(p as i32)).collect();
-            row.push(m[p]);
-            row
-        })
-        .collect();
-    for col in 0..n {
-        let piv = (col..n)
-            .max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))
-            .unwrap_or(col);
-        a.swap(col, piv);
-        let pivot_row = a[col].clone();
-        for row in a.iter_mut().skip(col + 1) {
-            let f = row[col] / pivot_row[col];
-            for (x, p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
-                *x -= f * p;
-            }
-        }
-    }
-    let mut x = vec![0.0; n];
-    for r in (0..n).rev() {
-        let s: f64 = (r + 1..n).map(|k| a[r][k] * x[k]).sum();
-        x[r] = (a[r][n] - s) / a[r][r];
-    }
-    x
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The split keeps the tail's mass: Σ_s c_s(a) equals the trapezoid sum of the Laplace
+    /// density over every index (w_0 = 1 up to the trapezoid error), and every weight is >= 0.
     #[test]
-    fn vandermonde_solve_is_exact_on_cubics() {
-        let v = TAIL_NODES_V;
-        let w_true = [0.3, -0.1, 0.5, 0.2];
-        let m: Vec<f64> = (0..4)
-            .map(|p| v.iter().zip(&w_true).map(|(x, w)| w * x.powi(p)).sum())
-            .collect();
-        let w = solve_vandermonde(&v, &m);
-        for (a, b) in w.iter().zip(&w_true) {
-            assert!((a - b).abs() < 1e-13);
+    fn tail_split_is_positive_and_keeps_the_mass() {
+        let h = 0.5;
+        let layout = Layout {
+            h,
+            k_top: 8,
+            k_bot: -6,
+            gap: 3,
+            tail: 4,
+            horizon: 10_000,
+        };
+        for a in [0.05, 0.3, 0.5, 0.9, 0.999] {
+            let c = layout.weights(a);
+            assert_eq!(c.len(), layout.len());
+            assert!(c.iter().all(|&x| x >= 0.0), "a = {a}: {c:?}");
+            // Σ_k h G_a(kh) over all k (q^200000 < e^-100 at a = 0.999).
+            let full: f64 = (-200_000..=8)
+                .map(|k| h * soe::laplace_density(a, k as f64 * h))
+                .sum();
+            let total: f64 = c.iter().sum();
+            assert!(
+                (total / full - 1.0).abs() < 1e-9,
+                "a = {a}: {total} vs {full}"
+            );
+            // First moment Σ c_s u_s as well (exact split of each slow node).
+            let u = layout.nodes_u();
+            let m1: f64 = c.iter().zip(&u).map(|(c, u)| c * u).sum();
+            let full1: f64 = (-200_000..=8)
+                .map(|k| {
+                    let x = k as f64 * h;
+                    h * soe::laplace_density(a, x) * x.exp()
+                })
+                .sum();
+            assert!((m1 / full1 - 1.0).abs() < 1e-9, "a = {a}: {m1} vs {full1}");
         }
+        assert_eq!(*layout.weights(1.0).last().unwrap(), 1.0);
     }
 
     #[test]

@@ -412,13 +412,6 @@ impl TailMeasure {
         (alpha0, alpha1, beta1, m0, n2)
     }
 
-    /// The moment ∫ v^p dμ, p <= 5.
-    pub(crate) fn moment(&self, p: usize) -> f64 {
-        let mut monomial = vec![0.0; p + 1];
-        monomial[p] = 1.0;
-        self.integrate(&monomial)
-    }
-
     /// ||π_2||²_μ in the v variable.
     pub(crate) fn pi2_norm_sq(&self) -> f64 {
         self.recurrence().4

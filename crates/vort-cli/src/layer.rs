@@ -41,10 +41,14 @@ pub struct RetentionArgs {
     /// banks (K orders on [δ, 1], the paper) or shared (one node set, continuous α).
     #[arg(long, default_value = "shared", value_parser = parse_memory)]
     memory: MemoryMode,
-    /// SOE relative tolerance, certified on lags 1..=T.
+    /// SOE relative tolerance, certified on lags 1..=H.
     #[arg(long, default_value = "1e-4", value_parser = parse_real)]
     eps: f64,
-    /// Number of banks K (banks memory).
+    /// Certified horizon H of the node table (default: T of the input). An input with T > H is
+    /// refused (exit 2): past H the SOE is no longer the GL kernel to eps.
+    #[arg(long, value_parser = parse_count)]
+    horizon: Option<u64>,
+    /// Number of banks K >= 2 (banks memory).
     #[arg(long, default_value = "4", value_parser = parse_count)]
     banks: u64,
     /// Smallest order δ; orders below it are clamped to it (the count is reported).
@@ -67,25 +71,32 @@ fn parse_memory(s: &str) -> Result<MemoryMode, String> {
 }
 
 pub fn run_retention(a: RetentionArgs) -> Result<(), CliError> {
-    if a.banks == 0 || a.chunk == 0 {
-        return Err(CliError::Usage("--banks and --chunk must be >= 1".into()));
+    if a.chunk == 0 {
+        return Err(CliError::Usage("--chunk must be >= 1".into()));
+    }
+    if a.horizon == Some(0) {
+        return Err(CliError::Usage("--horizon must be >= 1".into()));
     }
     let opts = RetentionOpts {
         form: a.form,
         memory: a.memory,
         eps: a.eps,
-        banks: a.banks as usize,
+        horizon: a.horizon,
+        banks: usize::try_from(a.banks).unwrap_or(usize::MAX),
         delta: a.delta,
         chunk: a.chunk as usize,
         ..RetentionOpts::default()
     };
+    // the recipe is checked before the input is read or anything is written
+    opts.node_spec(1).validate()?;
     let report = retention_from_safetensors(&a.input, &a.output, &opts)?;
     if a.json {
         return emit_json(&report);
     }
     emit(&format!(
         "y [{t}, {d}] written to {out}\nform {form:?}, memory {mem:?}: {n} nodes, kernel certified to \
-         {err:.2e} on lags 1..={t}{clamped}\n",
+         {err:.2e} on lags 1..={h}{clamped}\n",
+        h = report.horizon,
         t = report.t,
         d = report.d,
         out = a.output.display(),

@@ -305,6 +305,11 @@ fn shared_json_has_the_grid_and_is_certified() {
     assert_eq!(f(grid.last().unwrap(), "alpha"), 1.0);
     for g in grid {
         assert_eq!(arr(g, "c").len(), s);
+        // a positive mixture: the kernel cannot change sign, inside the horizon or past it
+        assert!(
+            arr(g, "c").iter().all(|c| c.as_f64().unwrap() >= 0.0),
+            "{g:?}"
+        );
         assert!(u(g, "single_order_S") >= 1);
     }
     let err = f(&v, "max_rel_error");

@@ -97,6 +97,59 @@ fn retention_forms_agree_through_the_binary() {
     let _ = std::fs::remove_file(input);
 }
 
+/// `--horizon H`: T <= H runs with a table certified to H (reported), T > H, H = 0 and one
+/// bank are refused with one line, exit 2 and nothing written, for every form.
+#[test]
+fn retention_respects_its_horizon() {
+    let (t, f, d) = (50, 3, 2);
+    let input = tmp("hz-in.safetensors");
+    write(&input, &inputs(t, f, d));
+    let out = tmp("hz-y.safetensors");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "retention",
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        vort(&args)
+    };
+    for form in ["naive", "recurrent", "chunked"] {
+        let _ = std::fs::remove_file(&out);
+        let o = run(&["--form", form, "--horizon", "49"]);
+        let err = assert_one_line_error(&o, 2);
+        assert!(err.contains("50") && err.contains("49"), "{err}");
+        assert!(!out.exists(), "{form}: nothing is written on error");
+        let o = run(&["--form", form, "--horizon", "50000"]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["horizon"], 50000);
+        assert_eq!(v["t"], 50);
+    }
+    // without the flag H = T
+    let o = run(&[]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["horizon"], 50);
+    let _ = std::fs::remove_file(&out);
+    for bad in [
+        &["--horizon", "0"][..],
+        &["--memory", "banks", "--banks", "1"][..],
+        &["--delta", "1"][..],
+    ] {
+        assert_one_line_error(&run(bad), 2);
+        assert!(!out.exists(), "{bad:?}: nothing is written on error");
+    }
+    let _ = std::fs::remove_file(input);
+}
+
 #[test]
 fn bad_retention_files_exit_2_with_one_line() {
     let (t, f, d) = (8, 3, 2);

@@ -14,7 +14,7 @@ use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 use vort::block::{Block, BlockConfig, BlockState, Memory, Routing};
 use vort::features::FeatureMap;
-use vort::nodes::MemoryMode;
+use vort::nodes::{MemoryMode, NodeSpec};
 use vort::rng::Rng;
 
 /// Why a model could not be built or run.
@@ -187,6 +187,18 @@ impl Default for ModelConfig {
 }
 
 impl ModelConfig {
+    /// The recipe of VORT's node table at `horizon` (the `[model]` fields vort_mode, banks,
+    /// delta and soe_eps).
+    pub fn node_spec(&self, horizon: u64) -> NodeSpec {
+        NodeSpec {
+            mode: self.vort_mode,
+            banks: self.banks,
+            delta: self.delta,
+            horizon,
+            eps: self.soe_eps,
+        }
+    }
+
     /// The block configuration of layer `layer` (seeded from `seed`), for sequences of `seq_len`.
     pub fn block_config(&self, seed: u64, layer: usize, seq_len: usize) -> BlockConfig {
         let horizon = if self.horizon == 0 {
@@ -196,11 +208,7 @@ impl ModelConfig {
         };
         let memory = match self.memory {
             MemoryKind::Vort => Memory::Vort {
-                mode: self.vort_mode,
-                banks: self.banks,
-                delta: self.delta,
-                horizon,
-                eps: self.soe_eps,
+                nodes: self.node_spec(horizon),
                 routing: match self.router {
                     RouterKind::Full => Routing::Full,
                     RouterKind::EntityOnly => Routing::EntityOnly,
@@ -308,7 +316,7 @@ impl ModelState {
             .iter()
             .flatten()
             .map(|s| match s {
-                BlockState::Retention(g) => size(g),
+                BlockState::Retention { g, .. } => size(g),
                 BlockState::Kv { k, v } => size(k) + size(v),
             })
             .sum()
@@ -553,6 +561,46 @@ impl Model {
             alphas,
             entity_logits,
         })
+    }
+
+    /// The certified horizon of the model's memory (the smallest over its blocks; None for
+    /// memories without node tables: exponentials, softmax).
+    pub fn horizon(&self) -> Option<u64> {
+        self.blocks.iter().filter_map(Block::horizon).min()
+    }
+
+    /// Rebuilds every block's node tables for `horizon` (e.g. `vort::nodes::STREAM_HORIZON`
+    /// before streaming a model trained at 8K). Parameters are untouched; start new streams
+    /// afterwards (the state size changes with the node count).
+    ///
+    /// # Errors
+    /// A horizon the SOE builder refuses, or no certificate.
+    pub fn set_horizon(&mut self, horizon: u64) -> Result<(), ModelError> {
+        for blk in &mut self.blocks {
+            blk.set_horizon(horizon)?;
+        }
+        Ok(())
+    }
+
+    /// Decodes one token: feeds `token` (batch 1) after the stream in `state` and returns the
+    /// next-token logits [V]. O(1) memory for the retention memories (the state is the same
+    /// [`ModelState`] that [`Model::forward_with_state`] carries, so a prompt can be prefilled
+    /// in pieces and continued token by token).
+    ///
+    /// # Errors
+    /// A token outside the vocabulary, a state of another batch size, a stream past the
+    /// memory's certified horizon.
+    pub fn step(&self, token: u32, state: &mut ModelState) -> Result<Tensor, ModelError> {
+        if token as usize >= self.vocab {
+            return Err(ModelError::Invalid(format!(
+                "token {token} is outside the vocabulary of {}",
+                self.vocab
+            )));
+        }
+        let device = self.emb.device();
+        let out =
+            self.forward_with_state(&Tensor::from_vec(vec![token], (1, 1), device)?, state)?;
+        Ok(self.logits_at(&out.hidden, &[0])?.squeeze(0)?)
     }
 
     /// An empty streaming state for this model.

@@ -199,3 +199,88 @@ fn stream_text_bpc_equals_one_pass_cross_entropy() {
     );
     assert!(stream_text(&m, &text, 0, &dev, |_| {}).is_err());
 }
+
+/// `Model::step` token by token gives the logits of one training pass, for every memory kind
+/// (the sliding-window softmax too), with a state that does not grow for the retention kinds.
+#[test]
+fn step_by_step_decoding_equals_one_pass() {
+    let dev = Device::Cpu;
+    let t = 29;
+    let toks: Vec<u32> = (0..t).map(|i| ((i * 5 + 3) % 11) as u32).collect();
+    for kind in MemoryKind::ALL {
+        for window in [0, 4] {
+            if window > 0 && kind != MemoryKind::Softmax {
+                continue;
+            }
+            let mut c = cfg(kind);
+            c.softmax_window = window;
+            let vm = VarMap::new();
+            let m = Model::new(&c, 11, t, 2, &vm, &dev).unwrap();
+            let whole = m
+                .forward(&Tensor::from_vec(toks.clone(), (1, t), &dev).unwrap())
+                .unwrap()
+                .hidden;
+            let want = m.logits_at(&whole, &(0..t).collect::<Vec<_>>()).unwrap();
+            let mut st = m.new_state();
+            let mut rows = Vec::new();
+            let mut sizes = Vec::new();
+            for &tok in &toks {
+                rows.push(m.step(tok, &mut st).unwrap());
+                sizes.push(st.bytes());
+            }
+            let got = Tensor::stack(&rows, 0).unwrap();
+            let err = rel_rms(&got, &want);
+            // the fused chunked pass against one-token pieces of the plain form: rounding only
+            assert!(err < 1e-5, "{kind} window {window}: rel-RMS {err:.2e}");
+            if kind != MemoryKind::Softmax || window > 0 {
+                assert!(
+                    sizes.iter().skip(window).all(|&s| s == sizes[window]),
+                    "{kind}: state grew {sizes:?}"
+                );
+            }
+        }
+    }
+    let vm = VarMap::new();
+    let m = Model::new(&cfg(MemoryKind::Vort), 11, t, 2, &vm, &dev).unwrap();
+    assert!(
+        m.step(11, &mut m.new_state()).is_err(),
+        "outside the vocabulary"
+    );
+}
+
+/// A stream longer than the memory's certified horizon is refused before anything is scored;
+/// after `set_horizon` the same model streams it, with identical scores on the prefix.
+#[test]
+fn streams_respect_the_horizon() {
+    use vort_lab::train::stream::stream_text;
+    let dev = Device::Cpu;
+    let text: Vec<u8> = (0..200u32).map(|i| (i * 31 % 251) as u8).collect();
+    for kind in [MemoryKind::Vort, MemoryKind::PowerLaw] {
+        let vm = VarMap::new();
+        let mut m = Model::new(&cfg(kind), 256, 64, 1, &vm, &dev).unwrap();
+        assert_eq!(m.horizon(), Some(64));
+        let e = stream_text(&m, &text, 16, &dev, |_| {}).unwrap_err();
+        assert!(e.is_bad_input(), "{e}");
+        assert!(
+            e.to_string().contains("199") && e.to_string().contains("64"),
+            "{e}"
+        );
+        let short = stream_text(&m, &text[..65], 16, &dev, |_| {}).unwrap();
+        m.set_horizon(vort::nodes::STREAM_HORIZON).unwrap();
+        assert_eq!(m.horizon(), Some(vort::nodes::STREAM_HORIZON));
+        let long = stream_text(&m, &text, 16, &dev, |_| {}).unwrap();
+        assert_eq!(long.bins.iter().map(|b| b.n).sum::<usize>(), 199);
+        // the first 64 bytes, scored with either table: same to the tables' certificates
+        let first = |r: &vort_lab::train::stream::StreamResult| {
+            r.bins.iter().take(6).map(|b| b.bits).collect::<Vec<_>>()
+        };
+        for (a, b) in first(&short).iter().zip(first(&long)) {
+            assert!((a - b).abs() < 1e-3 * a.abs(), "{kind}: {a} vs {b}");
+        }
+    }
+    // exponentials have no certified horizon: any length streams
+    let vm = VarMap::new();
+    let m = Model::new(&cfg(MemoryKind::Exponential), 256, 64, 1, &vm, &dev).unwrap();
+    assert_eq!(m.horizon(), None);
+    assert!(stream_text(&m, &text, 16, &dev, |_| {}).is_ok());
+}

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::chunked::{chunked_raw, node_weights, normalise, rates_tensor, with_ones};
 use crate::error::Result;
 use crate::fused::{fused_raw, prefill_state};
-use crate::nodes::{MemoryMode, NodeTable};
+use crate::nodes::{MemoryMode, NodeSpec};
 use crate::recurrent::{node_weights_host, recurrent, State};
 use crate::rng::Rng;
 use crate::Dims;
@@ -214,7 +214,14 @@ fn rand_inputs(
 pub fn bench_layer(o: &LayerBenchOpts) -> Result<Vec<LayerBenchResult>> {
     let mut out = Vec::new();
     for mode in [MemoryMode::Banks, MemoryMode::Shared] {
-        let table = NodeTable::for_mode(mode, o.banks, o.delta, o.t as u64, o.eps)?;
+        let table = NodeSpec {
+            mode,
+            banks: o.banks,
+            delta: o.delta,
+            horizon: o.t as u64,
+            eps: o.eps,
+        }
+        .build()?;
         let tables = std::slice::from_ref(&table);
         let (q, k, v, w, a) = rand_inputs(o.b, o.h, o.t, o.f, o.d, o.delta, 7)?;
         let (qv, kv, vv) = (
@@ -294,7 +301,7 @@ pub struct DecodeResult {
 }
 
 /// Recurrent decode latency: one layer core (B = 1, H heads, F, D) whose memory is certified
-/// for the largest context; the state is prefilled with random tokens up to each context in
+/// for the largest context plus the timed steps; the state is prefilled with random tokens up to each context in
 /// turn ([`prefill_state`]), then `steps` single-token steps are timed.
 ///
 /// # Errors
@@ -310,8 +317,16 @@ pub fn bench_decode(
     delta: f64,
     steps: usize,
 ) -> Result<Vec<DecodeResult>> {
-    let horizon = contexts.iter().copied().max().unwrap_or(1024);
-    let table = NodeTable::for_mode(mode, 4, delta, horizon, eps)?;
+    // the timed steps run past the largest context: the table covers them too
+    let horizon = contexts.iter().copied().max().unwrap_or(1024) + steps as u64;
+    let table = NodeSpec {
+        mode,
+        banks: 4,
+        delta,
+        horizon,
+        eps,
+    }
+    .build()?;
     let tables = std::slice::from_ref(&table);
     let n = table.len();
     let mut st = State::<f32>::zeros(1, h, n, f, d);
@@ -395,7 +410,14 @@ pub fn bench_crossover(
             let _ = crate::block::causal_softmax(&q, &k, &v)?;
             Ok(())
         })?;
-        let table = NodeTable::for_mode(MemoryMode::Shared, 4, 0.1, t as u64, eps)?;
+        let table = NodeSpec {
+            mode: MemoryMode::Shared,
+            banks: 4,
+            delta: 0.1,
+            horizon: t as u64,
+            eps,
+        }
+        .build()?;
         let tables = std::slice::from_ref(&table);
         let rows = vec![table.u.clone()];
         let linear_ms = time_ms(reps, || {

@@ -24,7 +24,7 @@ use crate::chunked::{chunked_raw, node_weights, normalise, rates_tensor, with_on
 use crate::error::{Result, VortError};
 use crate::features::{FeatureMap, Features};
 use crate::fused::fused_raw;
-use crate::nodes::{MemoryMode, NodeTable};
+use crate::nodes::{MemoryMode, NodeSpec, NodeTable};
 use crate::rng::Rng;
 
 /// Which signals drive the router.
@@ -51,16 +51,8 @@ pub enum Routing {
 pub enum Memory {
     /// Power-law retention with routed orders.
     Vort {
-        /// Banks (paper) or shared nodes.
-        mode: MemoryMode,
-        /// Banks K (banks mode only).
-        banks: usize,
-        /// Smallest order δ.
-        delta: f64,
-        /// SOE horizon T (certified on lags 1..=T).
-        horizon: u64,
-        /// SOE relative tolerance.
-        eps: f64,
+        /// The node table's recipe (mode, banks, δ, horizon, eps).
+        nodes: NodeSpec,
         /// Router signals.
         routing: Routing,
     },
@@ -138,11 +130,13 @@ impl Default for BlockConfig {
             features: 32,
             feature_map: FeatureMap::Favor,
             memory: Memory::Vort {
-                mode: MemoryMode::Shared,
-                banks: 4,
-                delta: 0.1,
-                horizon: 4096,
-                eps: 1e-3,
+                nodes: NodeSpec {
+                    mode: MemoryMode::Shared,
+                    banks: 4,
+                    delta: 0.1,
+                    horizon: 4096,
+                    eps: 1e-3,
+                },
                 routing: Routing::Full,
             },
             chunk: 64,
@@ -158,8 +152,13 @@ impl Default for BlockConfig {
 /// for [`Memory::Softmax`], the last `window` for [`Memory::SlidingSoftmax`]).
 #[derive(Debug, Clone)]
 pub enum BlockState {
-    /// G [B, H, N, F, D+1].
-    Retention(Tensor),
+    /// The retention state after `pos` tokens.
+    Retention {
+        /// G [B, H, N, F, D+1].
+        g: Tensor,
+        /// Tokens consumed (the stream's context, checked against the tables' horizon).
+        pos: u64,
+    },
     /// Keys and values seen so far (the last `window` of them for a sliding window),
     /// [B, H, t, head_dim] each.
     Kv {
@@ -280,15 +279,9 @@ impl Block {
         let mut tables = Vec::new();
         let (mut decay_rho, mut mix_logits, mut mix_u) = (None, None, None);
         match &cfg.memory {
-            Memory::Vort {
-                mode,
-                banks,
-                delta,
-                horizon,
-                eps,
-                routing,
-            } => {
-                tables.push(NodeTable::for_mode(*mode, *banks, *delta, *horizon, *eps)?);
+            Memory::Vort { nodes, routing } => {
+                tables.push(nodes.build()?);
+                let delta = &nodes.delta;
                 if let Routing::Fixed { alpha } = routing {
                     if !(*delta..=1.0).contains(alpha) {
                         return Err(VortError::InvalidArgument(format!(
@@ -373,6 +366,40 @@ impl Block {
             mix_logits,
             mix_u,
         })
+    }
+
+    /// The certified horizon of the memory's node tables (None for memories without a
+    /// certified kernel: the exponentials and softmax).
+    pub fn horizon(&self) -> Option<u64> {
+        self.tables.iter().map(|t| t.horizon).min()
+    }
+
+    /// Rebuilds the node tables for another horizon, e.g. [`crate::nodes::STREAM_HORIZON`] to
+    /// stream a model trained at 8K past 8K. The learned parameters do not depend on the
+    /// nodes, so the block computes the same kernel, now certified on lags 1..=horizon. A no-op
+    /// for memories without node tables. States made with the old tables (another N) no longer
+    /// fit: start streams after the change.
+    ///
+    /// # Errors
+    /// A horizon the SOE builder refuses (0, or above its limit), or no certificate.
+    pub fn set_horizon(&mut self, horizon: u64) -> Result<()> {
+        match &mut self.cfg.memory {
+            Memory::Vort { nodes, .. } => {
+                let spec = nodes.with_horizon(horizon);
+                self.tables = vec![spec.build()?];
+                *nodes = spec;
+            }
+            Memory::PowerLaw {
+                alpha,
+                horizon: h,
+                eps,
+            } => {
+                self.tables = vec![NodeTable::banks_at(&[*alpha], horizon, *eps)?];
+                *h = horizon;
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Memory nodes N of the retention state (0 for softmax).
@@ -508,15 +535,19 @@ impl Block {
         let (y, new_state) = if attention {
             self.softmax(&q, &k, &v, state)?
         } else {
-            let g0 = match state {
-                None => None,
-                Some(BlockState::Retention(g)) => Some(g),
+            let (g0, pos) = match state {
+                None => (None, 0),
+                Some(BlockState::Retention { g, pos }) => (Some(g), *pos),
                 Some(BlockState::Kv { .. }) => {
                     return Err(VortError::InvalidArgument(
                         "a softmax KV cache was given to a retention block".into(),
                     ))
                 }
             };
+            // every table-backed memory refuses contexts past its certified horizon
+            for table in &self.tables {
+                table.check_context(pos + t as u64)?;
+            }
             let (cw, u) = self.node_weights(alpha.as_ref(), b, t, x.device())?;
             let fq = self.features.apply(&q)?;
             let fk = self.features.apply(&k)?;
@@ -530,7 +561,10 @@ impl Block {
                 let (o, g) = chunked_raw(&fq, &fk, &vp, &cw, &u, self.cfg.chunk, g0)?;
                 (
                     normalise(&o, self.cfg.eps_den)?,
-                    Some(BlockState::Retention(g)),
+                    Some(BlockState::Retention {
+                        g,
+                        pos: pos + t as u64,
+                    }),
                 )
             }
         };
@@ -608,7 +642,7 @@ impl Block {
             Some(BlockState::Kv { k: kc, v: vc }) => {
                 (Tensor::cat(&[kc, k], 2)?, Tensor::cat(&[vc, v], 2)?)
             }
-            Some(BlockState::Retention(_)) => {
+            Some(BlockState::Retention { .. }) => {
                 return Err(VortError::InvalidArgument(
                     "a retention state was given to a softmax block".into(),
                 ))

@@ -24,7 +24,7 @@
 use candle_core::{DType, Device, Tensor, D};
 
 use crate::error::{Result, VortError};
-use crate::naive::{check_tables, table_for};
+use crate::naive::{check_context, check_tables, table_for};
 use crate::nodes::NodeTable;
 
 /// Rates of 1 or H tables as a tensor [Hu, N] (f64), Hu = number of tables.
@@ -423,7 +423,7 @@ fn block(
 /// Accuracy vs the exact kernel: the tables' certificate (`NodeTable::max_rel_error`).
 ///
 /// # Errors
-/// Shape/dtype mismatches.
+/// Shape/dtype mismatches; T past the tables' certified horizon.
 #[allow(clippy::too_many_arguments)]
 pub fn chunked(
     q: &Tensor,
@@ -435,6 +435,7 @@ pub fn chunked(
     state: Option<&Tensor>,
     eps_den: f64,
 ) -> Result<(Tensor, Tensor)> {
+    check_context(tables, alpha_dims(alpha)?.2 as u64)?;
     let cw = node_weights(alpha, tables)?.to_dtype(q.dtype())?;
     let u = rates_tensor(tables, q.device())?;
     let (o, g) = chunked_raw(q, k, &with_ones(v)?, &cw, &u, chunk, state)?;

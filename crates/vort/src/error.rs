@@ -47,6 +47,14 @@ pub enum VortError {
         got: String,
         expected: String,
     },
+    /// A stream or sequence would reach lags past the node table's certified horizon, where
+    /// the SOE kernel is no longer the GL kernel to eps. Build the table for a longer horizon
+    /// (`NodeSpec::horizon`; models stream with a 2^20 table by default).
+    #[error(
+        "context of {context} tokens exceeds the memory's certified horizon of {horizon} \
+         (build the node table for a longer horizon)"
+    )]
+    BeyondHorizon { context: u64, horizon: u64 },
     /// Any other argument out of its domain (the message names it).
     #[error("{0}")]
     InvalidArgument(String),

@@ -15,7 +15,7 @@ use crate::chunked::chunked;
 use crate::dims::Dims;
 use crate::error::{Result, VortError};
 use crate::naive::{naive, Kernel};
-use crate::nodes::{MemoryMode, NodeTable};
+use crate::nodes::{MemoryMode, NodeSpec};
 use crate::recurrent::{recurrent, State};
 use crate::st::{self, Precision};
 
@@ -53,8 +53,11 @@ pub struct RetentionOpts {
     pub form: Form,
     /// Banks (paper) or shared nodes.
     pub memory: MemoryMode,
-    /// SOE relative tolerance (certified on lags 1..=T).
+    /// SOE relative tolerance (certified on lags 1..=horizon).
     pub eps: f64,
+    /// Certified horizon H of the node table; None: H = T of the input. An input with T > H
+    /// is refused (`VortError::BeyondHorizon`), whatever the form.
+    pub horizon: Option<u64>,
     /// Number of banks K (banks mode).
     pub banks: usize,
     /// Smallest order δ of the banks / shared node set; orders below it are clamped to it.
@@ -71,6 +74,7 @@ impl Default for RetentionOpts {
             form: Form::Chunked,
             memory: MemoryMode::Shared,
             eps: 1e-4,
+            horizon: None,
             banks: 4,
             delta: 0.1,
             chunk: 64,
@@ -90,6 +94,8 @@ pub struct RetentionReport {
     pub d: usize,
     /// Memory nodes N (all banks' terms together, or the shared S).
     pub nodes: usize,
+    /// Certified horizon H of the node table (T unless `--horizon` was given).
+    pub horizon: u64,
     /// Certified max relative error of the kernel over lags 1..=T (0 for the naive form).
     pub kernel_max_rel_error: f64,
     /// Orders below δ that were clamped to δ.
@@ -216,13 +222,34 @@ impl HeadInputs {
     }
 }
 
+impl RetentionOpts {
+    /// The node table's recipe for an input of `t` tokens (horizon: the option, or T).
+    pub fn node_spec(&self, t: usize) -> NodeSpec {
+        NodeSpec {
+            mode: self.memory,
+            banks: self.banks,
+            delta: self.delta,
+            horizon: self.horizon.unwrap_or(t.max(1) as u64),
+            eps: self.eps,
+        }
+    }
+}
+
 /// Computes y [T, D] for one validated head with the chosen form and memory.
 ///
 /// # Errors
-/// Options out of domain (eps, δ, K, chunk) or an SOE that cannot be certified.
+/// Options out of domain (eps, δ, K, horizon, chunk), T past the horizon, or an SOE that
+/// cannot be certified.
 pub fn retention_head(x: &HeadInputs, opts: &RetentionOpts) -> Result<(Vec<f64>, RetentionReport)> {
-    let horizon = x.t.max(2) as u64;
-    let table = NodeTable::for_mode(opts.memory, opts.banks, opts.delta, horizon, opts.eps)?;
+    let spec = opts.node_spec(x.t);
+    spec.validate()?;
+    if x.t as u64 > spec.horizon {
+        return Err(VortError::BeyondHorizon {
+            context: x.t as u64,
+            horizon: spec.horizon,
+        });
+    }
+    let table = spec.build()?;
     let lo = table.grid.first().copied().unwrap_or(0.0).min(opts.delta);
     let clamped_orders = x.alpha.iter().filter(|&&a| a < lo).count();
     let dims = Dims {
@@ -282,6 +309,7 @@ pub fn retention_head(x: &HeadInputs, opts: &RetentionOpts) -> Result<(Vec<f64>,
         f: x.f,
         d: x.d,
         nodes: table.len(),
+        horizon: spec.horizon,
         kernel_max_rel_error: if opts.form == Form::Naive {
             0.0
         } else {
@@ -318,7 +346,14 @@ pub fn retention_from_safetensors(
 /// A compact `key=value` rendering of the options for the output header.
 fn opts_string(o: &RetentionOpts) -> String {
     format!(
-        "form={:?} memory={:?} eps={:e} banks={} delta={} chunk={} eps_den={:e}",
-        o.form, o.memory, o.eps, o.banks, o.delta, o.chunk, o.eps_den
+        "form={:?} memory={:?} eps={:e} horizon={} banks={} delta={} chunk={} eps_den={:e}",
+        o.form,
+        o.memory,
+        o.eps,
+        o.horizon.map_or("T".into(), |h| h.to_string()),
+        o.banks,
+        o.delta,
+        o.chunk,
+        o.eps_den
     )
 }

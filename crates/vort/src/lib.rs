@@ -42,5 +42,5 @@ pub mod tol;
 
 pub use dims::Dims;
 pub use error::{Result, VortError};
-pub use nodes::{MemoryMode, NodeTable};
+pub use nodes::{MemoryMode, NodeSpec, NodeTable};
 pub use vort_math;

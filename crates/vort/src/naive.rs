@@ -42,11 +42,19 @@ pub(crate) fn check_tables(tables: &[NodeTable], heads: usize) -> Result<()> {
     }
 }
 
+/// Refuses a context of `context` tokens past any table's certified horizon.
+///
+/// # Errors
+/// [`VortError::BeyondHorizon`].
+pub(crate) fn check_context(tables: &[NodeTable], context: u64) -> Result<()> {
+    tables.iter().try_for_each(|t| t.check_context(context))
+}
+
 /// Naive retention. q, k: [B, H, T, F]; v: [B, H, T, D]; alpha: [B, H, T]; `tables`: 1 or H.
 /// Returns y: [B, H, T, D]. Exact up to f64 rounding for the chosen kernel.
 ///
 /// # Errors
-/// Wrong buffer lengths or table count.
+/// Wrong buffer lengths or table count; with [`Kernel::Soe`], T past the tables' horizon.
 #[allow(clippy::too_many_arguments)]
 pub fn naive(
     q: &[f64],
@@ -60,6 +68,9 @@ pub fn naive(
 ) -> Result<Vec<f64>> {
     dims.check(q.len(), k.len(), v.len(), alpha.len())?;
     check_tables(tables, dims.h)?;
+    if kernel == Kernel::Soe {
+        check_context(tables, dims.t as u64)?;
+    }
     let Dims { b, h, t, f, d } = dims;
     let mut y = vec![0.0; b * h * t * d];
     for bh in 0..b * h {

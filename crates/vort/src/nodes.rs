@@ -54,6 +54,84 @@ impl std::str::FromStr for MemoryMode {
     }
 }
 
+/// Horizon of the node tables that streams, prefill and decode use by default: 2^20 lags. A
+/// model's learned parameters do not depend on its nodes, so a model trained at T = 8K streams
+/// with a table built for 2^20 (a few more nodes: S = 21 against 16 at δ = 0.1, eps = 1e-3).
+pub const STREAM_HORIZON: u64 = 1 << 20;
+
+/// The recipe of a VORT node table: every table of a memory mode is built from one of these
+/// (the model config, `vort retention` and the benches all go through it).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct NodeSpec {
+    /// Banks (paper) or shared nodes.
+    pub mode: MemoryMode,
+    /// Banks K >= 2 (banks mode only; ignored by shared nodes).
+    pub banks: usize,
+    /// Smallest order δ in (0, 1); orders below it are clamped to it.
+    pub delta: f64,
+    /// Horizon T >= 1: the kernel is certified on lags 1..=T, and every form refuses contexts
+    /// longer than T ([`VortError::BeyondHorizon`]).
+    pub horizon: u64,
+    /// Certified relative tolerance of the kernel.
+    pub eps: f64,
+}
+
+impl NodeSpec {
+    /// Checks every field before anything is built.
+    ///
+    /// # Errors
+    /// [`VortError::InvalidArgument`] naming the field: δ outside (0, 1), horizon 0 or above
+    /// the SOE builder's limit, eps outside the certifiable range, banks < 2 in banks mode
+    /// (one bank would give every token the single order δ: use `Memory::PowerLaw` for that).
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(VortError::InvalidArgument(m));
+        if !(self.delta.is_finite() && self.delta > 0.0 && self.delta < 1.0) {
+            return bad(format!("delta = {} must be in (0, 1)", self.delta));
+        }
+        if self.horizon == 0 || self.horizon > vort_math::soe::MAX_HORIZON {
+            return bad(format!(
+                "horizon = {} must be in [1, {}]",
+                self.horizon,
+                vort_math::soe::MAX_HORIZON
+            ));
+        }
+        if !(self.eps.is_finite()
+            && (vort_math::soe::MIN_EPS..=vort_math::soe::MAX_EPS).contains(&self.eps))
+        {
+            return bad(format!(
+                "eps = {} must be in [{:e}, {}]",
+                self.eps,
+                vort_math::soe::MIN_EPS,
+                vort_math::soe::MAX_EPS
+            ));
+        }
+        if self.mode == MemoryMode::Banks && self.banks < 2 {
+            return bad(format!(
+                "banks = {} must be >= 2 (one bank is a fixed order δ)",
+                self.banks
+            ));
+        }
+        Ok(())
+    }
+
+    /// The same recipe at another horizon (streaming: [`STREAM_HORIZON`]).
+    pub fn with_horizon(self, horizon: u64) -> NodeSpec {
+        NodeSpec { horizon, ..self }
+    }
+
+    /// Builds the table.
+    ///
+    /// # Errors
+    /// As [`NodeSpec::validate`], or an SOE that cannot be certified.
+    pub fn build(&self) -> Result<NodeTable> {
+        self.validate()?;
+        match self.mode {
+            MemoryMode::Banks => NodeTable::banks(self.banks, self.delta, self.horizon, self.eps),
+            MemoryMode::Shared => NodeTable::shared(self.delta, self.horizon, self.eps),
+        }
+    }
+}
+
 /// How the table was built (kept for the exact-kernel reference and for reports).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum TableKind {
@@ -171,23 +249,6 @@ impl NodeTable {
         }
     }
 
-    /// Builds the table of `mode` (K is used by banks only).
-    ///
-    /// # Errors
-    /// As [`NodeTable::banks`] and [`NodeTable::shared`].
-    pub fn for_mode(
-        mode: MemoryMode,
-        k: usize,
-        delta: f64,
-        horizon: u64,
-        eps: f64,
-    ) -> Result<NodeTable> {
-        match mode {
-            MemoryMode::Banks => Self::banks(k, delta, horizon, eps),
-            MemoryMode::Shared => Self::shared(delta, horizon, eps),
-        }
-    }
-
     /// A fixed mixture K(j) = Σ_n c_n e^(-u_n j), independent of α (baselines).
     ///
     /// # Errors
@@ -216,11 +277,26 @@ impl NodeTable {
     }
 
     /// True when lags up to `context` are inside the certified horizon. Beyond it the kernel
-    /// is not certified; for shared nodes, whose weights can be negative (the moment-matched
-    /// tail), it even turns negative at lags of roughly 10-20 T (measured: first K(j) <= 0 at
-    /// j ≈ 11 T for δ = 0.1, T = 4096, eps = 1e-3), so streams must be built for their length.
+    /// is not certified: it stays positive and decreasing (every weight is >= 0), but it is no
+    /// longer the GL kernel to eps (a 4096-horizon shared table over-weights lag 1e6 by 2-4x).
     pub fn covers(&self, context: u64) -> bool {
         context <= self.horizon
+    }
+
+    /// Refuses a context of `context` tokens (the largest lag is context - 1, but the count of
+    /// tokens is what users see, so the check is on it) past the certified horizon.
+    ///
+    /// # Errors
+    /// [`VortError::BeyondHorizon`] naming both.
+    pub fn check_context(&self, context: u64) -> Result<()> {
+        if self.covers(context) {
+            Ok(())
+        } else {
+            Err(VortError::BeyondHorizon {
+                context,
+                horizon: self.horizon,
+            })
+        }
     }
 
     /// Number of nodes N.
@@ -534,7 +610,10 @@ impl HermiteTable {
         let mut v = Vec::with_capacity(n);
         let mut d = Vec::with_capacity(n);
         for k in 0..n {
-            v.push(h00 * c0[k] + h10 * self.h * g0[k] + h01 * c1[k] + h11 * self.h * g1[k]);
+            // The weights are >= 0 at every order (a positive mixture); the cubic can undershoot
+            // a weight that vanishes at a = 1 by ~1e-16, so the table keeps the sign exactly.
+            let c = h00 * c0[k] + h10 * self.h * g0[k] + h01 * c1[k] + h11 * self.h * g1[k];
+            v.push(c.max(0.0));
             d.push(if inside {
                 (d00 * c0[k] + d01 * c1[k]) / self.h + d10 * g0[k] + d11 * g1[k]
             } else {

@@ -13,16 +13,16 @@
 //! (DESIGN §1). Unrolled, o_t = Σ_{i<=t} K_i(t-i) (φq_t·φk_i) v'_i with the table's SOE kernel:
 //! equal to `naive(.., Kernel::Soe, ..)` up to rounding.
 //!
-//! The kernel is certified only for lags up to the table's horizon: check
-//! `NodeTable::covers(state.pos)` when streaming long (shared-node kernels turn negative at
-//! lags of ~10-20 times the horizon, see `NodeTable::covers`).
+//! The kernel is certified only for lags up to the table's horizon, so [`recurrent`] refuses a
+//! call that would take the stream past it (`VortError::BeyondHorizon`); stream with a table
+//! built for the stream's length (`nodes::STREAM_HORIZON` = 2^20 by default).
 
 use candle_core::{Device, Tensor, WithDType};
 use rayon::prelude::*;
 
 use crate::dims::Dims;
 use crate::error::{Result, VortError};
-use crate::naive::{check_tables, table_for};
+use crate::naive::{check_context, check_tables, table_for};
 use crate::nodes::NodeTable;
 
 /// Recurrent state of a retention layer: G [B, H, N, F, D+1] (numerator and denominator
@@ -204,7 +204,8 @@ pub fn node_weights_host<T: WithDType>(
 /// Parallel over B×H (rayon).
 ///
 /// # Errors
-/// Shape mismatches between the buffers, the tables and the state.
+/// Shape mismatches between the buffers, the tables and the state; a stream that would pass
+/// the tables' certified horizon (state.pos + T > horizon), refused before any update.
 #[allow(clippy::too_many_arguments)]
 pub fn recurrent<T: WithDType>(
     state: &mut State<T>,
@@ -237,6 +238,7 @@ pub fn recurrent<T: WithDType>(
             tables.iter().map(|tb| tb.len()).collect::<Vec<_>>()
         )));
     }
+    check_context(tables, state.pos + t as u64)?;
     let cw: Vec<T> = node_weights_host(alpha, dims, tables)?;
     let consts: Vec<(Vec<T>, Vec<T>)> = (0..h).map(|hh| decays(table_for(tables, hh))).collect();
     let mut y = vec![T::zero(); b * h * t * d];

@@ -15,15 +15,17 @@ use vort::features::{orthogonal_gaussian, FeatureMap, Features};
 use vort::naive::{naive, Kernel};
 use vort::recurrent::{recurrent, State};
 use vort::tol::*;
-use vort::{Dims, MemoryMode, NodeTable, VortError};
+use vort::{Dims, MemoryMode, NodeSpec, NodeTable, VortError};
 
 fn memories() -> Vec<Memory> {
     let vort = |mode, routing| Memory::Vort {
-        mode,
-        banks: 3,
-        delta: 0.2,
-        horizon: 256,
-        eps: 1e-4,
+        nodes: NodeSpec {
+            mode,
+            banks: 3,
+            delta: 0.2,
+            horizon: 256,
+            eps: 1e-4,
+        },
         routing,
     };
     vec![
@@ -355,11 +357,13 @@ fn bad_configs_and_inputs_are_typed_errors() {
     assert!(Block::new(c, &vm, "x", &Device::Cpu).is_err());
     let c = cfg(
         Memory::Vort {
-            mode: MemoryMode::Shared,
-            banks: 2,
-            delta: 0.3,
-            horizon: 64,
-            eps: 1e-3,
+            nodes: NodeSpec {
+                mode: MemoryMode::Shared,
+                banks: 2,
+                delta: 0.3,
+                horizon: 64,
+                eps: 1e-3,
+            },
             routing: Routing::Fixed { alpha: 0.1 },
         },
         FeatureMap::Elu,
@@ -393,11 +397,13 @@ fn router_computes_the_documented_formula() {
     for routing in [Routing::Full, Routing::EntityOnly, Routing::EntropyOnly] {
         let vm = VarMap::new();
         let mem = Memory::Vort {
-            mode: MemoryMode::Banks,
-            banks: 2,
-            delta,
-            horizon: 64,
-            eps: 1e-3,
+            nodes: NodeSpec {
+                mode: MemoryMode::Banks,
+                banks: 2,
+                delta,
+                horizon: 64,
+                eps: 1e-3,
+            },
             routing,
         };
         let blk = Block::new(cfg(mem, FeatureMap::Elu), &vm, "r", &Device::Cpu).unwrap();
@@ -709,10 +715,64 @@ fn sliding_window_zero_and_wrong_state_are_typed_errors() {
     )
     .unwrap();
     let (x, _) = input(1, 5, 12, 1);
-    let g =
-        BlockState::Retention(Tensor::zeros((1, 2, 1, 6, 7), DType::F32, &Device::Cpu).unwrap());
+    let g = BlockState::Retention {
+        g: Tensor::zeros((1, 2, 1, 6, 7), DType::F32, &Device::Cpu).unwrap(),
+        pos: 0,
+    };
     assert!(matches!(
         blk.forward_with_state(&x, None, Some(&g)),
         Err(VortError::InvalidArgument(_))
     ));
+}
+
+/// The block refuses a stream past its tables' horizon (training forward and streaming
+/// alike), and streams on after `set_horizon` with the same parameters.
+#[test]
+fn block_streams_refuse_the_horizon_until_retargeted() {
+    for mode in [MemoryMode::Shared, MemoryMode::Banks] {
+        let vm = VarMap::new();
+        let mem = Memory::Vort {
+            nodes: NodeSpec {
+                mode,
+                banks: 2,
+                delta: 0.2,
+                horizon: 16,
+                eps: 1e-3,
+            },
+            routing: Routing::Full,
+        };
+        let mut blk = Block::new(cfg(mem, FeatureMap::Favor), &vm, "h", &Device::Cpu).unwrap();
+        assert_eq!(blk.horizon(), Some(16));
+        let x = input(1, 12, 12, 1).0;
+        let long = input(1, 17, 12, 2).0;
+        assert!(matches!(
+            blk.forward(&long, None),
+            Err(VortError::BeyondHorizon {
+                context: 17,
+                horizon: 16
+            })
+        ));
+        let s1 = blk.forward_with_state(&x, None, None).unwrap().state;
+        let e = blk
+            .forward_with_state(&x, None, s1.as_ref())
+            .expect_err("12 + 12 > 16");
+        assert!(
+            matches!(
+                e,
+                VortError::BeyondHorizon {
+                    context: 24,
+                    horizon: 16
+                }
+            ),
+            "{e}"
+        );
+        blk.set_horizon(1 << 20).unwrap();
+        assert_eq!(blk.horizon(), Some(1 << 20));
+        let s1 = blk.forward_with_state(&x, None, None).unwrap().state;
+        let out = blk.forward_with_state(&x, None, s1.as_ref()).unwrap();
+        match out.state {
+            Some(BlockState::Retention { pos, .. }) => assert_eq!(pos, 24),
+            _ => panic!("retention state expected"),
+        }
+    }
 }

@@ -8,7 +8,7 @@ use common::*;
 use vort::chunked::{chunked_raw, node_weights, normalise, with_ones};
 use vort::fused::fused_raw;
 use vort::tol::*;
-use vort::{Dims, MemoryMode, NodeTable};
+use vort::{Dims, MemoryMode, NodeSpec, NodeTable};
 
 fn check(dims: Dims, chunk: usize, tables: &[NodeTable], dt: DType, seed: u64) {
     let inp = Inputs::new(dims, 0.25, seed);
@@ -61,7 +61,15 @@ fn check(dims: Dims, chunk: usize, tables: &[NodeTable], dt: DType, seed: u64) {
 #[test]
 fn fused_matches_autodiff_of_plain_chunked_f64() {
     for mode in [MemoryMode::Banks, MemoryMode::Shared] {
-        let tb = NodeTable::for_mode(mode, 3, 0.25, 128, 1e-5).unwrap();
+        let tb = NodeSpec {
+            mode,
+            banks: 3,
+            delta: 0.25,
+            horizon: 128,
+            eps: 1e-5,
+        }
+        .build()
+        .unwrap();
         let t = std::slice::from_ref(&tb);
         check(
             Dims {
@@ -133,7 +141,15 @@ fn fused_matches_autodiff_of_plain_chunked_f64() {
 
 #[test]
 fn fused_matches_autodiff_f32_and_per_head_rates() {
-    let tb = NodeTable::for_mode(MemoryMode::Shared, 3, 0.25, 256, 1e-4).unwrap();
+    let tb = NodeSpec {
+        mode: MemoryMode::Shared,
+        banks: 3,
+        delta: 0.25,
+        horizon: 256,
+        eps: 1e-4,
+    }
+    .build()
+    .unwrap();
     check(
         Dims {
             b: 2,
@@ -215,7 +231,15 @@ fn fused_is_zero_state_chunked_for_long_horizon_slow_modes() {
 #[test]
 fn prefill_state_equals_recurrent_state() {
     use vort::recurrent::{node_weights_host, recurrent, State};
-    let tb = NodeTable::for_mode(MemoryMode::Banks, 2, 0.3, 512, 1e-4).unwrap();
+    let tb = NodeSpec {
+        mode: MemoryMode::Banks,
+        banks: 2,
+        delta: 0.3,
+        horizon: 512,
+        eps: 1e-4,
+    }
+    .build()
+    .unwrap();
     let tables = std::slice::from_ref(&tb);
     let dims = Dims {
         b: 2,
@@ -260,7 +284,15 @@ fn prefill_state_equals_recurrent_state() {
 fn fused_f32_long_sequence_stays_close_to_f64_recurrent() {
     use vort::recurrent::{recurrent, State};
     for mode in [MemoryMode::Banks, MemoryMode::Shared] {
-        let tb = NodeTable::for_mode(mode, 4, 0.1, 4096, 1e-3).unwrap();
+        let tb = NodeSpec {
+            mode,
+            banks: 4,
+            delta: 0.1,
+            horizon: 4096,
+            eps: 1e-3,
+        }
+        .build()
+        .unwrap();
         let tables = std::slice::from_ref(&tb);
         let dims = Dims {
             b: 1,
@@ -297,7 +329,15 @@ fn fused_exact_intra_matches_autodiff_of_plain_exact_intra() {
     use vort::chunked::{chunked_raw_exact_intra, exact_intra_weights, rates_tensor};
     use vort::fused::fused_raw_exact_intra;
     for mode in [MemoryMode::Banks, MemoryMode::Shared] {
-        let tb = NodeTable::for_mode(mode, 3, 0.25, 128, 1e-5).unwrap();
+        let tb = NodeSpec {
+            mode,
+            banks: 3,
+            delta: 0.25,
+            horizon: 128,
+            eps: 1e-5,
+        }
+        .build()
+        .unwrap();
         let tables = std::slice::from_ref(&tb);
         for (dims, chunk) in [
             (

@@ -9,13 +9,21 @@ use vort::chunked::chunked;
 use vort::naive::{naive, Kernel};
 use vort::recurrent::{recurrent, State};
 use vort::tol::*;
-use vort::{Dims, MemoryMode, NodeTable};
+use vort::{Dims, MemoryMode, NodeSpec, NodeTable};
 
 const EPS_DEN: f64 = 1e-6;
 const DELTA: f64 = 0.2;
 
 fn table(mode: MemoryMode, horizon: u64) -> NodeTable {
-    NodeTable::for_mode(mode, 4, DELTA, horizon, TEST_SOE_EPS).unwrap()
+    NodeSpec {
+        mode,
+        banks: 4,
+        delta: DELTA,
+        horizon,
+        eps: TEST_SOE_EPS,
+    }
+    .build()
+    .unwrap()
 }
 
 fn dims(b: usize, h: usize, t: usize, f: usize, d: usize) -> Dims {
@@ -322,7 +330,15 @@ fn kernels_stay_positive_inside_the_horizon() {
     // Inside the certified horizon every SOE kernel is within eps of w_j > 0, so positive;
     // `covers` reports the horizon (beyond it shared-node kernels can turn negative).
     for mode in MODES {
-        let tb = NodeTable::for_mode(mode, 4, 0.1, 4096, 1e-3).unwrap();
+        let tb = NodeSpec {
+            mode,
+            banks: 4,
+            delta: 0.1,
+            horizon: 4096,
+            eps: 1e-3,
+        }
+        .build()
+        .unwrap();
         assert!(tb.covers(4096) && !tb.covers(4097));
         for i in 0..=20 {
             let a = 0.1 + 0.9 * i as f64 / 20.0;

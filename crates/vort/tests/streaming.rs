@@ -7,7 +7,7 @@ use common::*;
 use vort::chunked::chunked;
 use vort::recurrent::{recurrent, State};
 use vort::tol::*;
-use vort::{Dims, MemoryMode, NodeTable, VortError};
+use vort::{Dims, MemoryMode, NodeSpec, VortError};
 
 const EPS_DEN: f64 = 1e-6;
 
@@ -64,7 +64,15 @@ fn f32s(x: &[f64]) -> Vec<f32> {
 #[test]
 fn recurrent_in_pieces_equals_one_pass_f32() {
     for mode in [MemoryMode::Banks, MemoryMode::Shared] {
-        let tb = NodeTable::for_mode(mode, 3, 0.3, 1000, 1e-4).unwrap();
+        let tb = NodeSpec {
+            mode,
+            banks: 3,
+            delta: 0.3,
+            horizon: 1000,
+            eps: 1e-4,
+        }
+        .build()
+        .unwrap();
         let dims = Dims {
             b: 2,
             h: 2,
@@ -118,7 +126,15 @@ fn recurrent_in_pieces_equals_one_pass_f32() {
 
 #[test]
 fn chunked_in_pieces_with_state_equals_one_pass() {
-    let tb = NodeTable::for_mode(MemoryMode::Shared, 3, 0.3, 1000, 1e-4).unwrap();
+    let tb = NodeSpec {
+        mode: MemoryMode::Shared,
+        banks: 3,
+        delta: 0.3,
+        horizon: 1000,
+        eps: 1e-4,
+    }
+    .build()
+    .unwrap();
     let dims = Dims {
         b: 1,
         h: 2,
@@ -156,7 +172,15 @@ fn chunked_in_pieces_with_state_equals_one_pass() {
 
 #[test]
 fn state_save_restore_round_trip_and_resume() {
-    let tb = NodeTable::for_mode(MemoryMode::Banks, 2, 0.4, 500, 1e-3).unwrap();
+    let tb = NodeSpec {
+        mode: MemoryMode::Banks,
+        banks: 2,
+        delta: 0.4,
+        horizon: 500,
+        eps: 1e-3,
+    }
+    .build()
+    .unwrap();
     let dims = Dims {
         b: 1,
         h: 3,
@@ -181,7 +205,15 @@ fn state_save_restore_round_trip_and_resume() {
     let e = rel_rms(&join(&[y_a, y_b], &[25, 15], dims), &y_all);
     assert!(e <= F64_SAME_KERNEL_REL, "{e:e}");
     // a state is never restored into a layer with other nodes
-    let other = NodeTable::for_mode(MemoryMode::Banks, 3, 0.4, 500, 1e-3).unwrap();
+    let other = NodeSpec {
+        mode: MemoryMode::Banks,
+        banks: 3,
+        delta: 0.4,
+        horizon: 500,
+        eps: 1e-3,
+    }
+    .build()
+    .unwrap();
     assert!(matches!(
         State::<f64>::load(&path, &other.u),
         Err(VortError::InvalidArgument(_))
@@ -203,4 +235,175 @@ fn state_save_restore_round_trip_and_resume() {
     ));
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(p32);
+}
+
+/// Every form refuses a context past its table's certified horizon with the typed error, and
+/// the recurrent form leaves the state untouched when it refuses.
+#[test]
+fn every_form_refuses_contexts_past_the_horizon() {
+    use vort::naive::{naive, Kernel};
+    let horizon = 40;
+    for mode in [MemoryMode::Banks, MemoryMode::Shared] {
+        let spec = NodeSpec {
+            mode,
+            banks: 3,
+            delta: 0.3,
+            horizon,
+            eps: 1e-3,
+        };
+        let tb = spec.build().unwrap();
+        let tables = std::slice::from_ref(&tb);
+        let inp = Inputs::new(
+            Dims {
+                b: 1,
+                h: 2,
+                t: 41,
+                f: 3,
+                d: 2,
+            },
+            0.3,
+            5,
+        );
+        let beyond = |e: VortError| match e {
+            VortError::BeyondHorizon { context, horizon } => {
+                assert_eq!((context, horizon), (41, 40));
+                assert!(e.is_input_error());
+                let msg = e.to_string();
+                assert!(msg.contains("41") && msg.contains("40"), "{msg}");
+            }
+            other => panic!("expected BeyondHorizon, got {other}"),
+        };
+        beyond(
+            naive(
+                &inp.q,
+                &inp.k,
+                &inp.v,
+                &inp.alpha,
+                inp.dims,
+                tables,
+                Kernel::Soe,
+                EPS_DEN,
+            )
+            .unwrap_err(),
+        );
+        let (q, k, v, a) = inp.tensors(DType::F64);
+        beyond(
+            chunked(
+                q.as_tensor(),
+                k.as_tensor(),
+                v.as_tensor(),
+                a.as_tensor(),
+                tables,
+                8,
+                None,
+                EPS_DEN,
+            )
+            .unwrap_err(),
+        );
+        // recurrent: 30 tokens pass, the next 11 would reach 41 and are refused as a whole
+        let first = piece(&inp, 0, 30);
+        let mut st = State::<f64>::zeros(1, 2, tb.len(), 3, 2);
+        recurrent(
+            &mut st,
+            &first.q,
+            &first.k,
+            &first.v,
+            &first.alpha,
+            first.dims,
+            tables,
+            EPS_DEN,
+        )
+        .unwrap();
+        let before = st.clone();
+        let rest = piece(&inp, 30, 41);
+        beyond(
+            recurrent(
+                &mut st,
+                &rest.q,
+                &rest.k,
+                &rest.v,
+                &rest.alpha,
+                rest.dims,
+                tables,
+                EPS_DEN,
+            )
+            .unwrap_err(),
+        );
+        assert_eq!(st, before, "a refused call must not touch the state");
+        // the same stream with a table for a longer horizon goes through
+        let long = spec.with_horizon(1 << 20).build().unwrap();
+        let mut st = State::<f64>::zeros(1, 2, long.len(), 3, 2);
+        let y = recurrent(
+            &mut st,
+            &inp.q,
+            &inp.k,
+            &inp.v,
+            &inp.alpha,
+            inp.dims,
+            std::slice::from_ref(&long),
+            EPS_DEN,
+        )
+        .unwrap();
+        assert!(y.iter().all(|x| x.is_finite()));
+    }
+}
+
+/// A node recipe out of its domain is refused before anything is built.
+#[test]
+fn node_spec_refuses_bad_recipes() {
+    let ok = NodeSpec {
+        mode: MemoryMode::Banks,
+        banks: 2,
+        delta: 0.2,
+        horizon: 100,
+        eps: 1e-3,
+    };
+    assert!(ok.validate().is_ok());
+    for bad in [
+        NodeSpec { delta: 1.0, ..ok },
+        NodeSpec { delta: 1.5, ..ok },
+        NodeSpec { delta: 0.0, ..ok },
+        NodeSpec {
+            delta: f64::NAN,
+            ..ok
+        },
+        NodeSpec { horizon: 0, ..ok },
+        NodeSpec { eps: 0.0, ..ok },
+        NodeSpec { eps: 0.9, ..ok },
+        NodeSpec { banks: 1, ..ok },
+        NodeSpec { banks: 0, ..ok },
+    ] {
+        let e = bad.build().unwrap_err();
+        assert!(matches!(e, VortError::InvalidArgument(_)), "{bad:?}: {e:?}");
+    }
+    // shared nodes ignore the bank count
+    let shared = NodeSpec {
+        mode: MemoryMode::Shared,
+        banks: 0,
+        ..ok
+    };
+    assert!(shared.build().is_ok());
+}
+
+/// Shared-node weights are >= 0 at every order the layer can see (the Hermite table between
+/// its points, the ends, clamped orders), so the kernel is positive at every lag.
+#[test]
+fn shared_table_weights_are_nonnegative_everywhere() {
+    for (delta, horizon, eps) in [(0.1, 8192, 1e-3), (0.05, 1 << 20, 1e-4), (0.3, 300, 1e-6)] {
+        let tb = NodeSpec {
+            mode: MemoryMode::Shared,
+            banks: 4,
+            delta,
+            horizon,
+            eps,
+        }
+        .build()
+        .unwrap();
+        let n = 20_011; // not a multiple of the table's 4096 cells: points fall inside cells
+        for i in 0..=n + 20 {
+            let a = delta - 0.01 + (1.0 - delta + 0.02) * i as f64 / n as f64;
+            let c = tb.weights_at(a);
+            assert!(c.iter().all(|&x| x >= 0.0), "a = {a}: {c:?}");
+        }
+    }
 }

@@ -336,7 +336,10 @@ fn streams(
     {
         let book = &corpus.test_books()[0];
         let text = &book.bytes[..book.bytes.len().min(max_bytes)];
-        let (_, model, _vm) = train::eval::load_model(&super::run_dir(out_dir, c))?;
+        let (_, mut model, _vm) = train::eval::load_model(&super::run_dir(out_dir, c))?;
+        // trained at seq_len; streamed with nodes certified to 2^20 lags (the learned
+        // parameters do not depend on the nodes)
+        model.set_horizon(vort::nodes::STREAM_HORIZON)?;
         let bar = if progress {
             indicatif::ProgressBar::new(text.len() as u64)
         } else {

@@ -112,6 +112,10 @@ impl TrainError {
     /// existing run directory): the CLI maps these to exit status 2. In every such case
     /// nothing in the run directory was written.
     pub fn is_bad_input(&self) -> bool {
+        if let TrainError::Model(ModelError::Layer(e)) = self {
+            // the layer's refusals of its input (a stream past the horizon, a bad recipe)
+            return e.is_input_error();
+        }
         matches!(
             self,
             TrainError::Config { .. }

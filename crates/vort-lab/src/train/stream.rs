@@ -42,8 +42,13 @@ pub struct StreamResult {
 /// Streams `text` through `model` in pieces of `piece` bytes (the model's vocabulary must be
 /// bytes); `progress` is called with the bytes done after each piece.
 ///
+/// The model's memory must be certified for the whole stream: build its tables for a longer
+/// horizon first (`Model::set_horizon(vort::nodes::STREAM_HORIZON)`).
+///
 /// # Errors
-/// candle errors; [`TrainError::Config`] for an empty piece length or a text of < 2 bytes.
+/// candle errors; [`TrainError::Config`] for an empty piece length or a text of < 2 bytes; a
+/// text longer than the model's certified horizon (`VortError::BeyondHorizon`), refused before
+/// anything is streamed.
 pub fn stream_text(
     model: &Model,
     text: &[u8],
@@ -59,6 +64,19 @@ pub fn stream_text(
                 text.len()
             ),
         });
+    }
+    // refuse up front rather than after hours of streaming (the blocks check it too)
+    if let Some(h) = model.horizon() {
+        let context = (text.len() - 1) as u64;
+        if context > h {
+            return Err(
+                crate::model::ModelError::Layer(vort::VortError::BeyondHorizon {
+                    context,
+                    horizon: h,
+                })
+                .into(),
+            );
+        }
     }
     let t0 = std::time::Instant::now();
     let scored = text.len() - 1;

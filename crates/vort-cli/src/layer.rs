@@ -1,4 +1,5 @@
-//! `vort retention` (the layer's core on a safetensors file) and `vort bench layer`.
+//! `vort retention` (the layer's core on a safetensors file), `vort bench layer`, and the
+//! dispatch of `vort bench stream` (in `stream.rs`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -120,6 +121,9 @@ pub enum BenchCommand {
     /// The chunked layer (fused op) against an sgemm of the same run, recurrent decode latency
     /// and state size against context, and softmax attention against the linear form.
     Layer(BenchLayerArgs),
+    /// The drift of the f32 recurrent form from f64 over a stream of up to 2^20 tokens
+    /// (relative RMS per window of positions), banks and shared memory.
+    Stream(crate::stream::BenchStreamArgs),
 }
 
 #[derive(Debug, Args)]
@@ -157,7 +161,10 @@ const FLOP_COUNT: &str = "matmul FLOPs only (2·m·n·k per product) of the fuse
     elementwise work (decays, feature weights, normalisation) is not counted";
 
 pub fn run_bench(cmd: BenchCommand) -> Result<(), CliError> {
-    let BenchCommand::Layer(a) = cmd;
+    let a = match cmd {
+        BenchCommand::Layer(a) => a,
+        BenchCommand::Stream(a) => return crate::stream::run(a),
+    };
     let options = LayerBenchOpts {
         plain: a.plain,
         t: if a.quick { 512 } else { 2048 },

@@ -15,6 +15,7 @@ mod kernel;
 mod layer;
 mod output;
 mod progress;
+mod stream;
 mod theory;
 
 use std::process::ExitCode;

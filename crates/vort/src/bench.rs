@@ -1,6 +1,8 @@
 //! Benchmark functions for the CLI (`vort bench layer`): the fused chunked layer forward and
 //! forward+backward with their FLOP count, an sgemm timed in the same run, recurrent decode
 //! latency and state bytes at several contexts, and causal softmax attention vs the linear form.
+//! `vort bench stream` (module `stream`, re-exported here): the drift of the f32 recurrent form
+//! from f64 over a stream of up to 2^20 tokens.
 //!
 //! FLOP counts are those of the matrix products of the algorithm as implemented (the module
 //! doc of [`crate::fused`]), 2·m·n·k each; elementwise work is not counted. Times are medians.
@@ -17,6 +19,12 @@ use crate::nodes::{MemoryMode, NodeSpec};
 use crate::recurrent::{node_weights_host, recurrent, State};
 use crate::rng::Rng;
 use crate::Dims;
+
+mod stream;
+pub use stream::{
+    bench_stream_drift, bench_stream_drift_with, load_avg_1min, log_bins, DriftBin, NodeDrift,
+    StreamDriftMode, StreamDriftOpts, StreamDriftResult, STREAM_DRIFT_BUDGET, STREAM_HORIZON,
+};
 
 /// Sizes and options of the layer benchmark.
 #[derive(Debug, Clone, Serialize, Deserialize)]

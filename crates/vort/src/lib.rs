@@ -19,7 +19,7 @@
 //! - [`features`]: FAVOR+ positive orthogonal random features, ELU+1.
 //! - [`block`]: projections, q/k normalisation, router, VORT and the baselines in one block.
 //! - [`io`]: `vort retention` on safetensors files, with typed input validation.
-//! - [`mod@bench`]: the benchmark functions behind `vort bench layer`.
+//! - [`mod@bench`]: the benchmark functions behind `vort bench layer` and `vort bench stream`.
 //! - [`tol`]: named tolerances and the relative-RMS error; [`error`]: the typed errors.
 //!
 //! Tests chain the forms (DESIGN §5): naive <- recurrent <- chunked <- fused, for outputs, final

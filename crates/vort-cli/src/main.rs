@@ -11,6 +11,7 @@ mod args;
 mod data;
 mod error;
 mod experiment;
+mod generate;
 mod kernel;
 mod layer;
 mod output;
@@ -50,6 +51,8 @@ enum Command {
     Train(experiment::TrainArgs),
     /// Evaluate a trained run: accuracy by lag bucket.
     Eval(experiment::EvalArgs),
+    /// Sample bytes from a trained books model (streamed: flat memory at any length).
+    Generate(generate::GenerateArgs),
     /// Train every model on both synthetic tasks with 3 seeds and write the report.
     Reproduce(experiment::ReproduceArgs),
     /// Fetch and prepare real data: `vort data fetch books` (pinned, checksum-verified).
@@ -66,6 +69,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Train(args) => experiment::run_train(args),
         Command::Eval(args) => experiment::run_eval(args),
         Command::Reproduce(args) => experiment::run_reproduce(args),
+        Command::Generate(args) => generate::run(args),
         Command::Data(cmd) => data::run(cmd),
     }
 }

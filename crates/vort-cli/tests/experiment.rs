@@ -40,6 +40,38 @@ fn tiny_run_trains_evaluates_and_refuses_to_overwrite() {
     assert_eq!(eval["step"], 20);
     assert_eq!(eval["accuracy"], summary["eval"]["accuracy"]);
 
+    // `generate` needs a books model, at least one byte, and a run directory
+    for args in [
+        &["generate", "--run", d, "--bytes", "5"][..],
+        &["generate", "--run", d, "--bytes", "0"][..],
+        &[
+            "generate",
+            "--run",
+            d,
+            "--bytes",
+            "5",
+            "--temperature",
+            "-1",
+        ][..],
+        &["generate", "--run", "/nonexistent/run", "--bytes", "5"][..],
+        &[
+            "generate",
+            "--run",
+            d,
+            "--bytes",
+            "5",
+            "--prompt",
+            "a",
+            "--prompt-file",
+            "b",
+        ][..],
+    ] {
+        let err = assert_one_line_error(&vort(args), 2);
+        if args[4] == "5" && args.len() == 5 && args[2] == d {
+            assert!(err.contains("books"), "{err}");
+        }
+    }
+
     // A fresh run into a directory that holds one, and a resume that names another run.
     let checkpoint = std::fs::read(dir.join("checkpoint.safetensors")).unwrap();
     assert_one_line_error(

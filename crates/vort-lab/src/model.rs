@@ -463,6 +463,11 @@ impl Model {
         })
     }
 
+    /// The device the parameters live on.
+    pub fn device(&self) -> &Device {
+        self.emb.device()
+    }
+
     /// The blocks (for inspection: node tables, configs).
     pub fn blocks(&self) -> &[Block] {
         &self.blocks

@@ -459,6 +459,7 @@ fn a_tiny_books_run_trains_and_reports_bpc_by_context() {
         format!("{:?}", eval::run(&run).unwrap().buckets),
         format!("{:?}", e.buckets)
     );
+    generate_from_the_tiny_run(&run);
     // a missing data directory is bad input with a hint, not a panic
     c.task.data_dir = fresh_dir("no-data").join("books").display().to_string();
     let err = train::run_with(&c, &fresh_dir("run2"), false, &RunOptions::default())
@@ -516,5 +517,73 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         let sizes: Vec<usize> = s.result.state_bytes.iter().map(|x| x.1).collect();
         assert!(sizes.iter().all(|&b| b == sizes[0] && b > 0), "{sizes:?}");
         assert!(s.result.bits.is_finite());
+    }
+}
+
+/// `generate` on a trained run: deterministic for a seed, greedy equals the argmax of one
+/// training-form pass over prompt + output at every position, bad options refused.
+fn generate_from_the_tiny_run(run: &std::path::Path) {
+    use candle_core::Tensor;
+    use vort_lab::train::eval::load_inference_model;
+    use vort_lab::train::generate::{generate, GenerateOptions};
+    let (_, mut model, _vm) = load_inference_model(run).unwrap();
+    let prompt = b"It was a dark and";
+    let opts = GenerateOptions {
+        bytes: 24,
+        temperature: 0.0,
+        seed: 1,
+    };
+    let mut seen = Vec::new();
+    let greedy = generate(&mut model, prompt, &opts, |b| {
+        seen.push(b);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(greedy.output.len(), 24);
+    assert_eq!(
+        seen, greedy.output,
+        "every byte is handed out as it is drawn"
+    );
+    assert_eq!(greedy.horizon, Some(vort::nodes::STREAM_HORIZON));
+    // greedy decoding through the recurrent stream = argmax of one chunked pass
+    let all: Vec<u32> = prompt
+        .iter()
+        .chain(&greedy.output)
+        .map(|&b| u32::from(b))
+        .collect();
+    let n = all.len() - 1;
+    let out = model
+        .forward(&Tensor::from_vec(all[..n].to_vec(), (1, n), &candle_core::Device::Cpu).unwrap())
+        .unwrap();
+    let logits = model
+        .logits_at(&out.hidden, &(0..n).collect::<Vec<_>>())
+        .unwrap();
+    let argmax: Vec<u32> = logits.argmax(1).unwrap().to_vec1().unwrap();
+    assert_eq!(&argmax[prompt.len() - 1..], &all[prompt.len()..]);
+    // sampling: a function of the seed
+    let sample = |seed: u64, model: &mut vort_lab::model::Model| {
+        let o = GenerateOptions {
+            temperature: 1.0,
+            seed,
+            ..opts
+        };
+        generate(model, prompt, &o, |_| Ok(())).unwrap().output
+    };
+    let a = sample(3, &mut model);
+    assert_eq!(a, sample(3, &mut model));
+    assert_ne!(a, sample(4, &mut model));
+    for bad in [
+        GenerateOptions { bytes: 0, ..opts },
+        GenerateOptions {
+            temperature: -1.0,
+            ..opts
+        },
+        GenerateOptions {
+            temperature: f64::NAN,
+            ..opts
+        },
+    ] {
+        let e = generate(&mut model, prompt, &bad, |_| Ok(())).unwrap_err();
+        assert!(e.is_bad_input(), "{e}");
     }
 }

@@ -367,6 +367,62 @@ pub fn load_model(run_dir: &Path) -> Result<(RunConfig, Model, VarMap), TrainErr
     Ok((cfg, tr.model, tr.vm))
 }
 
+/// A run's trained model for inference only: built from the run's config and the checkpoint's
+/// parameters, without opening the task's data (a run directory is enough to generate from).
+///
+/// # Errors
+/// A missing or corrupt config or checkpoint, or a checkpoint whose parameters do not match
+/// the config's model.
+pub fn load_inference_model(run_dir: &Path) -> Result<(RunConfig, Model, VarMap), TrainError> {
+    let cfg = RunConfig::load(&run_dir.join(CONFIG_FILE))?;
+    cfg.validate()?;
+    let ck_path = run_dir.join(CHECKPOINT_FILE);
+    let ck = checkpoint::Checkpoint::load(&ck_path)?;
+    let mismatch = |reason: String| TrainError::CheckpointMismatch {
+        path: ck_path.display().to_string(),
+        reason,
+    };
+    if ck.config != cfg.to_toml()? {
+        return Err(mismatch(
+            "the checkpoint was written with another config".into(),
+        ));
+    }
+    let vm = VarMap::new();
+    let dev = super::device();
+    let model = Model::new(
+        &cfg.model,
+        cfg.task.vocab(),
+        cfg.task.seq_len,
+        cfg.seed,
+        &vm,
+        &dev,
+    )?;
+    // check every parameter first, then write them
+    let mut loaded = Vec::new();
+    for (name, var) in super::named_vars(&vm) {
+        let key = format!("param/{name}");
+        let t = ck
+            .tensors
+            .get(&key)
+            .ok_or_else(|| mismatch(format!("tensor {key} missing")))?;
+        if t.shape != var.as_tensor().dims() {
+            return Err(mismatch(format!(
+                "tensor {key} has shape {:?}, the model {:?}",
+                t.shape,
+                var.as_tensor().dims()
+            )));
+        }
+        loaded.push((
+            var,
+            Tensor::from_vec(t.data.clone(), t.shape.clone(), &dev)?,
+        ));
+    }
+    for (var, t) in loaded {
+        var.set(&t)?;
+    }
+    Ok((cfg, model, vm))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@
 
 pub mod checkpoint;
 pub mod eval;
+pub mod generate;
 pub mod optim;
 pub mod stream;
 

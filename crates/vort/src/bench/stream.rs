@@ -18,7 +18,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, VortError};
-use crate::nodes::{MemoryMode, NodeTable};
+use crate::nodes::{MemoryMode, NodeSpec, NodeTable};
 use crate::recurrent::{recurrent, State};
 use crate::rng::Rng;
 use crate::Dims;
@@ -263,7 +263,14 @@ pub fn bench_stream_drift_with(
     let t0 = Instant::now();
     let mut modes = Vec::new();
     for mode in [MemoryMode::Shared, MemoryMode::Banks] {
-        let table = NodeTable::for_mode(mode, o.banks, o.delta, o.horizon, o.eps)?;
+        let table = NodeSpec {
+            mode,
+            banks: o.banks,
+            delta: o.delta,
+            horizon: o.horizon,
+            eps: o.eps,
+        }
+        .build()?;
         modes.push(drift_one_mode(o, mode, &table, &mut progress)?);
     }
     Ok(StreamDriftResult {

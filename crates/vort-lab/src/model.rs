@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use vort::block::{Block, BlockConfig, BlockState, Memory, Routing};
 use vort::features::FeatureMap;
 use vort::nodes::{MemoryMode, NodeSpec};
-use vort::rng::Rng;
+use vort::vort_math::rng::XorShift64Star;
 
 /// Why a model could not be built or run.
 #[derive(Debug, thiserror::Error)]
@@ -390,7 +390,7 @@ impl Model {
     ) -> Result<Model, ModelError> {
         cfg.validate()?;
         let dm = cfg.d_model;
-        let mut rng = Rng::new(seed ^ 0x005E_ED0F_5EED);
+        let mut rng = XorShift64Star::new(seed ^ 0x005E_ED0F_5EED);
         let mut mat = |rows: usize, cols: usize, std: f64| -> Result<Tensor, ModelError> {
             Ok(
                 Tensor::from_vec(rng.normals(rows * cols, std), (rows, cols), device)?

@@ -7,13 +7,13 @@ pub enum MathError {
     #[error("order a = {0} is outside [0, 1]")]
     OrderOutOfRange(f64),
     /// The lag is beyond the range where the weights are guaranteed (2^53, exact in f64).
-    #[error("lag j = {0} is larger than the supported maximum {max}", max = crate::gl::MAX_LAG)]
+    #[error("lag j = {0} is larger than the supported maximum {max}", max = crate::limits::MAX_LAG)]
     LagTooLarge(u64),
     /// The horizon T of an SOE must satisfy 1 <= T <= MAX_HORIZON.
-    #[error("horizon T = {0} must be between 1 and {max}", max = crate::soe::MAX_HORIZON)]
+    #[error("horizon T = {0} must be between 1 and {max}", max = crate::limits::MAX_HORIZON)]
     HorizonOutOfRange(u64),
     /// The relative tolerance must lie in [MIN_EPS, MAX_EPS].
-    #[error("tolerance eps = {0} must be between {min:e} and {max}", min = crate::soe::MIN_EPS, max = crate::soe::MAX_EPS)]
+    #[error("tolerance eps = {0} must be between {min:e} and {max}", min = crate::limits::MIN_EPS, max = crate::limits::MAX_EPS)]
     ToleranceOutOfRange(f64),
     /// Any other argument out of its domain (the message names it).
     #[error("{0}")]

@@ -19,8 +19,7 @@
 
 use crate::error::{check_order, MathError};
 
-/// Largest supported lag: every integer up to 2^53 is exact in f64.
-pub const MAX_LAG: u64 = 1 << 53;
+pub use crate::limits::MAX_LAG;
 
 /// Below this lag the exact product Π (i - 1 + b) / i is used; above it the Stirling difference.
 pub const PRODUCT_FORM_MAX_LAG: u64 = 32;

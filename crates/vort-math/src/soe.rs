@@ -22,12 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{check_order, MathError};
 use crate::gl;
 
-/// Largest horizon accepted by [`Soe::build`].
-pub const MAX_HORIZON: u64 = 1_000_000_000_000;
-/// Smallest relative tolerance: below it f64 evaluation of ŵ_j cannot be certified.
-pub const MIN_EPS: f64 = 1e-12;
-/// Largest relative tolerance.
-pub const MAX_EPS: f64 = 0.5;
+pub use crate::limits::{MAX_EPS, MAX_HORIZON, MIN_EPS};
 /// The certificate checks every lag up to this horizon; beyond it, a dense log-spaced sample.
 pub const EXHAUSTIVE_MAX: u64 = 10_000_000;
 /// Points per e-fold of lag in the sampled part of a certificate above [`EXHAUSTIVE_MAX`].

@@ -17,8 +17,8 @@ use crate::error::Result;
 use crate::fused::{fused_raw, prefill_state};
 use crate::nodes::{MemoryMode, NodeSpec};
 use crate::recurrent::{node_weights_host, recurrent, State};
-use crate::rng::Rng;
 use crate::Dims;
+use vort_math::rng::XorShift64Star;
 
 mod stream;
 pub use stream::{
@@ -189,10 +189,10 @@ fn rand_inputs(
     lo: f64,
     seed: u64,
 ) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor)> {
-    let mut r = Rng::new(seed);
+    let mut r = XorShift64Star::new(seed);
     let dev = Device::Cpu;
     let sc = 1.0 / (f as f64).sqrt();
-    let mk = |r: &mut Rng, n: usize, g: &dyn Fn(f64) -> f64| -> Vec<f32> {
+    let mk = |r: &mut XorShift64Star, n: usize, g: &dyn Fn(f64) -> f64| -> Vec<f32> {
         (0..n).map(|_| g(r.unif()) as f32).collect()
     };
     let q = Tensor::from_vec(mk(&mut r, b * h * t * f, &|x| x * sc), (b, h, t, f), &dev)?;
@@ -338,7 +338,7 @@ pub fn bench_decode(
     let tables = std::slice::from_ref(&table);
     let n = table.len();
     let mut st = State::<f32>::zeros(1, h, n, f, d);
-    let mut rng = Rng::new(11);
+    let mut rng = XorShift64Star::new(11);
     let sc = 1.0 / (f as f64).sqrt();
     let mut out = Vec::new();
     let piece = 16384usize;
@@ -415,7 +415,7 @@ pub fn bench_crossover(
     for &t in ts {
         let (q, k, v, _, a) = rand_inputs(1, h, t, d, d, 0.1, 5)?;
         let softmax_ms = time_ms(reps, || {
-            let _ = crate::block::causal_softmax(&q, &k, &v)?;
+            let _ = crate::attention::causal_softmax(&q, &k, &v)?;
             Ok(())
         })?;
         let table = NodeSpec {

@@ -13,13 +13,9 @@
 //! The kernel matrix inside a chunk is the same SOE kernel the states carry, so the chunked
 //! output equals the recurrent one up to rounding for every chunk size (and streaming gives the
 //! same numbers as training). The exact GL kernel is the naive form's; the difference is the
-//! SOE certificate (DESIGN §1).
-//!
-//! DESIGN §2's alternative, the exact GL kernel inside each chunk and the SOE only across
-//! chunk boundaries, is [`chunked_raw_exact_intra`] (fused twin:
-//! `fused::fused_raw_exact_intra`): exact when one chunk covers the sequence, but then the
-//! output depends on the chunk size within the certificate and no longer equals the
-//! recurrent (streaming) form exactly, which is why it is not the default.
+//! SOE certificate (DESIGN §1). (DESIGN §2's alternative, the exact GL kernel inside each chunk
+//! and the SOE only across chunk boundaries, was built and removed: no model could select it,
+//! and it made the output depend on the chunk size and differ from the streaming form.)
 
 use candle_core::{DType, Device, Tensor, D};
 
@@ -98,23 +94,6 @@ fn affine_rows(
     Ok(base.add(&da.broadcast_mul(&slope)?)?)
 }
 
-/// Exact intra-chunk kernel rows K_i(j) = w_j(α_i) (banks: the bank split) for lags
-/// j = 0..chunk-1, differentiable in α: alpha [B, H, T] -> kin [B, H, T, chunk] (dtype of
-/// alpha). Used by [`chunked_raw_exact_intra`] and `fused::fused_raw_exact_intra`.
-///
-/// # Errors
-/// Alpha not rank 3, wrong table count, chunk = 0.
-pub fn exact_intra_weights(alpha: &Tensor, tables: &[NodeTable], chunk: usize) -> Result<Tensor> {
-    let (_, h, _) = alpha_dims(alpha)?;
-    check_tables(tables, h)?;
-    if chunk == 0 {
-        return Err(VortError::InvalidArgument("chunk size must be >= 1".into()));
-    }
-    affine_rows(alpha, chunk, |head, x| {
-        table_for(tables, head).exact_row(x, chunk)
-    })
-}
-
 fn dims4(name: &str, t: &Tensor) -> Result<(usize, usize, usize, usize)> {
     t.dims4().map_err(|_| VortError::Shape {
         name: name.into(),
@@ -156,29 +135,7 @@ pub fn chunked_raw(
     chunk: usize,
     state: Option<&Tensor>,
 ) -> Result<(Tensor, Tensor)> {
-    chunked_impl(q, k, vp, cw, None, u, chunk, state)
-}
-
-/// [`chunked_raw`] with the exact kernel inside each chunk (DESIGN §2: "intra-chunk with the
-/// exact kernel matrix, inter-chunk through the SOE states"): M[τ, σ] = kin[σ, τ-σ], with
-/// kin [B, H, T, chunk] from [`exact_intra_weights`]. Lags that cross a chunk boundary still go
-/// through the SOE states, so the result depends (within the SOE certificate) on the chunk
-/// size, and equals the naive exact form when chunk >= T.
-///
-/// # Errors
-/// As [`chunked_raw`]; kin of the wrong shape.
-#[allow(clippy::too_many_arguments)]
-pub fn chunked_raw_exact_intra(
-    q: &Tensor,
-    k: &Tensor,
-    vp: &Tensor,
-    cw: &Tensor,
-    kin: &Tensor,
-    u: &Tensor,
-    chunk: usize,
-    state: Option<&Tensor>,
-) -> Result<(Tensor, Tensor)> {
-    chunked_impl(q, k, vp, cw, Some(kin), u, chunk, state)
+    chunked_impl(q, k, vp, cw, u, chunk, state)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -187,7 +144,6 @@ fn chunked_impl(
     k: &Tensor,
     vp: &Tensor,
     cw: &Tensor,
-    kin: Option<&Tensor>,
     u: &Tensor,
     chunk: usize,
     state: Option<&Tensor>,
@@ -219,15 +175,6 @@ fn chunked_impl(
             expected: format!("[1 or {h}, {n}]"),
         });
     }
-    if let Some(kin) = kin {
-        if kin.dims() != [b, h, t, chunk] {
-            return Err(VortError::Shape {
-                name: "kin".into(),
-                got: kin.dims().to_vec(),
-                expected: format!("{:?}", [b, h, t, chunk]),
-            });
-        }
-    }
     let dt = q.dtype();
     let mut g = match state {
         Some(s) => {
@@ -250,7 +197,6 @@ fn chunked_impl(
             &k.narrow(2, 0, main)?,
             &vp.narrow(2, 0, main)?,
             &cw.narrow(2, 0, main)?,
-            kin.map(|x| x.narrow(2, 0, main)).transpose()?.as_ref(),
             u,
             chunk,
             &g,
@@ -265,9 +211,6 @@ fn chunked_impl(
             &k.narrow(2, main, r)?,
             &vp.narrow(2, main, r)?,
             &cw.narrow(2, main, r)?,
-            kin.map(|x| x.narrow(2, main, r)?.narrow(3, 0, r))
-                .transpose()?
-                .as_ref(),
             u,
             r,
             &g,
@@ -313,7 +256,6 @@ fn block(
     k: &Tensor,
     vp: &Tensor,
     cw: &Tensor,
-    kin: Option<&Tensor>,
     u: &Tensor,
     l: usize,
     g0: &Tensor,
@@ -330,26 +272,7 @@ fn block(
     let vc = vp.reshape((b, h, nc, l, d1))?;
     let eye = Tensor::eye(l, dt, dev)?;
     let a = bmm(&qc, &kc.transpose(3, 4)?)?; // [B,H,nc,L,L]
-    let exact_m = match kin {
-        None => None,
-        Some(kin) => {
-            // M[τ, σ] = δ_τσ + Σ_lag [τ-σ = lag >= 1] kin[σ, lag]
-            let mut sh = vec![0.0; l * l * l];
-            for tau in 0..l {
-                for sig in 0..tau {
-                    sh[(tau * l + sig) * l + (tau - sig)] = 1.0;
-                }
-            }
-            let sh = Tensor::from_vec(sh, (1, 1, 1, l, l, l), dev)?.to_dtype(dt)?;
-            let kc = kin.reshape((b, h, nc, 1, l, l))?;
-            Some(kc.broadcast_mul(&sh)?.sum(5)?.broadcast_add(&eye)?)
-        }
-    };
     if n == 0 {
-        if let Some(m) = exact_m {
-            let intra = bmm(&(a * m)?, &vc)?;
-            return Ok((intra.reshape((b, h, t, d1))?, g0.clone()));
-        }
         let intra = bmm(&a.broadcast_mul(&eye)?, &vc)?;
         return Ok((intra.reshape((b, h, t, d1))?, g0.clone()));
     }
@@ -363,7 +286,7 @@ fn block(
             mask[tau * l + sig] = 1.0;
         }
     }
-    let e = decay_table(u, &lag, dt)?; // [Hu, N, L*L] (SOE intra kernel unless exact)
+    let e = decay_table(u, &lag, dt)?; // [Hu, N, L*L] (the SOE intra kernel)
     let mask = Tensor::from_vec(mask, (1, 1, l * l), dev)?.to_dtype(dt)?;
     let e = e
         .broadcast_mul(&mask)?
@@ -375,7 +298,6 @@ fn block(
         .broadcast_mul(&cwc.unsqueeze(3)?)?
         .sum(5)?
         .broadcast_add(&eye)?; // [B,H,nc,L,L]
-    let m = exact_m.unwrap_or(m);
     let intra = bmm(&(a * m)?, &vc)?;
     // inter-chunk readout: Qd[τ, n, :] = e^(-u_n (τ+1)) φq_τ
     let lag_q: Vec<f64> = (1..=l).map(|x| x as f64).collect();

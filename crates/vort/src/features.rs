@@ -12,7 +12,7 @@ use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, VortError};
-use crate::rng::Rng;
+use vort_math::rng::XorShift64Star;
 
 /// Which feature map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -48,7 +48,7 @@ pub fn orthogonal_gaussian(m: usize, d: usize, seed: u64) -> Result<Vec<f64>> {
             "random features: m = {m} and d = {d} must be >= 1"
         )));
     }
-    let mut rng = Rng::new(seed);
+    let mut rng = XorShift64Star::new(seed);
     let mut out = Vec::with_capacity(m * d);
     while out.len() < m * d {
         let mut blk = rng.normals(d * d, 1.0);

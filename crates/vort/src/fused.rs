@@ -40,9 +40,6 @@ pub struct FusedRetention {
     pub n: usize,
     /// Chunk length L.
     pub chunk: usize,
-    /// Exact intra-chunk kernel: the weights input carries N + L columns, the last L being
-    /// kin[σ, lag] (see `chunked::exact_intra_weights`).
-    pub exact_intra: bool,
 }
 
 struct Consts<T> {
@@ -153,10 +150,8 @@ struct HeadDims {
     f: usize,
     d1: usize,
     n: usize,
-    /// Row stride of the weights input: N, or N + L with the exact intra kernel columns.
+    /// Row stride of the weights input (N).
     cws: usize,
-    /// Exact intra-chunk kernel: M[τ, σ] = cw[σ, N + τ - σ].
-    exact: bool,
 }
 
 /// Chunk starts and which constants (0 main, 1 tail).
@@ -210,16 +205,8 @@ fn intra<T: WithDType>(
     let (f, n, cws) = (hd.f, hd.n, hd.cws);
     let f2 = 2 * f;
     mm(l, l, f, &mut w.p, l, qk, f2, 1, &qk[f..], 1, f2, false);
-    // R[lag][σ] into w.s temporarily: Σ_n E[lag, n] cw[σ, n], or the exact kernel columns
-    if hd.exact {
-        for lag in 0..l {
-            for sig in 0..l - lag {
-                w.s[lag * l + sig] = cwc[sig * cws + n + lag];
-            }
-        }
-    } else {
-        mm(l, l, n, &mut w.s, l, &c.e, n, 1, cwc, 1, cws, false);
-    }
+    // R[lag][σ] into w.s temporarily: Σ_n E[lag, n] cw[σ, n]
+    mm(l, l, n, &mut w.s, l, &c.e, n, 1, cwc, 1, cws, false);
     for tau in 0..l {
         for sig in 0..l {
             w.m[tau * l + sig] = if sig < tau {
@@ -416,17 +403,8 @@ fn bwd_head<T: WithDType>(
             1,
             true,
         );
-        if hd.exact {
-            // d kin[σ, lag] = dR[lag][σ]
-            for lag in 1..l {
-                for sig in 0..l - lag {
-                    dcwc[sig * hd.cws + n + lag] += w.s[lag * l + sig];
-                }
-            }
-        } else {
-            // dcw (intra) = dRᵀ E
-            mm(l, n, l, dcwc, hd.cws, &w.s, 1, l, &c.e, n, 1, true);
-        }
+        // dcw (intra) = dRᵀ E
+        mm(l, n, l, dcwc, hd.cws, &w.s, 1, l, &c.e, n, 1, true);
         if n == 0 {
             continue;
         }
@@ -510,16 +488,15 @@ impl FusedRetention {
         let (b, h, t, f2) = l1.shape().dims4()?;
         let (_, _, _, d1) = l2.shape().dims4()?;
         let (_, _, _, cws) = l3.shape().dims4()?;
-        let extra = if self.exact_intra { self.chunk } else { 0 };
         if f2 % 2 != 0
-            || cws != self.n + extra
+            || cws != self.n
             || !(self.hu == 1 || self.hu == h)
             || self.u.len() != self.hu * self.n
             || self.chunk == 0
         {
             candle_core::bail!(
                 "fused retention: qk last dim {f2} must be 2F, cw columns {cws} must be {}, rate rows {} must be 1 or H = {h} with {} rates, chunk {} >= 1",
-                self.n + extra,
+                self.n,
                 self.hu,
                 self.u.len(),
                 self.chunk
@@ -537,7 +514,6 @@ impl FusedRetention {
                 d1,
                 n: self.n,
                 cws,
-                exact: self.exact_intra,
             },
         ))
     }
@@ -678,7 +654,6 @@ impl CustomOp3 for FusedRetention {
             d1,
             n: self.n,
             cws,
-            exact: self.exact_intra,
         };
         let dev = a1.device();
         macro_rules! run {
@@ -724,25 +699,7 @@ pub fn fused_raw(
     u: &[Vec<f64>],
     chunk: usize,
 ) -> Result<Tensor> {
-    fused_impl(q, k, vp, cw, None, u, chunk)
-}
-
-/// [`fused_raw`] with the exact kernel inside each chunk: kin [B, H, T, chunk] from
-/// `chunked::exact_intra_weights` (the twin of [`crate::chunked::chunked_raw_exact_intra`]);
-/// differentiable in kin as well.
-///
-/// # Errors
-/// Shape or dtype mismatches; chunk = 0.
-pub fn fused_raw_exact_intra(
-    q: &Tensor,
-    k: &Tensor,
-    vp: &Tensor,
-    cw: &Tensor,
-    kin: &Tensor,
-    u: &[Vec<f64>],
-    chunk: usize,
-) -> Result<Tensor> {
-    fused_impl(q, k, vp, cw, Some(kin), u, chunk)
+    fused_impl(q, k, vp, cw, u, chunk)
 }
 
 fn fused_impl(
@@ -750,7 +707,6 @@ fn fused_impl(
     k: &Tensor,
     vp: &Tensor,
     cw: &Tensor,
-    kin: Option<&Tensor>,
     u: &[Vec<f64>],
     chunk: usize,
 ) -> Result<Tensor> {
@@ -770,14 +726,9 @@ fn fused_impl(
         hu: u.len(),
         n,
         chunk,
-        exact_intra: kin.is_some(),
     };
     let qk = Tensor::cat(&[q, k], 3)?.contiguous()?;
-    let w = match kin {
-        None => cw.contiguous()?,
-        Some(kin) => Tensor::cat(&[cw, kin], 3)?.contiguous()?,
-    };
-    Ok(qk.apply_op3(&vp.contiguous()?, &w, op)?)
+    Ok(qk.apply_op3(&vp.contiguous()?, &cw.contiguous()?, op)?)
 }
 
 /// Advances a recurrent state over T tokens with the chunked state recurrence only (no
@@ -833,7 +784,6 @@ pub fn prefill_state<T: WithDType>(
         d1,
         n,
         cws: n,
-        exact: false,
     };
     let nf = n * f;
     state

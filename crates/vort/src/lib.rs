@@ -17,6 +17,7 @@
 //! - [`fused`]: the fused CustomOp with hand-written backward (gemm on blocks, rayon), and the
 //!   prefill of a recurrent state.
 //! - [`features`]: FAVOR+ positive orthogonal random features, ELU+1.
+//! - [`attention`]: causal and sliding-window softmax attention (the baseline).
 //! - [`block`]: projections, q/k normalisation, router, VORT and the baselines in one block.
 //! - [`io`]: `vort retention` on safetensors files, with typed input validation.
 //! - [`mod@bench`]: the benchmark functions behind `vort bench layer` and `vort bench stream`.
@@ -25,6 +26,7 @@
 //! Tests chain the forms (DESIGN §5): naive <- recurrent <- chunked <- fused, for outputs, final
 //! states and gradients (q, k, v, α, and the learned decay of the exponential baseline).
 
+pub mod attention;
 pub mod bench;
 pub mod block;
 pub mod chunked;
@@ -36,7 +38,6 @@ pub mod io;
 pub mod naive;
 pub mod nodes;
 pub mod recurrent;
-pub mod rng;
 pub mod st;
 pub mod tol;
 

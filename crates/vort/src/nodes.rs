@@ -88,21 +88,21 @@ impl NodeSpec {
         if !(self.delta.is_finite() && self.delta > 0.0 && self.delta < 1.0) {
             return bad(format!("delta = {} must be in (0, 1)", self.delta));
         }
-        if self.horizon == 0 || self.horizon > vort_math::soe::MAX_HORIZON {
+        if self.horizon == 0 || self.horizon > vort_math::limits::MAX_HORIZON {
             return bad(format!(
                 "horizon = {} must be in [1, {}]",
                 self.horizon,
-                vort_math::soe::MAX_HORIZON
+                vort_math::limits::MAX_HORIZON
             ));
         }
         if !(self.eps.is_finite()
-            && (vort_math::soe::MIN_EPS..=vort_math::soe::MAX_EPS).contains(&self.eps))
+            && (vort_math::limits::MIN_EPS..=vort_math::limits::MAX_EPS).contains(&self.eps))
         {
             return bad(format!(
                 "eps = {} must be in [{:e}, {}]",
                 self.eps,
-                vort_math::soe::MIN_EPS,
-                vort_math::soe::MAX_EPS
+                vort_math::limits::MIN_EPS,
+                vort_math::limits::MAX_EPS
             ));
         }
         if self.mode == MemoryMode::Banks && self.banks < 2 {
@@ -401,63 +401,6 @@ impl NodeTable {
         (self.weights[i].clone(), slope, self.grid[i])
     }
 
-    /// The exact kernel row of an order α for lags 0..l (the chunked forms' optional exact
-    /// intra-chunk kernel, DESIGN §2), as a tangent: (row(α0), d row/dα (α0), α0) with α0 = α,
-    /// so that row(α) = base + (α - α0) slope keeps its gradient in candle. Lag 0 is 1.
-    ///
-    /// banks: Σ_k β_k(α) w_j(a_k) (linear in α on each cell); shared: w_j(α) with
-    /// dw_j/dα = w_j Σ_{m=1}^{j} 1/(m-1+α) (clamped to [δ, 1], zero slope outside);
-    /// fixed: the table's own kernel (no α dependence).
-    ///
-    /// # Errors
-    /// Never for tables built by this module.
-    pub fn exact_row(&self, alpha: f64, l: usize) -> Result<(Vec<f64>, Vec<f64>, f64)> {
-        let a0 = if alpha.is_nan() { 0.0 } else { alpha };
-        let n = l.max(1) as u64 - 1;
-        match &self.kind {
-            TableKind::Fixed => Ok((
-                (0..l as u64).map(|j| self.kernel(alpha, j)).collect(),
-                vec![0.0; l],
-                a0,
-            )),
-            TableKind::Shared { soe, .. } => {
-                let inside = alpha >= soe.delta && alpha <= 1.0;
-                let a = if alpha.is_nan() {
-                    soe.delta
-                } else {
-                    alpha.clamp(soe.delta, 1.0)
-                };
-                let w = gl::weights_upto(a, n)?;
-                let mut slope = vec![0.0; w.len()];
-                if inside {
-                    let mut acc = 0.0;
-                    for j in 1..w.len() {
-                        acc += 1.0 / ((j - 1) as f64 + a);
-                        slope[j] = w[j] * acc;
-                    }
-                }
-                Ok((w[..l].to_vec(), slope[..l].to_vec(), a0))
-            }
-            TableKind::Banks { orders } => {
-                if orders.len() == 1 {
-                    return Ok((
-                        gl::weights_upto(orders[0], n)?[..l].to_vec(),
-                        vec![0.0; l],
-                        a0,
-                    ));
-                }
-                let (i, theta, inv) = self.locate(alpha);
-                let lo = gl::weights_upto(orders[i], n)?;
-                let hi = gl::weights_upto(orders[i + 1], n)?;
-                let base = (0..l)
-                    .map(|j| (1.0 - theta) * lo[j] + theta * hi[j])
-                    .collect();
-                let slope = (0..l).map(|j| (hi[j] - lo[j]) * inv).collect();
-                Ok((base, slope, a0))
-            }
-        }
-    }
-
     /// The SOE kernel K(j) of an order α (K(0) = 1).
     pub fn kernel(&self, alpha: f64, j: u64) -> f64 {
         if j == 0 {
@@ -494,30 +437,6 @@ impl NodeTable {
                 let (i, theta, _) = self.locate(alpha);
                 Ok((1.0 - theta) * gl::weight(orders[i], j)?
                     + theta * gl::weight(orders[i + 1], j)?)
-            }
-        }
-    }
-
-    /// d/dα of [`NodeTable::exact_kernel`] (banks: piecewise constant; shared: dw_j/da).
-    ///
-    /// # Errors
-    /// As [`NodeTable::exact_kernel`].
-    pub fn exact_kernel_da(&self, alpha: f64, j: u64) -> Result<f64> {
-        match &self.kind {
-            TableKind::Fixed => Ok(0.0),
-            TableKind::Shared { soe, .. } => {
-                if alpha < soe.delta || alpha > 1.0 || alpha.is_nan() {
-                    Ok(0.0)
-                } else {
-                    Ok(gl::weight_derivative(alpha, j)?)
-                }
-            }
-            TableKind::Banks { orders } => {
-                if orders.len() == 1 {
-                    return Ok(0.0);
-                }
-                let (i, _, inv) = self.locate(alpha);
-                Ok((gl::weight(orders[i + 1], j)? - gl::weight(orders[i], j)?) * inv)
             }
         }
     }

@@ -7,9 +7,8 @@ mod common;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 use common::*;
-use vort::block::{
-    causal_softmax, sliding_softmax, Block, BlockConfig, BlockState, Memory, Routing,
-};
+use vort::attention::{causal_softmax, sliding_softmax};
+use vort::block::{Block, BlockConfig, BlockState, Memory, Routing};
 use vort::chunked::{chunked_raw, normalise, with_ones};
 use vort::features::{orthogonal_gaussian, FeatureMap, Features};
 use vort::naive::{naive, Kernel};

@@ -326,9 +326,10 @@ fn fixed_order_power_law_chain() {
 }
 
 #[test]
-fn kernels_stay_positive_inside_the_horizon() {
-    // Inside the certified horizon every SOE kernel is within eps of w_j > 0, so positive;
-    // `covers` reports the horizon (beyond it shared-node kernels can turn negative).
+fn kernels_stay_positive_at_every_lag() {
+    // Inside the certified horizon every SOE kernel is within eps of w_j > 0; both modes are
+    // positive mixtures, so far past it the kernel is still positive and non-increasing
+    // (`covers` reports the horizon, past which the forms refuse to run).
     for mode in MODES {
         let tb = NodeSpec {
             mode,
@@ -342,64 +343,28 @@ fn kernels_stay_positive_inside_the_horizon() {
         assert!(tb.covers(4096) && !tb.covers(4097));
         for i in 0..=20 {
             let a = 0.1 + 0.9 * i as f64 / 20.0;
-            for j in [1u64, 2, 7, 64, 500, 4096] {
-                assert!(tb.kernel(a, j) > 0.0, "{mode:?} a={a} j={j}");
-            }
-        }
-    }
-}
-
-/// The optional exact intra-chunk kernel (DESIGN §2 wording): with one chunk covering the
-/// sequence it is the naive exact form (outputs and every gradient, tight); with smaller
-/// chunks the cross-chunk lags go through the SOE, so it is within the certificate.
-#[test]
-fn exact_intra_chunked_matches_naive_exact() {
-    use vort::chunked::{
-        chunked_raw_exact_intra, exact_intra_weights, node_weights, normalise, rates_tensor,
-        with_ones,
-    };
-    for mode in MODES {
-        let tb = table(mode, 64);
-        let tables = std::slice::from_ref(&tb);
-        let inp = Inputs::new(dims(1, 2, 23, 4, 3), DELTA + 0.01, 41);
-        let w = inp.cotangent(42);
-        let wt = Tensor::from_vec(w.clone(), (1, 2, 23, 3), &Device::Cpu).unwrap();
-        let exact = run_naive(&inp, &tb, Kernel::Exact);
-        for chunk in [32, 23, 5] {
-            let (q, k, v, a) = inp.tensors(DType::F64);
-            let cw = node_weights(a.as_tensor(), tables).unwrap();
-            let kin = exact_intra_weights(a.as_tensor(), tables, chunk).unwrap();
-            let u = rates_tensor(tables, &Device::Cpu).unwrap();
-            let (o, _) = chunked_raw_exact_intra(
-                &q,
-                &k,
-                &with_ones(&v).unwrap(),
-                &cw,
-                &kin,
-                &u,
-                chunk,
-                None,
-            )
-            .unwrap();
-            let y = normalise(&o, EPS_DEN).unwrap();
-            let e = vort::tol::rel_rms(&to_f64(&y), &exact);
-            let tol = if chunk >= 23 {
-                F64_SAME_KERNEL_REL
-            } else {
-                EXACT_VS_SOE_REL
-            };
-            assert!(e <= tol, "{mode:?} C={chunk}: y {e:e}");
-            if chunk < 23 {
-                continue;
-            }
-            let grads = (y * &wt).unwrap().sum_all().unwrap().backward().unwrap();
-            for (which, var) in [&q, &k, &v, &a].into_iter().enumerate() {
-                let g = to_f64(grads.get(var.as_tensor()).unwrap());
-                let loss = |x: &Inputs| dot(&run_naive(x, &tb, Kernel::Exact), &w);
-                let (idx, fd) = fd_grad(&inp, which, 3, FD_STEP, &loss);
-                let ad: Vec<f64> = idx.iter().map(|&i| g[i]).collect();
-                let e = vort::tol::rel_rms(&ad, &fd);
-                assert!(e <= FD_GRAD_REL, "{mode:?} C={chunk} input {which}: {e:e}");
+            let mut prev = f64::INFINITY;
+            for j in [
+                1u64,
+                2,
+                7,
+                64,
+                500,
+                4096,
+                1 << 16,
+                1 << 18,
+                1 << 20,
+                1 << 30,
+            ] {
+                let k = tb.kernel(a, j);
+                // banks have no u = 0 node below a = 1: far past the horizon their kernel
+                // decays exponentially and underflows to 0, never below it
+                let positive = if j <= 4096 { k > 0.0 } else { k >= 0.0 };
+                assert!(
+                    positive && k <= prev,
+                    "{mode:?} a={a} j={j}: {k} after {prev}"
+                );
+                prev = k;
             }
         }
     }

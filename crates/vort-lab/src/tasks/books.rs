@@ -17,10 +17,10 @@
 
 use std::path::Path;
 
-use super::rng::{derive, SplitMix};
 use super::{Sample, Stream, TaskConfig, TaskError};
 use crate::data::books::{load_split, Split};
 use crate::data::lexicon::{tag_bytes, Lexicon, TokenClass};
+use vort::vort_math::rng::{derive, SplitMix64};
 
 /// One book with a class per byte.
 #[derive(Debug, Clone)]
@@ -140,7 +140,7 @@ impl BookCorpus {
                     .iter()
                     .map(|b| b.bytes.len().saturating_sub(seq_len) as u64)
                     .collect();
-                let mut rng = SplitMix::new(derive(seed, 2, index));
+                let mut rng = SplitMix64::new(derive(seed, 2, index));
                 let mut r = rng.below(starts.iter().sum());
                 let mut k = 0;
                 while r >= starts[k] {

@@ -21,14 +21,13 @@
 //! than re-drawn, so the placed lags keep their law.
 
 pub mod books;
-pub mod rng;
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use books::BookCorpus;
-use rng::{derive, SplitMix};
+use vort::vort_math::rng::{derive, SplitMix64};
 
 /// Which task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -306,12 +305,12 @@ impl TaskConfig {
             Stream::Train => 0,
             Stream::Eval => 1,
         };
-        let mut rng = SplitMix::new(derive(seed, s, index));
+        let mut rng = SplitMix64::new(derive(seed, s, index));
         let cdf = cumulative(&self.lag_pmf());
         self.generate(&mut rng, &cdf)
     }
 
-    fn generate(&self, rng: &mut SplitMix, cdf: &[f64]) -> Sample {
+    fn generate(&self, rng: &mut SplitMix64, cdf: &[f64]) -> Sample {
         let t = self.seq_len;
         let mut tokens: Vec<u32> = (0..t)
             .map(|_| rng.below(self.n_filler as u64) as u32)
@@ -395,7 +394,7 @@ impl TaskConfig {
 /// A uniformly random anchor in [lo, hi] whose slots are all free (up to 64 tries, then a
 /// scan from a random start), or None when none is free.
 fn place(
-    rng: &mut SplitMix,
+    rng: &mut SplitMix64,
     used: &[bool],
     lo: usize,
     hi: usize,

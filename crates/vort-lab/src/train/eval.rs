@@ -105,13 +105,6 @@ pub struct EvalResult {
     pub per_book: Vec<LagAccuracy>,
 }
 
-impl EvalResult {
-    /// Accuracy at lags > 1000 (the headline number).
-    pub fn long_lag_accuracy(&self) -> f64 {
-        self.buckets.last().map_or(f64::NAN, |b| b.accuracy)
-    }
-}
-
 /// Running (answers, correct, Σ nll) of one lag range.
 #[derive(Debug, Clone, Copy, Default)]
 struct Tally {

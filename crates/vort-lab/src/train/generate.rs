@@ -6,7 +6,7 @@
 
 use candle_core::{DType, Tensor, D};
 use serde::{Deserialize, Serialize};
-use vort::rng::Rng;
+use vort::vort_math::rng::XorShift64Star;
 
 use super::TrainError;
 use crate::model::{Model, ModelError};
@@ -93,7 +93,7 @@ pub fn generate(
         model.forward_with_state(&Tensor::from_vec(toks, (1, n), &device)?, &mut state)?;
     }
     let mut logits = model.step(u32::from(last[0]), &mut state)?;
-    let mut rng = Rng::new(opts.seed);
+    let mut rng = XorShift64Star::new(opts.seed);
     let mut output = Vec::with_capacity(opts.bytes);
     for i in 0..opts.bytes {
         let byte = sample(&logits, opts.temperature, &mut rng)?;
@@ -113,7 +113,7 @@ pub fn generate(
 
 /// One byte from logits [256]: the argmax at temperature 0, else a draw from
 /// softmax(logits / temperature) by inverting its CDF with one uniform number.
-fn sample(logits: &Tensor, temperature: f64, rng: &mut Rng) -> Result<u8, TrainError> {
+fn sample(logits: &Tensor, temperature: f64, rng: &mut XorShift64Star) -> Result<u8, TrainError> {
     let l: Vec<f32> = logits.to_dtype(DType::F32)?.to_vec1()?;
     if let Some(i) = l.iter().position(|x| !x.is_finite()) {
         return Err(ModelError::Invalid(format!("non-finite logit at byte {i}")).into());

@@ -21,7 +21,7 @@ pub mod soe_scaling;
 use crate::error::MathError;
 
 /// Largest lag the theory helpers accept (every integer up to 2^53 is exact in f64).
-pub const MAX_THEORY_LAG: u64 = crate::gl::MAX_LAG;
+pub const MAX_THEORY_LAG: u64 = crate::limits::MAX_LAG;
 
 /// Checks 1 <= t <= max and names the argument in the error.
 pub(crate) fn check_lag_range(name: &str, t: u64, max: u64) -> Result<u64, MathError> {
@@ -143,48 +143,7 @@ pub(crate) fn linear_fit(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
     Some((slope, my - slope * mx))
 }
 
-/// SplitMix64 (Steele, Lea, Flood 2014): a tiny seeded generator, with Box–Muller normals.
-/// Enough for reproducible test noise; not for cryptography.
-#[derive(Debug, Clone)]
-pub struct SplitMix64 {
-    state: u64,
-    spare: Option<f64>,
-}
-
-impl SplitMix64 {
-    /// A generator started from `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self {
-            state: seed,
-            spare: None,
-        }
-    }
-
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1) (never exactly 0, so ln is safe).
-    pub fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    /// Standard normal by the Box–Muller transform.
-    pub fn normal(&mut self) -> f64 {
-        if let Some(z) = self.spare.take() {
-            return z;
-        }
-        let r = (-2.0 * self.uniform().ln()).sqrt();
-        let th = 2.0 * std::f64::consts::PI * self.uniform();
-        self.spare = Some(r * th.sin());
-        r * th.cos()
-    }
-}
+pub use crate::rng::SplitMix64;
 
 #[cfg(test)]
 mod tests {
@@ -214,15 +173,5 @@ mod tests {
             (x - 0.3).abs() < 1e-6 && (fx - 2.0).abs() < 1e-12,
             "{x} {fx}"
         );
-    }
-
-    #[test]
-    fn normals_have_unit_variance() {
-        let mut r = SplitMix64::new(7);
-        let n = 100_000;
-        let xs: Vec<f64> = (0..n).map(|_| r.normal()).collect();
-        let m = xs.iter().sum::<f64>() / n as f64;
-        let v = xs.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / n as f64;
-        assert!(m.abs() < 0.02 && (v - 1.0).abs() < 0.02, "{m} {v}");
     }
 }

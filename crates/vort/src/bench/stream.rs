@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Result, VortError};
 use crate::nodes::{MemoryMode, NodeSpec, NodeTable};
 use crate::recurrent::{recurrent, State};
-use crate::rng::Rng;
 use crate::Dims;
+use vort_math::rng::XorShift64Star;
 
 /// The relative-RMS budget of f32 streaming against f64.
 pub const STREAM_DRIFT_BUDGET: f64 = 1e-3;
@@ -205,7 +205,7 @@ fn piece_inputs(o: &StreamDriftOpts, start: u64, t: usize) -> Piece {
         alpha: Vec::with_capacity(t),
     };
     for pos in start..start + t as u64 {
-        let mut r = Rng::new(mix(o.seed ^ mix(pos)));
+        let mut r = XorShift64Star::new(mix(o.seed ^ mix(pos)));
         p.q.extend((0..f).map(|_| r.unif() as f32));
         p.k.extend((0..f).map(|_| r.unif() as f32));
         p.v.extend((0..d).map(|_| r.normal() as f32));

@@ -4,7 +4,7 @@
 use candle_core::{DType, Device, Tensor, Var};
 use vort::Dims;
 
-pub use vort::rng::Rng;
+pub use vort::vort_math::rng::XorShift64Star as Rng;
 
 /// Inputs of one retention call in f64: q, k in [0, 1)/sqrt(F) (nonnegative features),
 /// v in [-1, 1), alpha in [lo, 1].

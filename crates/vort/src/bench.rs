@@ -5,18 +5,20 @@
 //! from f64 over a stream of up to 2^20 tokens.
 //!
 //! FLOP counts are those of the matrix products of the algorithm as implemented (the module
-//! doc of [`crate::fused`]), 2·m·n·k each; elementwise work is not counted. Times are medians.
+//! doc of [`crate::retention::fused`]), 2·m·n·k each; elementwise work is not counted. Times are medians.
 
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use crate::chunked::{chunked_raw, node_weights, normalise, rates_tensor, with_ones};
 use crate::error::Result;
-use crate::fused::{fused_raw, prefill_state};
 use crate::nodes::{MemoryMode, NodeSpec};
-use crate::recurrent::{node_weights_host, recurrent, State};
+use crate::retention::chunked::chunked_raw;
+use crate::retention::fused::{fused_raw, prefill_state};
+use crate::retention::node_weights_host;
+use crate::retention::recurrent::{recurrent, State};
+use crate::retention::{node_weights, normalise, rates_tensor, with_ones};
 use crate::Dims;
 use vort_math::rng::XorShift64Star;
 

@@ -21,11 +21,12 @@ use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
 use crate::attention::{causal_softmax, sliding_softmax};
-use crate::chunked::{chunked_raw, node_weights, normalise, rates_tensor, with_ones};
 use crate::error::{Result, VortError};
 use crate::features::{FeatureMap, Features};
-use crate::fused::fused_raw;
 use crate::nodes::{MemoryMode, NodeSpec, NodeTable};
+use crate::retention::chunked::chunked_raw;
+use crate::retention::fused::fused_raw;
+use crate::retention::{node_weights, normalise, rates_tensor, with_ones};
 use vort_math::rng::XorShift64Star;
 
 /// Which signals drive the router.

@@ -11,12 +11,12 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use crate::chunked::chunked;
 use crate::dims::Dims;
 use crate::error::{Result, VortError};
-use crate::naive::{naive, Kernel};
 use crate::nodes::{MemoryMode, NodeSpec};
-use crate::recurrent::{recurrent, State};
+use crate::retention::chunked::chunked;
+use crate::retention::naive::{naive, Kernel};
+use crate::retention::recurrent::{recurrent, State};
 use crate::st::{self, Precision};
 
 /// Which form computes the retention.

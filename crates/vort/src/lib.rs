@@ -6,16 +6,19 @@
 //! y_t = Σ_{i<=t} K_i(t-i) φ(q_t)·φ(k_i) v_i / (Σ_{i<=t} K_i(t-i) φ(q_t)·φ(k_i) + eps_den)
 //! ```
 //!
-//! with K_i(j) the Grünwald–Letnikov weight w_j(α_i) (exact in [`naive`]) or its certified
+//! with K_i(j) the Grünwald–Letnikov weight w_j(α_i) (exact in [`retention::naive`]) or its certified
 //! sum of exponentials Σ_n c_n(α_i) e^(-u_n j), j >= 1, K_i(0) = 1 (every other form).
 //!
 //! - [`nodes`]: memory modes (banks, shared nodes, fixed mixtures) as node tables {u_n, c_n(a)}.
-//! - [`naive`]: the O(T²) f64 reference (exact GL kernel or the table's SOE).
-//! - [`recurrent`]: the streaming form with an explicit [`recurrent::State`] (save/restore to
-//!   safetensors), O(N F D) per token.
-//! - [`chunked`]: the training form in plain candle ops (autodiff twin of the fused op).
-//! - [`fused`]: the fused CustomOp with hand-written backward (gemm on blocks, rayon), and the
-//!   prefill of a recurrent state.
+//! - [`retention`]: the four forms of the retention core and what they share (table checks,
+//!   node weights, normalisation):
+//!   - [`retention::naive`]: the O(T²) f64 reference (exact GL kernel or the table's SOE);
+//!   - [`retention::recurrent`]: the streaming form with an explicit state (save/restore to
+//!     safetensors), O(N F D) per token;
+//!   - [`retention::chunked`]: the training form in plain candle ops (autodiff twin of the
+//!     fused op);
+//!   - [`retention::fused`]: the fused CustomOp with hand-written backward (gemm on blocks,
+//!     rayon), and the prefill of a recurrent state.
 //! - [`features`]: FAVOR+ positive orthogonal random features, ELU+1.
 //! - [`attention`]: causal and sliding-window softmax attention (the baseline).
 //! - [`block`]: projections, q/k normalisation, router, VORT and the baselines in one block.
@@ -29,15 +32,12 @@
 pub mod attention;
 pub mod bench;
 pub mod block;
-pub mod chunked;
 pub mod dims;
 pub mod error;
 pub mod features;
-pub mod fused;
 pub mod io;
-pub mod naive;
 pub mod nodes;
-pub mod recurrent;
+pub mod retention;
 pub mod st;
 pub mod tol;
 

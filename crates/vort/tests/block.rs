@@ -9,10 +9,11 @@ use candle_nn::VarMap;
 use common::*;
 use vort::attention::{causal_softmax, sliding_softmax};
 use vort::block::{Block, BlockConfig, BlockState, Memory, Routing};
-use vort::chunked::{chunked_raw, normalise, with_ones};
 use vort::features::{orthogonal_gaussian, FeatureMap, Features};
-use vort::naive::{naive, Kernel};
-use vort::recurrent::{recurrent, State};
+use vort::retention::chunked::chunked_raw;
+use vort::retention::naive::{naive, Kernel};
+use vort::retention::recurrent::{recurrent, State};
+use vort::retention::{normalise, with_ones};
 use vort::tol::*;
 use vort::{Dims, MemoryMode, NodeSpec, NodeTable, VortError};
 

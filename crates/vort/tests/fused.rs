@@ -5,8 +5,9 @@ mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
 use common::*;
-use vort::chunked::{chunked_raw, node_weights, normalise, with_ones};
-use vort::fused::fused_raw;
+use vort::retention::chunked::chunked_raw;
+use vort::retention::fused::fused_raw;
+use vort::retention::{node_weights, normalise, with_ones};
 use vort::tol::*;
 use vort::{Dims, MemoryMode, NodeSpec, NodeTable};
 
@@ -22,7 +23,7 @@ fn check(dims: Dims, chunk: usize, tables: &[NodeTable], dt: DType, seed: u64) {
     .to_dtype(dt)
     .unwrap();
     let u_rows: Vec<Vec<f64>> = tables.iter().map(|t| t.u.clone()).collect();
-    let u_t = vort::chunked::rates_tensor(tables, &Device::Cpu).unwrap();
+    let u_t = vort::retention::rates_tensor(tables, &Device::Cpu).unwrap();
     let run = |fused: bool| {
         let cw = node_weights(a.as_tensor(), tables).unwrap();
         let vp = with_ones(&v).unwrap();
@@ -230,7 +231,8 @@ fn fused_is_zero_state_chunked_for_long_horizon_slow_modes() {
 
 #[test]
 fn prefill_state_equals_recurrent_state() {
-    use vort::recurrent::{node_weights_host, recurrent, State};
+    use vort::retention::node_weights_host;
+    use vort::retention::recurrent::{recurrent, State};
     let tb = NodeSpec {
         mode: MemoryMode::Banks,
         banks: 2,
@@ -264,7 +266,7 @@ fn prefill_state_equals_recurrent_state() {
     };
     let n = tb.len();
     for (t0, t1) in [(0, 40), (40, 75)] {
-        vort::fused::prefill_state(
+        vort::retention::fused::prefill_state(
             &mut pre,
             &cut(&inp.k, 5, t0, t1),
             &cut(&inp.v, 4, t0, t1),
@@ -282,7 +284,7 @@ fn prefill_state_equals_recurrent_state() {
 
 #[test]
 fn fused_f32_long_sequence_stays_close_to_f64_recurrent() {
-    use vort::recurrent::{recurrent, State};
+    use vort::retention::recurrent::{recurrent, State};
     for mode in [MemoryMode::Banks, MemoryMode::Shared] {
         let tb = NodeSpec {
             mode,

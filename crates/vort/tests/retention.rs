@@ -5,9 +5,9 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use common::*;
-use vort::chunked::chunked;
-use vort::naive::{naive, Kernel};
-use vort::recurrent::{recurrent, State};
+use vort::retention::chunked::chunked;
+use vort::retention::naive::{naive, Kernel};
+use vort::retention::recurrent::{recurrent, State};
 use vort::tol::*;
 use vort::{Dims, MemoryMode, NodeSpec, NodeTable};
 

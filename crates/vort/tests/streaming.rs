@@ -4,8 +4,8 @@ mod common;
 
 use candle_core::DType;
 use common::*;
-use vort::chunked::chunked;
-use vort::recurrent::{recurrent, State};
+use vort::retention::chunked::chunked;
+use vort::retention::recurrent::{recurrent, State};
 use vort::tol::*;
 use vort::{Dims, MemoryMode, NodeSpec, VortError};
 
@@ -241,7 +241,7 @@ fn state_save_restore_round_trip_and_resume() {
 /// the recurrent form leaves the state untouched when it refuses.
 #[test]
 fn every_form_refuses_contexts_past_the_horizon() {
-    use vort::naive::{naive, Kernel};
+    use vort::retention::naive::{naive, Kernel};
     let horizon = 40;
     for mode in [MemoryMode::Banks, MemoryMode::Shared] {
         let spec = NodeSpec {

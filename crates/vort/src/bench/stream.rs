@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, VortError};
 use crate::nodes::{MemoryMode, NodeSpec, NodeTable};
-use crate::recurrent::{recurrent, State};
+use crate::retention::recurrent::{recurrent, State};
 use crate::Dims;
 use vort_math::rng::XorShift64Star;
 

@@ -20,9 +20,9 @@
 use candle_core::{Device, Tensor, WithDType};
 use rayon::prelude::*;
 
+use super::{check_context, check_tables, node_weights_host, table_for};
 use crate::dims::Dims;
 use crate::error::{Result, VortError};
-use crate::naive::{check_context, check_tables, table_for};
 use crate::nodes::NodeTable;
 
 /// Recurrent state of a retention layer: G [B, H, N, F, D+1] (numerator and denominator
@@ -174,27 +174,6 @@ fn run_head<T: WithDType>(
             out[t * d + c] = o[c] / den;
         }
     }
-}
-
-/// Node weights c_n(α) per token: alpha [B, H, T] -> [B, H, T, N] (host).
-pub fn node_weights_host<T: WithDType>(
-    alpha: &[f64],
-    dims: Dims,
-    tables: &[NodeTable],
-) -> Result<Vec<T>> {
-    check_tables(tables, dims.h)?;
-    let n = tables[0].len();
-    let mut cw = Vec::with_capacity(alpha.len() * n);
-    for (idx, &a) in alpha.iter().enumerate() {
-        let head = (idx / dims.t) % dims.h;
-        cw.extend(
-            table_for(tables, head)
-                .weights_at(a)
-                .into_iter()
-                .map(T::from_f64),
-        );
-    }
-    Ok(cw)
 }
 
 /// Feeds T tokens through the recurrence, updating `state` in place.

@@ -17,105 +17,11 @@
 //! and the SOE only across chunk boundaries, was built and removed: no model could select it,
 //! and it made the output depend on the chunk size and differ from the streaming form.)
 
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{DType, Tensor, D};
 
+use super::{alpha_dims, check_context, dims4, node_weights, normalise, rates_tensor, with_ones};
 use crate::error::{Result, VortError};
-use crate::naive::{check_context, check_tables, table_for};
 use crate::nodes::NodeTable;
-
-/// Rates of 1 or H tables as a tensor [Hu, N] (f64), Hu = number of tables.
-///
-/// # Errors
-/// Tables with different node counts.
-pub fn rates_tensor(tables: &[NodeTable], device: &Device) -> Result<Tensor> {
-    let Some(first) = tables.first() else {
-        return Err(VortError::InvalidArgument("no node tables given".into()));
-    };
-    let n = first.len();
-    if tables.iter().any(|t| t.len() != n) {
-        return Err(VortError::InvalidArgument(
-            "all heads' node tables must have the same number of nodes".into(),
-        ));
-    }
-    let u: Vec<f64> = tables.iter().flat_map(|t| t.u.iter().copied()).collect();
-    Ok(Tensor::from_vec(u, (tables.len(), n), device)?)
-}
-
-/// Node weights c_n(α) of every token, differentiable in α: alpha [B, H, T] -> [B, H, T, N]
-/// (dtype of alpha). Piecewise linear: c = base + (α - a0) slope on α's grid cell.
-///
-/// # Errors
-/// Alpha not rank 3, wrong table count.
-pub fn node_weights(alpha: &Tensor, tables: &[NodeTable]) -> Result<Tensor> {
-    let (_, h, _) = alpha_dims(alpha)?;
-    check_tables(tables, h)?;
-    let n = tables[0].len();
-    affine_rows(alpha, n, |head, x| Ok(table_for(tables, head).affine_at(x)))
-}
-
-/// [B, H, T] of alpha, or a shape error naming it.
-fn alpha_dims(alpha: &Tensor) -> Result<(usize, usize, usize)> {
-    alpha.dims3().map_err(|_| VortError::Shape {
-        name: "alpha".into(),
-        got: alpha.dims().to_vec(),
-        expected: "[B, H, T]".into(),
-    })
-}
-
-/// Rows that are affine in each token's α near its value, as a tensor differentiable in α:
-/// `row(head, α) = (base, slope, a0)` gives base + (α - a0) slope. alpha [B, H, T] ->
-/// [B, H, T, width] (dtype of alpha). The rows are computed on the host in f64; candle's
-/// autodiff sees only the final affine map, so the gradient in α is `slope`.
-fn affine_rows(
-    alpha: &Tensor,
-    width: usize,
-    row: impl Fn(usize, f64) -> Result<(Vec<f64>, Vec<f64>, f64)>,
-) -> Result<Tensor> {
-    let (b, h, t) = alpha_dims(alpha)?;
-    let a: Vec<f64> = alpha
-        .to_dtype(DType::F64)?
-        .flatten_all()?
-        .to_vec1::<f64>()?;
-    let mut base = Vec::with_capacity(a.len() * width);
-    let mut slope = Vec::with_capacity(a.len() * width);
-    let mut a0 = Vec::with_capacity(a.len());
-    for (idx, &x) in a.iter().enumerate() {
-        let (bs, sl, lo) = row((idx / t) % h, x)?;
-        base.extend(bs);
-        slope.extend(sl);
-        a0.push(lo);
-    }
-    let dev = alpha.device();
-    let dt = alpha.dtype();
-    let base = Tensor::from_vec(base, (b, h, t, width), dev)?.to_dtype(dt)?;
-    let slope = Tensor::from_vec(slope, (b, h, t, width), dev)?.to_dtype(dt)?;
-    let a0 = Tensor::from_vec(a0, (b, h, t, 1), dev)?.to_dtype(dt)?;
-    let da = alpha.unsqueeze(3)?.broadcast_sub(&a0)?;
-    Ok(base.add(&da.broadcast_mul(&slope)?)?)
-}
-
-fn dims4(name: &str, t: &Tensor) -> Result<(usize, usize, usize, usize)> {
-    t.dims4().map_err(|_| VortError::Shape {
-        name: name.into(),
-        got: t.dims().to_vec(),
-        expected: "rank 4".into(),
-    })
-}
-
-/// Appends the ones column: v [B, H, T, D] -> v' [B, H, T, D+1].
-pub fn with_ones(v: &Tensor) -> Result<Tensor> {
-    let (b, h, t, _) = dims4("v", v)?;
-    let ones = Tensor::ones((b, h, t, 1), v.dtype(), v.device())?;
-    Ok(Tensor::cat(&[v, &ones], 3)?)
-}
-
-/// y = o[.., :D] / (o[.., D] + eps_den) for o [B, H, T, D+1].
-pub fn normalise(o: &Tensor, eps_den: f64) -> Result<Tensor> {
-    let d1 = o.dim(D::Minus1)?;
-    let num = o.narrow(D::Minus1, 0, d1 - 1)?;
-    let den = (o.narrow(D::Minus1, d1 - 1, 1)? + eps_den)?;
-    Ok(num.broadcast_div(&den)?)
-}
 
 /// Unnormalised chunked retention: o [B, H, T, D'] and the final state [B, H, N, F, D'].
 ///

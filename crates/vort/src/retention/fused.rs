@@ -1,6 +1,6 @@
 //! The fused chunked retention: one candle `CustomOp3` for the whole layer core, forward and
 //! hand-written backward in Rust, gemm on blocks, rayon over batch × heads. Same algorithm and
-//! numbers as [`crate::chunked::chunked_raw`] (its autodiff twin, tested against it), without
+//! numbers as [`crate::retention::chunked::chunked_raw`] (its autodiff twin, tested against it), without
 //! the per-op autodiff graph.
 //!
 //! Per head, chunk of L tokens, entry state G [N·F, D'] (D' = D + 1, the ones column):
@@ -18,7 +18,7 @@
 //!
 //! Inputs: qk [B, H, T, 2F] (φq and φk concatenated on the last dim), vp [B, H, T, D'],
 //! cw [B, H, T, N]; output o [B, H, T, D'] (unnormalised; normalise with
-//! [`crate::chunked::normalise`]). Rates are fixed per op (no gradient in u: the learned-decay
+//! [`crate::retention::normalise`]). Rates are fixed per op (no gradient in u: the learned-decay
 //! baseline uses the plain form).
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor, WithDType};
@@ -687,7 +687,7 @@ impl CustomOp3 for FusedRetention {
 /// Fused unnormalised retention: q, k [B, H, T, F], vp [B, H, T, D'], cw [B, H, T, N] and
 /// fixed rates u `[Hu][N]` (Hu in {1, H}) -> o [B, H, T, D']. Differentiable in q, k, vp, cw
 /// (hand-written backward). Zero initial state. The SOE kernel inside chunks (the same
-/// numbers as [`crate::chunked::chunked_raw`] and the recurrent form).
+/// numbers as [`crate::retention::chunked::chunked_raw`] and the recurrent form).
 ///
 /// # Errors
 /// Shape or dtype mismatches; chunk = 0.
@@ -741,7 +741,7 @@ fn fused_impl(
 /// # Errors
 /// Length or shape mismatches.
 pub fn prefill_state<T: WithDType>(
-    state: &mut crate::recurrent::State<T>,
+    state: &mut crate::retention::recurrent::State<T>,
     k: &[T],
     v: &[T],
     cw: &[T],
@@ -749,7 +749,7 @@ pub fn prefill_state<T: WithDType>(
     u: &[Vec<f64>],
     chunk: usize,
 ) -> Result<()> {
-    let crate::recurrent::State { b, h, n, f, d, .. } = *state;
+    let crate::retention::recurrent::State { b, h, n, f, d, .. } = *state;
     let d1 = d + 1;
     if k.len() != b * h * t * f
         || v.len() != b * h * t * d

@@ -9,8 +9,9 @@
 //! w_j(α_i) for shared nodes, the bank split β w_j(a_k) + (1-β) w_j(a_(k+1)) for banks), or the
 //! table's own SOE ([`Kernel::Soe`]) which the recurrent and chunked forms compute exactly.
 
+use super::{check_context, check_tables, table_for};
 use crate::dims::Dims;
-use crate::error::{Result, VortError};
+use crate::error::Result;
 use crate::nodes::NodeTable;
 
 /// Which kernel the naive form uses.
@@ -20,34 +21,6 @@ pub enum Kernel {
     Exact,
     /// The table's SOE, K(j) = Σ c_n(α) e^(-u_n j): what recurrent/chunked compute.
     Soe,
-}
-
-/// Picks the table of head `h` from a slice of 1 (shared by all heads) or H tables.
-pub(crate) fn table_for(tables: &[NodeTable], h: usize) -> &NodeTable {
-    if tables.len() == 1 {
-        &tables[0]
-    } else {
-        &tables[h]
-    }
-}
-
-pub(crate) fn check_tables(tables: &[NodeTable], heads: usize) -> Result<()> {
-    if !tables.is_empty() && (tables.len() == 1 || tables.len() == heads) {
-        Ok(())
-    } else {
-        Err(VortError::InvalidArgument(format!(
-            "{} node tables given for {heads} heads (need 1 or H)",
-            tables.len()
-        )))
-    }
-}
-
-/// Refuses a context of `context` tokens past any table's certified horizon.
-///
-/// # Errors
-/// [`VortError::BeyondHorizon`].
-pub(crate) fn check_context(tables: &[NodeTable], context: u64) -> Result<()> {
-    tables.iter().try_for_each(|t| t.check_context(context))
 }
 
 /// Naive retention. q, k: [B, H, T, F]; v: [B, H, T, D]; alpha: [B, H, T]; `tables`: 1 or H.

@@ -490,7 +490,9 @@ impl Block {
 
     /// Streaming forward over T tokens continuing from `state` (plain candle form, or the KV
     /// cache for softmax); returns the state after the last token. Feeding a sequence in
-    /// pieces of any sizes with the returned state gives the same y as one pass (tested).
+    /// pieces of any sizes with the returned state gives the same y as one pass (tested). The
+    /// returned state is detached: gradients do not flow from one piece into the previous one
+    /// (truncated backpropagation), and memory stays flat however long the stream.
     ///
     /// # Errors
     /// Shape mismatches, a state of the wrong kind.
@@ -563,8 +565,12 @@ impl Block {
                 let (o, g) = chunked_raw(&fq, &fk, &vp, &cw, &u, self.cfg.chunk, g0)?;
                 (
                     normalise(&o, self.cfg.eps_den)?,
+                    // detached: the next piece starts a new autodiff graph (truncated
+                    // backpropagation), so a stream's memory stays flat; a state that kept
+                    // its graph held every earlier piece's activations (~430 KB per decoded
+                    // byte for the books model, an out-of-memory kill on a whole book)
                     Some(BlockState::Retention {
-                        g,
+                        g: g.detach(),
                         pos: pos + t as u64,
                     }),
                 )
@@ -659,11 +665,23 @@ impl Block {
                 let s = kk.dim(2)?;
                 let keep = window.min(s);
                 let (kk, vv) = (kk.narrow(2, s - keep, keep)?, vv.narrow(2, s - keep, keep)?);
-                Ok((y, Some(BlockState::Kv { k: kk, v: vv })))
+                Ok((
+                    y,
+                    Some(BlockState::Kv {
+                        k: kk.detach(),
+                        v: vv.detach(),
+                    }),
+                ))
             }
             _ => {
                 let y = causal_softmax(q, &kk, &vv)?;
-                Ok((y, Some(BlockState::Kv { k: kk, v: vv })))
+                Ok((
+                    y,
+                    Some(BlockState::Kv {
+                        k: kk.detach(),
+                        v: vv.detach(),
+                    }),
+                ))
             }
         }
     }

@@ -776,3 +776,27 @@ fn block_streams_refuse_the_horizon_until_retargeted() {
         }
     }
 }
+
+/// Streaming states come back detached from the autodiff graph (for every memory kind), so a
+/// stream does not keep every earlier piece's activations alive: memory stays flat.
+#[test]
+fn streaming_states_are_detached() {
+    let (x, e) = input(1, 9, 12, 4);
+    for mem in memories() {
+        let vm = VarMap::new();
+        let blk = Block::new(cfg(mem.clone(), FeatureMap::Favor), &vm, "d", &Device::Cpu).unwrap();
+        let s1 = blk.forward_with_state(&x, Some(&e), None).unwrap().state;
+        let s2 = blk
+            .forward_with_state(&x, Some(&e), s1.as_ref())
+            .unwrap()
+            .state;
+        for s in [s1, s2] {
+            match s.expect("a state") {
+                BlockState::Retention { g, .. } => assert!(!g.track_op(), "{mem:?}"),
+                BlockState::Kv { k, v } => {
+                    assert!(!k.track_op() && !v.track_op(), "{mem:?}")
+                }
+            }
+        }
+    }
+}

@@ -25,7 +25,7 @@ use crate::error::{Result, VortError};
 use crate::features::{FeatureMap, Features};
 use crate::nodes::{MemoryMode, NodeSpec, NodeTable};
 use crate::retention::chunked::chunked_raw;
-use crate::retention::fused::fused_raw;
+use crate::retention::fused::{fused_raw, fused_raw_with_state};
 use crate::retention::{node_weights, normalise, rates_tensor, with_ones};
 use vort_math::rng::XorShift64Star;
 
@@ -488,8 +488,9 @@ impl Block {
         self.run(x, entropy, None, false)
     }
 
-    /// Streaming forward over T tokens continuing from `state` (plain candle form, or the KV
-    /// cache for softmax); returns the state after the last token. Feeding a sequence in
+    /// Streaming forward over T tokens continuing from `state` (the fused op with a carried
+    /// state for fixed rates, the plain candle form for learned ones, or the KV cache for
+    /// softmax); returns the state after the last token. Feeding a sequence in
     /// pieces of any sizes with the returned state gives the same y as one pass (tested). The
     /// returned state is detached: gradients do not flow from one piece into the previous one
     /// (truncated backpropagation), and memory stays flat however long the stream.
@@ -562,7 +563,14 @@ impl Block {
                 let o = fused_raw(&fq, &fk, &vp, &cw, &rows, self.cfg.chunk)?;
                 (normalise(&o, self.cfg.eps_den)?, None)
             } else {
-                let (o, g) = chunked_raw(&fq, &fk, &vp, &cw, &u, self.cfg.chunk, g0)?;
+                // streams take the fused op too when the rates are fixed (its final state is
+                // computed without a gradient, which a detached stream state does not need)
+                let (o, g) = if self.cfg.fused && fixed_rates {
+                    let rows = u.to_dtype(DType::F64)?.to_vec2::<f64>()?;
+                    fused_raw_with_state(&fq, &fk, &vp, &cw, &rows, self.cfg.chunk, g0)?
+                } else {
+                    chunked_raw(&fq, &fk, &vp, &cw, &u, self.cfg.chunk, g0)?
+                };
                 (
                     normalise(&o, self.cfg.eps_den)?,
                     // detached: the next piece starts a new autodiff graph (truncated

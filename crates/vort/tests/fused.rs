@@ -325,3 +325,98 @@ fn fused_f32_long_sequence_stays_close_to_f64_recurrent() {
         assert!(e <= F32_SAME_KERNEL_REL, "{mode:?}: {e:e}");
     }
 }
+
+/// The fused op continuing a stream (`fused_raw_with_state`) against the plain chunked form
+/// with a carried state: on pieces of uneven length (one token, less than a chunk, several
+/// chunks and a tail) the outputs, the state after every piece and the gradients of q, k, v
+/// and α within each piece agree, in both memory modes and with one table per head.
+#[test]
+fn fused_with_a_carried_state_matches_chunked_on_uneven_pieces() {
+    use vort::retention::fused::fused_raw_with_state;
+    let dims = Dims {
+        b: 2,
+        h: 2,
+        t: 61,
+        f: 4,
+        d: 3,
+    };
+    let lens = [1usize, 7, 30, 23];
+    for (mode, per_head) in [
+        (MemoryMode::Banks, false),
+        (MemoryMode::Shared, false),
+        (MemoryMode::Shared, true),
+    ] {
+        let spec = NodeSpec {
+            mode,
+            banks: 3,
+            delta: 0.25,
+            horizon: 64,
+            eps: 1e-5,
+        };
+        let tables: Vec<NodeTable> = if per_head {
+            // two heads with different node sets of the same size
+            vec![
+                spec.build().unwrap(),
+                spec.with_horizon(61).build().unwrap(),
+            ]
+        } else {
+            vec![spec.build().unwrap()]
+        };
+        // (S = 17 for both horizons: per-head tables must share their node count)
+        assert!(tables.iter().all(|t| t.len() == tables[0].len()));
+        let u_rows: Vec<Vec<f64>> = tables.iter().map(|t| t.u.clone()).collect();
+        let u_t = vort::retention::rates_tensor(&tables, &Device::Cpu).unwrap();
+        let inp = Inputs::new(dims, 0.25, 17);
+        let (q, k, v, a) = inp.tensors(DType::F64);
+        let cw_all = node_weights(a.as_tensor(), &tables).unwrap();
+        let vp_all = with_ones(&v).unwrap();
+        let mut state: [Option<Tensor>; 2] = [None, None];
+        let mut s0 = 0;
+        for &len in &lens {
+            let piece = |x: &Tensor| x.narrow(2, s0, len).unwrap();
+            // fresh leaves per piece so that each piece's gradients are its own
+            let leaf = |x: &Tensor| Var::from_tensor(&piece(x)).unwrap();
+            let (qp, kp, vpp, cwp) = (
+                leaf(q.as_tensor()),
+                leaf(k.as_tensor()),
+                leaf(&vp_all),
+                leaf(&cw_all),
+            );
+            let w =
+                Tensor::randn(0f64, 1.0, (dims.b, dims.h, len, dims.d + 1), &Device::Cpu).unwrap();
+            let mut outs = Vec::new();
+            for (i, fused) in [false, true].into_iter().enumerate() {
+                let (o, g) = if fused {
+                    fused_raw_with_state(&qp, &kp, &vpp, &cwp, &u_rows, 8, state[i].as_ref())
+                        .unwrap()
+                } else {
+                    chunked_raw(&qp, &kp, &vpp, &cwp, &u_t, 8, state[i].as_ref()).unwrap()
+                };
+                let grads = (&o * &w).unwrap().sum_all().unwrap().backward().unwrap();
+                let gs: Vec<Vec<f64>> = [&qp, &kp, &vpp, &cwp]
+                    .iter()
+                    .map(|x| to_f64(grads.get(x.as_tensor()).unwrap()))
+                    .collect();
+                outs.push((to_f64(&o), to_f64(&g), gs));
+                state[i] = Some(g.detach());
+            }
+            let (plain, fused) = (&outs[0], &outs[1]);
+            let e = rel_rms(&fused.0, &plain.0);
+            assert!(e <= F64_SAME_KERNEL_REL, "{mode:?} piece {len}: o {e:e}");
+            let e = rel_rms(&fused.1, &plain.1);
+            assert!(
+                e <= F64_SAME_KERNEL_REL,
+                "{mode:?} piece {len}: state {e:e}"
+            );
+            for (name, (gf, gp)) in ["q", "k", "vp", "cw"]
+                .iter()
+                .zip(fused.2.iter().zip(&plain.2))
+            {
+                let e = rel_rms(gf, gp);
+                assert!(e <= F64_GRAD_REL, "{mode:?} piece {len}: grad {name} {e:e}");
+            }
+            s0 += len;
+        }
+        assert_eq!(s0, dims.t);
+    }
+}

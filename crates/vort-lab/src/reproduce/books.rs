@@ -4,7 +4,7 @@
 //!
 //! Output directory: `report.md`, `results.json`, `manifest.json` and `lexicon_sources.json`
 //! (the data measured on), `bpc_vs_context.png`,
-//! `alpha_by_class_books.png`, `stream.png` (a test book streamed through the recurrent form:
+//! `alpha_by_class_books.png`, `stream.png` (a test book streamed with the state carried across pieces:
 //! BPC against context far beyond the training length, and the resident state), and
 //! `runs/books/<memory>/seed<k>/` (config, metrics, checkpoint, eval). Finished runs are reused and interrupted ones resumed, as for the
 //! synthetic reproduction.
@@ -113,8 +113,8 @@ pub fn plan(scale: Scale, data_dir: &str) -> Vec<RunConfig> {
 pub const STREAMED: [MemoryKind; 2] = [MemoryKind::Vort, MemoryKind::Exponential];
 
 /// Bytes of the first test book streamed per model: quick 128 KiB (16 training lengths),
-/// medium and full the whole book (*The Parent's Assistant*, 916,860 bytes: about a minute
-/// per model at the measured ~16k bytes/s of the recurrent form on 2 cores).
+/// medium and full the whole book (*The Parent's Assistant*, 916,860 bytes: 20 s for VORT at
+/// the measured ~45k bytes/s of the fused form with a carried state on 2 cores).
 pub fn stream_bytes(scale: Scale) -> usize {
     match scale {
         Scale::Quick => 128 * 1024,
@@ -435,7 +435,7 @@ fn plots(results: &[EvalResult], streams: &[StreamRow], out: &Path) -> Result<()
             &[
                 Panel {
                     title: format!(
-                        "streaming `{}` through the recurrent form: BPC against context",
+                        "streaming `{}` with the state carried: BPC against context",
                         streams[0].book
                     ),
                     x_label: "context (bytes)".into(),
@@ -602,9 +602,9 @@ fn markdown(rep: &BooksReport, runs: &[RunConfig]) -> String {
     s += "![α by class](alpha_by_class_books.png)\n\n";
     if let Some(first) = rep.streams.first() {
         s += &format!(
-            "## Streaming a whole test book\n\nThe first {} bytes of `{}` streamed through \
-             the recurrent form in pieces of {} bytes, state carried across pieces (so the \
-             context runs far past the training length). Context and position in the book \
+            "## Streaming a whole test book\n\nThe first {} bytes of `{}` streamed in \
+             pieces of {} bytes, state carried across pieces (so the context runs far past \
+             the training length), with the memory's node tables rebuilt for 2^20 lags. Context and position in the book \
              are the same thing here, so the last column scores the same book with the state \
              reset every window (the evaluation's windows, seed 0): streaming beats it only if \
              memory beyond one window helps.\n\n| memory | BPC, context 1-4095 \

@@ -702,6 +702,78 @@ pub fn fused_raw(
     fused_impl(q, k, vp, cw, u, chunk)
 }
 
+/// [`fused_raw`] continuing a stream: o = the fused op on a zero state (differentiable, as in
+/// [`fused_raw`]) plus the readout of the initial state, o_t += Σ_n e^(-u_n (t+1)) φq_tᵀ G0_n
+/// (plain candle ops, differentiable in q); returns the state after the last token,
+/// G_T = e^(-u T) G0 + Σ_i e^(-u (T-1-i)) c_i φk_i v'_iᵀ, computed by [`prefill_state`] on
+/// the host. The final state carries no gradient (streams detach their states anyway), and the
+/// initial one receives none. q, k [B, H, T, F], vp [B, H, T, D'] (ones column last), cw
+/// [B, H, T, N], `init` [B, H, N, F, D'] or None (zeros) -> (o [B, H, T, D'], G [B, H, N, F, D']).
+///
+/// # Errors
+/// Shape or dtype mismatches; chunk = 0.
+pub fn fused_raw_with_state(
+    q: &Tensor,
+    k: &Tensor,
+    vp: &Tensor,
+    cw: &Tensor,
+    u: &[Vec<f64>],
+    chunk: usize,
+    init: Option<&Tensor>,
+) -> Result<(Tensor, Tensor)> {
+    let o = fused_impl(q, k, vp, cw, u, chunk)?;
+    let (b, h, t, f) = q.dims4()?;
+    let d1 = vp.dim(3)?;
+    let n = u[0].len();
+    let dt = q.dtype();
+    let g0 = match init {
+        Some(g) => {
+            if g.dims() != [b, h, n, f, d1] {
+                return Err(VortError::Shape {
+                    name: "state".into(),
+                    got: g.dims().to_vec(),
+                    expected: format!("{:?}", [b, h, n, f, d1]),
+                });
+            }
+            g.detach().to_dtype(dt)?
+        }
+        None => Tensor::zeros((b, h, n, f, d1), dt, q.device())?,
+    };
+    // readout of the initial state: Qd[t, n, :] = e^(-u_n (t+1)) φq_t, then Qd · G0
+    let o = if init.is_some() && n > 0 && t > 0 {
+        let hu = u.len();
+        let decay: Vec<f64> = u
+            .iter()
+            .flat_map(|row| {
+                (0..t).flat_map(move |tt| row.iter().map(move |&un| (-un * (tt + 1) as f64).exp()))
+            })
+            .collect();
+        let d = Tensor::from_vec(decay, (1, hu, t, n, 1), q.device())?.to_dtype(dt)?;
+        let qd = q
+            .unsqueeze(3)?
+            .broadcast_mul(&d)?
+            .reshape((b * h, t, n * f))?;
+        let from_init = qd
+            .matmul(&g0.reshape((b * h, n * f, d1))?)?
+            .reshape((b, h, t, d1))?;
+        (o + from_init)?
+    } else {
+        o
+    };
+    // final state on the host: the prefill recurrence from G0 over the T tokens
+    let host = |x: &Tensor| -> Result<Vec<f64>> {
+        Ok(x.detach()
+            .to_dtype(DType::F64)?
+            .flatten_all()?
+            .to_vec1::<f64>()?)
+    };
+    let mut st = crate::retention::recurrent::State::<f64>::from_tensor(&g0, 0)?;
+    let v = vp.narrow(3, 0, d1 - 1)?;
+    prefill_state(&mut st, &host(k)?, &host(&v)?, &host(cw)?, t, u, chunk)?;
+    let g = st.to_tensor(q.device())?.to_dtype(dt)?;
+    Ok((o, g))
+}
+
 fn fused_impl(
     q: &Tensor,
     k: &Tensor,

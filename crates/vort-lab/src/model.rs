@@ -316,7 +316,7 @@ impl ModelState {
             .iter()
             .flatten()
             .map(|s| match s {
-                BlockState::Retention { g, .. } => size(g),
+                BlockState::Retention(s) => s.bytes(),
                 BlockState::Kv { k, v } => size(k) + size(v),
             })
             .sum()

@@ -17,8 +17,9 @@ use crate::nodes::{MemoryMode, NodeSpec};
 use crate::retention::chunked::chunked_raw;
 use crate::retention::fused::{fused_raw, prefill_state};
 use crate::retention::node_weights_host;
-use crate::retention::recurrent::{recurrent, State};
-use crate::retention::{node_weights, normalise, rates_tensor, with_ones};
+use crate::retention::recurrent::recurrent;
+use crate::retention::State;
+use crate::retention::{node_weights, normalise, with_ones, Inputs, Rates};
 use crate::Dims;
 use vort_math::rng::XorShift64Star;
 
@@ -240,7 +241,7 @@ pub fn bench_layer(o: &LayerBenchOpts) -> Result<Vec<LayerBenchResult>> {
             candle_core::Var::from_tensor(&v)?,
         );
         let av = candle_core::Var::from_tensor(&a)?;
-        let rows = vec![table.u.clone()];
+        let rates = Rates::of_tables(tables)?;
         let node_weights_ms = time_ms(o.reps, || {
             let _ = node_weights(&a, tables)?;
             Ok(())
@@ -248,25 +249,28 @@ pub fn bench_layer(o: &LayerBenchOpts) -> Result<Vec<LayerBenchResult>> {
         let cw = node_weights(&a, tables)?;
         let vp = with_ones(&v)?;
         let fwd_ms = time_ms(o.reps, || {
-            let _ = fused_raw(&q, &k, &vp, &cw, &rows, o.chunk)?;
+            let x = Inputs {
+                q: &q,
+                k: &k,
+                vp: &vp,
+                cw: &cw,
+            };
+            let _ = fused_raw::<f32>(&x, &rates, o.chunk, None, false)?;
             Ok(())
         })?;
         let fwd_bwd = |fused: bool| -> Result<()> {
             let cw = node_weights(av.as_tensor(), tables)?;
             let vp = with_ones(vv.as_tensor())?;
+            let x = Inputs {
+                q: qv.as_tensor(),
+                k: kv.as_tensor(),
+                vp: &vp,
+                cw: &cw,
+            };
             let o_raw = if fused {
-                fused_raw(qv.as_tensor(), kv.as_tensor(), &vp, &cw, &rows, o.chunk)?
+                fused_raw::<f32>(&x, &rates, o.chunk, None, false)?.0
             } else {
-                chunked_raw(
-                    qv.as_tensor(),
-                    kv.as_tensor(),
-                    &vp,
-                    &cw,
-                    &rates_tensor(tables, &Device::Cpu)?,
-                    o.chunk,
-                    None,
-                )?
-                .0
+                chunked_raw::<f32>(&x, &rates, o.chunk, None, false)?.0
             };
             let y = normalise(&o_raw, 1e-6)?;
             let _ = (y * &w)?.sum_all()?.backward()?;
@@ -429,10 +433,17 @@ pub fn bench_crossover(
         }
         .build()?;
         let tables = std::slice::from_ref(&table);
-        let rows = vec![table.u.clone()];
+        let rates = Rates::of_tables(tables)?;
         let linear_ms = time_ms(reps, || {
             let cw = node_weights(&a, tables)?;
-            let o = fused_raw(&q, &k, &with_ones(&v)?, &cw, &rows, 64)?;
+            let vp = with_ones(&v)?;
+            let x = Inputs {
+                q: &q,
+                k: &k,
+                vp: &vp,
+                cw: &cw,
+            };
+            let (o, _) = fused_raw::<f32>(&x, &rates, 64, None, false)?;
             let _ = normalise(&o, 1e-6)?;
             Ok(())
         })?;

@@ -25,8 +25,8 @@ use crate::error::{Result, VortError};
 use crate::features::{FeatureMap, Features};
 use crate::nodes::{MemoryMode, NodeSpec, NodeTable};
 use crate::retention::chunked::chunked_raw;
-use crate::retention::fused::{fused_raw, fused_raw_with_state};
-use crate::retention::{node_weights, normalise, rates_tensor, with_ones};
+use crate::retention::fused::fused_raw;
+use crate::retention::{node_weights, normalise, with_ones, Inputs, Rates, State};
 use vort_math::rng::XorShift64Star;
 
 /// Which signals drive the router.
@@ -154,13 +154,9 @@ impl Default for BlockConfig {
 /// for [`Memory::Softmax`], the last `window` for [`Memory::SlidingSoftmax`]).
 #[derive(Debug, Clone)]
 pub enum BlockState {
-    /// The retention state after `pos` tokens.
-    Retention {
-        /// G [B, H, N, F, D+1].
-        g: Tensor,
-        /// Tokens consumed (the stream's context, checked against the tables' horizon).
-        pos: u64,
-    },
+    /// The retention state (G [B, H, N, F, D+1] and the tokens consumed, which the forms check
+    /// against the certified horizon).
+    Retention(State<f32>),
     /// Keys and values seen so far (the last `window` of them for a sliding window),
     /// [B, H, t, head_dim] each.
     Kv {
@@ -540,49 +536,43 @@ impl Block {
         let (y, new_state) = if attention {
             self.softmax(&q, &k, &v, state)?
         } else {
-            let (g0, pos) = match state {
-                None => (None, 0),
-                Some(BlockState::Retention { g, pos }) => (Some(g), *pos),
+            let initial = match state {
+                None => None,
+                Some(BlockState::Retention(s)) => Some(s),
                 Some(BlockState::Kv { .. }) => {
                     return Err(VortError::InvalidArgument(
                         "a softmax KV cache was given to a retention block".into(),
                     ))
                 }
             };
-            // every table-backed memory refuses contexts past its certified horizon
-            for table in &self.tables {
-                table.check_context(pos + t as u64)?;
-            }
-            let (cw, u) = self.node_weights(alpha.as_ref(), b, t, x.device())?;
+            // the forms refuse contexts past the rates' certified horizon (node tables)
+            let (cw, rates) = self.node_weights(alpha.as_ref(), b, t, x.device())?;
             let fq = self.features.apply(&q)?;
             let fk = self.features.apply(&k)?;
             let vp = with_ones(&v)?;
-            let fixed_rates = !matches!(self.cfg.memory, Memory::Exponential);
-            if !want_state && self.cfg.fused && fixed_rates {
-                let rows = u.to_dtype(DType::F64)?.to_vec2::<f64>()?;
-                let o = fused_raw(&fq, &fk, &vp, &cw, &rows, self.cfg.chunk)?;
-                (normalise(&o, self.cfg.eps_den)?, None)
+            let inputs = Inputs {
+                q: &fq,
+                k: &fk,
+                vp: &vp,
+                cw: &cw,
+            };
+            // the fused op for fixed rates (training, and streams: its final state comes
+            // without a gradient, which a stream state does not keep anyway); learned rates
+            // train through the plain chunked form. Stream states live on the host, outside
+            // the autodiff graph, so a stream's memory stays flat (a state that kept its graph
+            // held every earlier piece's activations: ~430 KB per decoded byte for the books
+            // model, and an out-of-memory kill on a whole book).
+            let fixed_rates = matches!(rates, Rates::Fixed { .. });
+            let chunk = self.cfg.chunk;
+            let (o, g) = if self.cfg.fused && fixed_rates {
+                fused_raw(&inputs, &rates, chunk, initial, want_state)?
             } else {
-                // streams take the fused op too when the rates are fixed (its final state is
-                // computed without a gradient, which a detached stream state does not need)
-                let (o, g) = if self.cfg.fused && fixed_rates {
-                    let rows = u.to_dtype(DType::F64)?.to_vec2::<f64>()?;
-                    fused_raw_with_state(&fq, &fk, &vp, &cw, &rows, self.cfg.chunk, g0)?
-                } else {
-                    chunked_raw(&fq, &fk, &vp, &cw, &u, self.cfg.chunk, g0)?
-                };
-                (
-                    normalise(&o, self.cfg.eps_den)?,
-                    // detached: the next piece starts a new autodiff graph (truncated
-                    // backpropagation), so a stream's memory stays flat; a state that kept
-                    // its graph held every earlier piece's activations (~430 KB per decoded
-                    // byte for the books model, an out-of-memory kill on a whole book)
-                    Some(BlockState::Retention {
-                        g: g.detach(),
-                        pos: pos + t as u64,
-                    }),
-                )
-            }
+                chunked_raw(&inputs, &rates, chunk, initial, want_state)?
+            };
+            (
+                normalise(&o, self.cfg.eps_den)?,
+                g.map(BlockState::Retention),
+            )
         };
         let y = y
             .transpose(1, 2)?
@@ -598,35 +588,35 @@ impl Block {
         })
     }
 
-    /// Per-token node weights cw [B, H, T, N] and rates u [Hu, N] of the memory.
+    /// Per-token node weights cw [B, H, T, N] and the rates of the memory.
     fn node_weights(
         &self,
         alpha: Option<&Tensor>,
         b: usize,
         t: usize,
         device: &Device,
-    ) -> Result<(Tensor, Tensor)> {
+    ) -> Result<(Tensor, Rates)> {
         let h = self.cfg.heads;
         match &self.cfg.memory {
             Memory::Vort { .. } => {
                 let a = alpha.ok_or_else(|| VortError::InvalidArgument("no orders".into()))?;
                 Ok((
                     node_weights(a, &self.tables)?,
-                    rates_tensor(&self.tables, device)?,
+                    Rates::of_tables(&self.tables)?,
                 ))
             }
             Memory::PowerLaw { alpha, .. } => {
                 let a = Tensor::full(*alpha as f32, (b, h, t), device)?;
                 Ok((
                     node_weights(&a, &self.tables)?,
-                    rates_tensor(&self.tables, device)?,
+                    Rates::of_tables(&self.tables)?,
                 ))
             }
             Memory::Exponential => {
                 let rho = self.decay_rho.as_ref().expect("exponential has rho");
                 Ok((
                     Tensor::ones((b, h, t, 1), DType::F32, device)?,
-                    softplus(rho)?,
+                    Rates::Learned(softplus(rho)?),
                 ))
             }
             Memory::ExpMixture { m, .. } => {
@@ -636,7 +626,15 @@ impl Block {
                     .reshape((1, h, 1, *m))?
                     .broadcast_as((b, h, t, *m))?
                     .contiguous()?;
-                Ok((cw, self.mix_u.clone().expect("mixture has rates")))
+                let u = self.mix_u.as_ref().expect("mixture has rates");
+                // fixed exponentials: valid at every lag, no certified horizon
+                Ok((
+                    cw,
+                    Rates::Fixed {
+                        u: u.to_vec2::<f64>()?,
+                        horizon: None,
+                    },
+                ))
             }
             Memory::Softmax | Memory::SlidingSoftmax { .. } => {
                 Err(VortError::InvalidArgument("softmax has no nodes".into()))

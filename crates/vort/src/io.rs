@@ -16,7 +16,8 @@ use crate::error::{Result, VortError};
 use crate::nodes::{MemoryMode, NodeSpec};
 use crate::retention::chunked::chunked;
 use crate::retention::naive::{naive, Kernel};
-use crate::retention::recurrent::{recurrent, State};
+use crate::retention::recurrent::recurrent;
+use crate::retention::State;
 use crate::st::{self, Precision};
 
 /// Which form computes the retention.
@@ -289,7 +290,7 @@ pub fn retention_head(x: &HeadInputs, opts: &RetentionOpts) -> Result<(Vec<f64>,
             let mk = |v: &Vec<f64>, s: &[usize]| -> Result<Tensor> {
                 Ok(Tensor::from_vec(v.clone(), s, &dev)?.to_dtype(candle_core::DType::F32)?)
             };
-            let (y, _) = chunked(
+            let (y, _) = chunked::<f32>(
                 &mk(&x.phi_q, &[1, 1, x.t, x.f])?,
                 &mk(&x.phi_k, &[1, 1, x.t, x.f])?,
                 &mk(&x.v, &[1, 1, x.t, x.d])?,

@@ -23,14 +23,17 @@ fn check(dims: Dims, chunk: usize, tables: &[NodeTable], dt: DType, seed: u64) {
     .to_dtype(dt)
     .unwrap();
     let u_rows: Vec<Vec<f64>> = tables.iter().map(|t| t.u.clone()).collect();
-    let u_t = vort::retention::rates_tensor(tables, &Device::Cpu).unwrap();
+    let u_t = vort::retention::Rates::of_tables(tables)
+        .unwrap()
+        .tensor(&Device::Cpu)
+        .unwrap();
     let run = |fused: bool| {
         let cw = node_weights(a.as_tensor(), tables).unwrap();
         let vp = with_ones(&v).unwrap();
         let o = if fused {
-            fused_raw(&q, &k, &vp, &cw, &u_rows, chunk).unwrap()
+            fused0(&q, &k, &vp, &cw, &u_rows, chunk).unwrap()
         } else {
-            chunked_raw(&q, &k, &vp, &cw, &u_t, chunk, None).unwrap().0
+            chunked0(&q, &k, &vp, &cw, &u_t, chunk).unwrap()
         };
         let y = normalise(&o, 1e-6).unwrap();
         let g = (&y * &w).unwrap().sum_all().unwrap().backward().unwrap();
@@ -212,10 +215,10 @@ fn fused_is_zero_state_chunked_for_long_horizon_slow_modes() {
     let (q, k, v, a) = inp.tensors(DType::F64);
     let cw = node_weights(a.as_tensor(), std::slice::from_ref(&tb)).unwrap();
     let u = vec![tb.u.clone()];
-    let y64 = to_f64(&fused_raw(&q, &k, &with_ones(&v).unwrap(), &cw, &u, 32).unwrap());
+    let y64 = to_f64(&fused0(&q, &k, &with_ones(&v).unwrap(), &cw, &u, 32).unwrap());
     let c = |x: &Var| x.as_tensor().to_dtype(DType::F32).unwrap();
     let y32 = to_f64(
-        &fused_raw(
+        &fused0(
             &c(&q),
             &c(&k),
             &with_ones(&c(&v)).unwrap(),
@@ -232,7 +235,8 @@ fn fused_is_zero_state_chunked_for_long_horizon_slow_modes() {
 #[test]
 fn prefill_state_equals_recurrent_state() {
     use vort::retention::node_weights_host;
-    use vort::retention::recurrent::{recurrent, State};
+    use vort::retention::recurrent::recurrent;
+    use vort::retention::State;
     let tb = NodeSpec {
         mode: MemoryMode::Banks,
         banks: 2,
@@ -284,7 +288,8 @@ fn prefill_state_equals_recurrent_state() {
 
 #[test]
 fn fused_f32_long_sequence_stays_close_to_f64_recurrent() {
-    use vort::retention::recurrent::{recurrent, State};
+    use vort::retention::recurrent::recurrent;
+    use vort::retention::State;
     for mode in [MemoryMode::Banks, MemoryMode::Shared] {
         let tb = NodeSpec {
             mode,
@@ -311,7 +316,7 @@ fn fused_f32_long_sequence_stays_close_to_f64_recurrent() {
         .unwrap();
         let (q, k, v, a) = inp.tensors(DType::F32);
         let cw = node_weights(a.as_tensor(), tables).unwrap();
-        let o = fused_raw(
+        let o = fused0(
             &q,
             &k,
             &with_ones(&v).unwrap(),
@@ -326,13 +331,17 @@ fn fused_f32_long_sequence_stays_close_to_f64_recurrent() {
     }
 }
 
-/// The fused op continuing a stream (`fused_raw_with_state`) against the plain chunked form
-/// with a carried state: on pieces of uneven length (one token, less than a chunk, several
-/// chunks and a tail) the outputs, the state after every piece and the gradients of q, k, v
-/// and α within each piece agree, in both memory modes and with one table per head.
+/// The retention contract, chained on pieces of uneven length (one token, less than a chunk,
+/// several chunks and a tail) with the state carried from piece to piece: naive <- recurrent
+/// <- chunked <- fused agree on every piece's output and on the state after it, in both
+/// memory modes and with one table per head; the gradients of q, k, v' and the node weights
+/// within each piece agree between chunked (autodiff) and fused (hand-written backward plus
+/// the initial state's readout).
 #[test]
-fn fused_with_a_carried_state_matches_chunked_on_uneven_pieces() {
-    use vort::retention::fused::fused_raw_with_state;
+fn the_four_forms_agree_on_uneven_pieces_with_carried_states() {
+    use vort::retention::naive::naive_raw;
+    use vort::retention::recurrent::recurrent_raw;
+    use vort::retention::{Inputs as Call, Rates, State};
     let dims = Dims {
         b: 2,
         h: 2,
@@ -364,13 +373,13 @@ fn fused_with_a_carried_state_matches_chunked_on_uneven_pieces() {
         };
         // (S = 17 for both horizons: per-head tables must share their node count)
         assert!(tables.iter().all(|t| t.len() == tables[0].len()));
-        let u_rows: Vec<Vec<f64>> = tables.iter().map(|t| t.u.clone()).collect();
-        let u_t = vort::retention::rates_tensor(&tables, &Device::Cpu).unwrap();
+        let rates = Rates::of_tables(&tables).unwrap();
         let inp = Inputs::new(dims, 0.25, 17);
         let (q, k, v, a) = inp.tensors(DType::F64);
         let cw_all = node_weights(a.as_tensor(), &tables).unwrap();
         let vp_all = with_ones(&v).unwrap();
-        let mut state: [Option<Tensor>; 2] = [None, None];
+        // one state per form: naive, recurrent, chunked, fused
+        let mut states: [Option<State<f64>>; 4] = [None, None, None, None];
         let mut s0 = 0;
         for &len in &lens {
             let piece = |x: &Tensor| x.narrow(2, s0, len).unwrap();
@@ -382,41 +391,87 @@ fn fused_with_a_carried_state_matches_chunked_on_uneven_pieces() {
                 leaf(&vp_all),
                 leaf(&cw_all),
             );
+            let x = Call {
+                q: qp.as_tensor(),
+                k: kp.as_tensor(),
+                vp: vpp.as_tensor(),
+                cw: cwp.as_tensor(),
+            };
             let w =
                 Tensor::randn(0f64, 1.0, (dims.b, dims.h, len, dims.d + 1), &Device::Cpu).unwrap();
             let mut outs = Vec::new();
-            for (i, fused) in [false, true].into_iter().enumerate() {
-                let (o, g) = if fused {
-                    fused_raw_with_state(&qp, &kp, &vpp, &cwp, &u_rows, 8, state[i].as_ref())
-                        .unwrap()
-                } else {
-                    chunked_raw(&qp, &kp, &vpp, &cwp, &u_t, 8, state[i].as_ref()).unwrap()
+            for (i, st) in states.iter_mut().enumerate() {
+                let run = match i {
+                    0 => naive_raw,
+                    1 => recurrent_raw,
+                    2 => chunked_raw,
+                    _ => fused_raw,
                 };
-                let grads = (&o * &w).unwrap().sum_all().unwrap().backward().unwrap();
-                let gs: Vec<Vec<f64>> = [&qp, &kp, &vpp, &cwp]
-                    .iter()
-                    .map(|x| to_f64(grads.get(x.as_tensor()).unwrap()))
-                    .collect();
-                outs.push((to_f64(&o), to_f64(&g), gs));
-                state[i] = Some(g.detach());
+                let (o, g) = run(&x, &rates, 8, st.as_ref(), true).unwrap();
+                let g = g.unwrap();
+                assert_eq!(g.pos, (s0 + len) as u64);
+                let grads = if i >= 2 {
+                    let gr = (&o * &w).unwrap().sum_all().unwrap().backward().unwrap();
+                    [&qp, &kp, &vpp, &cwp]
+                        .iter()
+                        .map(|x| to_f64(gr.get(x.as_tensor()).unwrap()))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                outs.push((to_f64(&o), g.g.clone(), grads));
+                *st = Some(g);
             }
-            let (plain, fused) = (&outs[0], &outs[1]);
-            let e = rel_rms(&fused.0, &plain.0);
-            assert!(e <= F64_SAME_KERNEL_REL, "{mode:?} piece {len}: o {e:e}");
-            let e = rel_rms(&fused.1, &plain.1);
-            assert!(
-                e <= F64_SAME_KERNEL_REL,
-                "{mode:?} piece {len}: state {e:e}"
-            );
-            for (name, (gf, gp)) in ["q", "k", "vp", "cw"]
-                .iter()
-                .zip(fused.2.iter().zip(&plain.2))
-            {
-                let e = rel_rms(gf, gp);
+            let names = ["naive", "recurrent", "chunked", "fused"];
+            for i in 1..4 {
+                let e = rel_rms(&outs[i].0, &outs[0].0);
+                assert!(
+                    e <= F64_SAME_KERNEL_REL,
+                    "{mode:?} piece {len} {}: o {e:e}",
+                    names[i]
+                );
+                let e = rel_rms(&outs[i].1, &outs[0].1);
+                assert!(
+                    e <= F64_SAME_KERNEL_REL,
+                    "{mode:?} piece {len} {}: state {e:e}",
+                    names[i]
+                );
+            }
+            for (j, name) in ["q", "k", "vp", "cw"].iter().enumerate() {
+                let e = rel_rms(&outs[3].2[j], &outs[2].2[j]);
                 assert!(e <= F64_GRAD_REL, "{mode:?} piece {len}: grad {name} {e:e}");
             }
             s0 += len;
         }
         assert_eq!(s0, dims.t);
+        // the stream now stands at 61 of 64 certified lags: 4 more tokens are refused by
+        // every form, before anything is computed
+        let x = Call {
+            q: &q.as_tensor().narrow(2, 0, 4).unwrap(),
+            k: &k.as_tensor().narrow(2, 0, 4).unwrap(),
+            vp: &vp_all.narrow(2, 0, 4).unwrap(),
+            cw: &cw_all.narrow(2, 0, 4).unwrap(),
+        };
+        for (i, st) in states.iter().enumerate() {
+            let run = match i {
+                0 => naive_raw,
+                1 => recurrent_raw,
+                2 => chunked_raw,
+                _ => fused_raw,
+            };
+            let horizon = if per_head { 61 } else { 64 };
+            match run(&x, &rates, 8, st.as_ref(), true) {
+                Err(vort::VortError::BeyondHorizon {
+                    context: 65,
+                    horizon: h,
+                }) => {
+                    assert_eq!(h, horizon)
+                }
+                other => panic!(
+                    "form {i}: expected BeyondHorizon, got {:?}",
+                    other.map(|_| ())
+                ),
+            }
+        }
     }
 }

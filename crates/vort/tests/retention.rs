@@ -7,7 +7,8 @@ use candle_core::{DType, Device, Tensor};
 use common::*;
 use vort::retention::chunked::chunked;
 use vort::retention::naive::{naive, Kernel};
-use vort::retention::recurrent::{recurrent, State};
+use vort::retention::recurrent::recurrent;
+use vort::retention::State;
 use vort::tol::*;
 use vort::{Dims, MemoryMode, NodeSpec, NodeTable};
 
@@ -63,7 +64,7 @@ fn run_recurrent(inp: &Inputs, tb: &NodeTable) -> (Vec<f64>, State<f64>) {
 
 fn run_chunked(inp: &Inputs, tb: &NodeTable, chunk: usize, dt: DType) -> (Tensor, Tensor) {
     let (q, k, v, a) = inp.tensors(dt);
-    chunked(
+    let (y, st) = chunked::<f64>(
         &q,
         &k,
         &v,
@@ -73,7 +74,8 @@ fn run_chunked(inp: &Inputs, tb: &NodeTable, chunk: usize, dt: DType) -> (Tensor
         None,
         EPS_DEN,
     )
-    .unwrap()
+    .unwrap();
+    (y, st.to_tensor(&candle_core::Device::Cpu).unwrap())
 }
 
 const MODES: [MemoryMode; 2] = [MemoryMode::Banks, MemoryMode::Shared];
@@ -228,7 +230,8 @@ fn chunked_gradients_match_finite_differences_of_naive() {
         let w = inp.cotangent(7);
         let (q, k, v, a) = inp.tensors(DType::F64);
         let wt = Tensor::from_vec(w.clone(), (1, 2, 23, 3), &Device::Cpu).unwrap();
-        let (y, _) = chunked(&q, &k, &v, &a, std::slice::from_ref(&tb), 5, None, EPS_DEN).unwrap();
+        let (y, _) =
+            chunked::<f64>(&q, &k, &v, &a, std::slice::from_ref(&tb), 5, None, EPS_DEN).unwrap();
         let grads = (y * &wt).unwrap().sum_all().unwrap().backward().unwrap();
         for (which, var) in [&q, &k, &v, &a].into_iter().enumerate() {
             let g = to_f64(grads.get(var.as_tensor()).unwrap());
@@ -304,7 +307,7 @@ fn fixed_order_power_law_chain() {
         );
         // α has no effect on a fixed-order table: its gradient is exactly zero
         let (q, k, v, al) = inp.tensors(DType::F64);
-        let (y, _) = chunked(
+        let (y, _) = chunked::<f64>(
             &q,
             &k,
             &v,

@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, VortError};
 use crate::nodes::{MemoryMode, NodeSpec, NodeTable};
-use crate::retention::recurrent::{recurrent, State};
+use crate::retention::recurrent::recurrent;
+use crate::retention::State;
 use crate::Dims;
 use vort_math::rng::XorShift64Star;
 

@@ -17,31 +17,49 @@
 //! and the SOE only across chunk boundaries, was built and removed: no model could select it,
 //! and it made the output depend on the chunk size and differ from the streaming form.)
 
-use candle_core::{DType, Tensor, D};
+use candle_core::{DType, Tensor, WithDType, D};
 
-use super::{alpha_dims, check_context, dims4, node_weights, normalise, rates_tensor, with_ones};
+use super::{dims4, node_weights, normalise, with_ones, Inputs, Rates, State};
 use crate::error::{Result, VortError};
 use crate::nodes::NodeTable;
 
-/// Unnormalised chunked retention: o [B, H, T, D'] and the final state [B, H, N, F, D'].
+/// The chunked form under the retention contract (module doc of [`super`]): o [B, H, T, D+1]
+/// unnormalised, and the state after the last token when `output_final_state`.
 ///
-/// q, k: [B, H, T, F]; vp: [B, H, T, D'] (values with the ones column); cw: [B, H, T, N];
-/// u: [Hu, N] with Hu in {1, H} (any float dtype; decays are computed in it, then cast);
-/// state: [B, H, N, F, D'] or None (zeros). q, k, vp, cw share one float dtype.
+/// Fixed or learned rates (a learned rate tensor keeps its gradient: this is the only form
+/// that trains them). Differentiable in q, k, vp and cw; the initial state is a host [`State`]
+/// and receives no gradient, and the final one carries none (streams detach their states).
 ///
 /// # Errors
-/// Shape or dtype mismatches; chunk = 0.
-#[allow(clippy::too_many_arguments)]
-pub fn chunked_raw(
-    q: &Tensor,
-    k: &Tensor,
-    vp: &Tensor,
-    cw: &Tensor,
-    u: &Tensor,
+/// Shape or dtype mismatches; chunk = 0; a state of other sizes; initial position + T past
+/// the rates' certified horizon.
+pub fn chunked_raw<T: WithDType>(
+    x: &Inputs,
+    rates: &Rates,
     chunk: usize,
-    state: Option<&Tensor>,
-) -> Result<(Tensor, Tensor)> {
-    chunked_impl(q, k, vp, cw, u, chunk, state)
+    initial_state: Option<&State<T>>,
+    output_final_state: bool,
+) -> Result<(Tensor, Option<State<T>>)> {
+    let (b, h, t, f, d1, n) = x.dims()?;
+    rates.check_shape(h, n)?;
+    let pos = initial_state.map_or(0, |s| s.pos);
+    rates.check_context(pos + t as u64)?;
+    let dev = x.q.device();
+    let g0 = match initial_state {
+        Some(s) => {
+            s.check_dims(b, h, n, f, d1 - 1)?;
+            Some(s.to_tensor(dev)?)
+        }
+        None => None,
+    };
+    let u = rates.tensor(dev)?;
+    let (o, g) = chunked_impl(x.q, x.k, x.vp, x.cw, &u, chunk, g0.as_ref())?;
+    let state = if output_final_state {
+        Some(State::from_tensor(&g.detach(), pos + t as u64)?)
+    } else {
+        None
+    };
+    Ok((o, state))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -243,29 +261,33 @@ fn block(
     Ok((o, g))
 }
 
-/// Normalised chunked retention with per-token orders: y [B, H, T, D] and final state
-/// [B, H, N, F, D+1].
+/// Normalised chunked retention with per-token orders: y [B, H, T, D] and the final state.
 ///
 /// q, k: [B, H, T, F] (nonnegative features); v: [B, H, T, D]; alpha: [B, H, T];
-/// `tables`: 1 or H node tables; state: [B, H, N, F, D+1] or None.
+/// `tables`: 1 or H node tables; `state`: where the stream stands, or None (empty).
 /// Accuracy vs the exact kernel: the tables' certificate (`NodeTable::max_rel_error`).
 ///
 /// # Errors
 /// Shape/dtype mismatches; T past the tables' certified horizon.
 #[allow(clippy::too_many_arguments)]
-pub fn chunked(
+pub fn chunked<T: WithDType>(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     alpha: &Tensor,
     tables: &[NodeTable],
     chunk: usize,
-    state: Option<&Tensor>,
+    state: Option<&State<T>>,
     eps_den: f64,
-) -> Result<(Tensor, Tensor)> {
-    check_context(tables, alpha_dims(alpha)?.2 as u64)?;
+) -> Result<(Tensor, State<T>)> {
     let cw = node_weights(alpha, tables)?.to_dtype(q.dtype())?;
-    let u = rates_tensor(tables, q.device())?;
-    let (o, g) = chunked_raw(q, k, &with_ones(v)?, &cw, &u, chunk, state)?;
-    Ok((normalise(&o, eps_den)?, g))
+    let vp = with_ones(v)?;
+    let x = Inputs {
+        q,
+        k,
+        vp: &vp,
+        cw: &cw,
+    };
+    let (o, g) = chunked_raw(&x, &Rates::of_tables(tables)?, chunk, state, true)?;
+    Ok((normalise(&o, eps_den)?, g.expect("final state asked for")))
 }

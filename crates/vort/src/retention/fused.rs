@@ -24,6 +24,7 @@
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor, WithDType};
 use rayon::prelude::*;
 
+use super::{Inputs, Rates, State};
 use crate::error::{Result, VortError};
 
 /// Values below this are flushed to zero in the decay tables (no denormals in the gemms).
@@ -684,94 +685,79 @@ impl CustomOp3 for FusedRetention {
     }
 }
 
-/// Fused unnormalised retention: q, k [B, H, T, F], vp [B, H, T, D'], cw [B, H, T, N] and
-/// fixed rates u `[Hu][N]` (Hu in {1, H}) -> o [B, H, T, D']. Differentiable in q, k, vp, cw
-/// (hand-written backward). Zero initial state. The SOE kernel inside chunks (the same
-/// numbers as [`crate::retention::chunked::chunked_raw`] and the recurrent form).
+/// The fused form under the retention contract (module doc of [`super`]): o [B, H, T, D+1]
+/// unnormalised, and the state after the last token when `output_final_state`.
+///
+/// Fixed rates only (the op has no rate gradient; learned rates go through the plain chunked
+/// form). The custom op computes the zero-state output, differentiable in q, k, vp and cw by
+/// its hand-written backward, with the SOE kernel inside chunks (the same numbers as
+/// [`super::chunked::chunked_raw`] and the recurrent form). An initial state adds its readout,
+/// o_t += Σ_n e^(-u_n (t+1)) φq_tᵀ G0_n, in plain candle ops (differentiable in q); the final
+/// state, G_T = e^(-u T) G0 + Σ_i e^(-u (T-1-i)) c_i φk_i v'_iᵀ, comes from [`prefill_state`]
+/// on the host and carries no gradient (streams detach their states anyway). Training calls
+/// it with neither state and pays for neither.
 ///
 /// # Errors
-/// Shape or dtype mismatches; chunk = 0.
-pub fn fused_raw(
-    q: &Tensor,
-    k: &Tensor,
-    vp: &Tensor,
-    cw: &Tensor,
-    u: &[Vec<f64>],
+/// Shape or dtype mismatches; chunk = 0; learned rates; a state of other sizes; initial
+/// position + T past the rates' certified horizon.
+pub fn fused_raw<T: WithDType>(
+    x: &Inputs,
+    rates: &Rates,
     chunk: usize,
-) -> Result<Tensor> {
-    fused_impl(q, k, vp, cw, u, chunk)
-}
-
-/// [`fused_raw`] continuing a stream: o = the fused op on a zero state (differentiable, as in
-/// [`fused_raw`]) plus the readout of the initial state, o_t += Σ_n e^(-u_n (t+1)) φq_tᵀ G0_n
-/// (plain candle ops, differentiable in q); returns the state after the last token,
-/// G_T = e^(-u T) G0 + Σ_i e^(-u (T-1-i)) c_i φk_i v'_iᵀ, computed by [`prefill_state`] on
-/// the host. The final state carries no gradient (streams detach their states anyway), and the
-/// initial one receives none. q, k [B, H, T, F], vp [B, H, T, D'] (ones column last), cw
-/// [B, H, T, N], `init` [B, H, N, F, D'] or None (zeros) -> (o [B, H, T, D'], G [B, H, N, F, D']).
-///
-/// # Errors
-/// Shape or dtype mismatches; chunk = 0.
-pub fn fused_raw_with_state(
-    q: &Tensor,
-    k: &Tensor,
-    vp: &Tensor,
-    cw: &Tensor,
-    u: &[Vec<f64>],
-    chunk: usize,
-    init: Option<&Tensor>,
-) -> Result<(Tensor, Tensor)> {
-    let o = fused_impl(q, k, vp, cw, u, chunk)?;
-    let (b, h, t, f) = q.dims4()?;
-    let d1 = vp.dim(3)?;
-    let n = u[0].len();
-    let dt = q.dtype();
-    let g0 = match init {
-        Some(g) => {
-            if g.dims() != [b, h, n, f, d1] {
-                return Err(VortError::Shape {
-                    name: "state".into(),
-                    got: g.dims().to_vec(),
-                    expected: format!("{:?}", [b, h, n, f, d1]),
-                });
-            }
-            g.detach().to_dtype(dt)?
-        }
-        None => Tensor::zeros((b, h, n, f, d1), dt, q.device())?,
+    initial_state: Option<&State<T>>,
+    output_final_state: bool,
+) -> Result<(Tensor, Option<State<T>>)> {
+    let (b, h, t, f, d1, n) = x.dims()?;
+    let Rates::Fixed { u, .. } = rates else {
+        return Err(VortError::InvalidArgument(
+            "the fused op takes fixed rates (learned rates train through chunked_raw)".into(),
+        ));
     };
+    rates.check_shape(h, n)?;
+    let pos = initial_state.map_or(0, |s| s.pos);
+    rates.check_context(pos + t as u64)?;
+    if let Some(s) = initial_state {
+        s.check_dims(b, h, n, f, d1 - 1)?;
+    }
+    let dev = x.q.device();
+    let dt = x.q.dtype();
+    let mut o = fused_impl(x.q, x.k, x.vp, x.cw, u, chunk)?;
     // readout of the initial state: Qd[t, n, :] = e^(-u_n (t+1)) φq_t, then Qd · G0
-    let o = if init.is_some() && n > 0 && t > 0 {
-        let hu = u.len();
+    if let Some(s) = initial_state.filter(|_| n > 0 && t > 0) {
         let decay: Vec<f64> = u
             .iter()
             .flat_map(|row| {
                 (0..t).flat_map(move |tt| row.iter().map(move |&un| (-un * (tt + 1) as f64).exp()))
             })
             .collect();
-        let d = Tensor::from_vec(decay, (1, hu, t, n, 1), q.device())?.to_dtype(dt)?;
-        let qd = q
-            .unsqueeze(3)?
-            .broadcast_mul(&d)?
-            .reshape((b * h, t, n * f))?;
-        let from_init = qd
-            .matmul(&g0.reshape((b * h, n * f, d1))?)?
-            .reshape((b, h, t, d1))?;
-        (o + from_init)?
-    } else {
-        o
-    };
+        let d = Tensor::from_vec(decay, (1, u.len(), t, n, 1), dev)?.to_dtype(dt)?;
+        let qd =
+            x.q.unsqueeze(3)?
+                .broadcast_mul(&d)?
+                .reshape((b * h, t, n * f))?;
+        let g0 = s
+            .to_tensor(dev)?
+            .to_dtype(dt)?
+            .reshape((b * h, n * f, d1))?;
+        o = (o + qd.matmul(&g0)?.reshape((b, h, t, d1))?)?;
+    }
+    if !output_final_state {
+        return Ok((o, None));
+    }
     // final state on the host: the prefill recurrence from G0 over the T tokens
-    let host = |x: &Tensor| -> Result<Vec<f64>> {
+    let host = |x: &Tensor| -> Result<Vec<T>> {
         Ok(x.detach()
-            .to_dtype(DType::F64)?
+            .to_dtype(T::DTYPE)?
             .flatten_all()?
-            .to_vec1::<f64>()?)
+            .to_vec1::<T>()?)
     };
-    let mut st = crate::retention::recurrent::State::<f64>::from_tensor(&g0, 0)?;
-    let v = vp.narrow(3, 0, d1 - 1)?;
-    prefill_state(&mut st, &host(k)?, &host(&v)?, &host(cw)?, t, u, chunk)?;
-    let g = st.to_tensor(q.device())?.to_dtype(dt)?;
-    Ok((o, g))
+    let mut st = match initial_state {
+        Some(s) => s.clone(),
+        None => State::zeros(b, h, n, f, d1 - 1),
+    };
+    let v = x.vp.narrow(3, 0, d1 - 1)?;
+    prefill_state(&mut st, &host(x.k)?, &host(&v)?, &host(x.cw)?, t, u, chunk)?;
+    Ok((o, Some(st)))
 }
 
 fn fused_impl(
@@ -813,7 +799,7 @@ fn fused_impl(
 /// # Errors
 /// Length or shape mismatches.
 pub fn prefill_state<T: WithDType>(
-    state: &mut crate::retention::recurrent::State<T>,
+    state: &mut State<T>,
     k: &[T],
     v: &[T],
     cw: &[T],
@@ -821,7 +807,7 @@ pub fn prefill_state<T: WithDType>(
     u: &[Vec<f64>],
     chunk: usize,
 ) -> Result<()> {
-    let crate::retention::recurrent::State { b, h, n, f, d, .. } = *state;
+    let State { b, h, n, f, d, .. } = *state;
     let d1 = d + 1;
     if k.len() != b * h * t * f
         || v.len() != b * h * t * d

@@ -1,14 +1,28 @@
 //! The retention core in its four forms, chained in the tests (fla's layout, DESIGN §2 and §5):
 //!
 //! - [`naive`]: the O(T²) f64 reference (exact GL kernel or the table's SOE);
-//! - [`recurrent`]: one token at a time with an explicit [`recurrent::State`], the streaming
-//!   and decoding form;
+//! - [`recurrent`]: one token at a time, the streaming and decoding form;
 //! - [`chunked`]: the training form in plain candle ops (autodiff twin of the fused op);
 //! - [`fused`]: the fused CustomOp with a hand-written backward, and the state prefill.
 //!
-//! This module holds what the forms share: the table checks (one table for all heads or one
+//! The contract (fla's): every form takes the same [`Inputs`] (φq, φk, v' = [v, 1] and the
+//! per-token node weights), the same [`Rates`], a chunk length, an optional initial [`State`]
+//! and whether to return the final one, and returns the unnormalised output o [B, H, T, D+1]
+//! with that state:
+//!
+//! ```text
+//! form(&Inputs, &Rates, chunk, initial_state: Option<&State<T>>, output_final_state: bool)
+//!     -> (o, Option<State<T>>)
+//! ```
+//!
+//! [`naive::naive_raw`] (f64, O(T²)), [`recurrent::recurrent_raw`] (host, token by token),
+//! [`chunked::chunked_raw`] (candle autodiff) and [`fused::fused_raw`] (custom op). The tests
+//! chain them on pieces of uneven length with carried states. Every form refuses a context
+//! (initial position + T) past the rates' certified horizon.
+//!
+//! This module also holds what the forms share: the table checks (one table for all heads or one
 //! per head; the certified horizon), per-token node weights c_n(α) on the host and as a tensor
-//! differentiable in α, the rates as a tensor, and the normalisation y = o[..D] / (o[D] + eps).
+//! differentiable in α, and the normalisation y = o[..D] / (o[D] + eps).
 
 use candle_core::{DType, Device, Tensor, WithDType, D};
 
@@ -20,6 +34,167 @@ pub mod chunked;
 pub mod fused;
 pub mod naive;
 pub mod recurrent;
+
+/// One call's inputs, shared by every form: q, k [B, H, T, F] (nonnegative features),
+/// vp [B, H, T, D+1] (values with a last column of ones, which carries the denominator) and
+/// cw [B, H, T, N] (each token's node weights: c_n(α) from node tables, or a baseline's own).
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// φ(q) [B, H, T, F].
+    pub q: &'a Tensor,
+    /// φ(k) [B, H, T, F].
+    pub k: &'a Tensor,
+    /// [v, 1] [B, H, T, D+1].
+    pub vp: &'a Tensor,
+    /// Node weights [B, H, T, N].
+    pub cw: &'a Tensor,
+}
+
+impl Inputs<'_> {
+    /// (B, H, T, F, D+1, N), checked for consistency.
+    ///
+    /// # Errors
+    /// Shapes that do not agree.
+    pub fn dims(&self) -> Result<(usize, usize, usize, usize, usize, usize)> {
+        let (b, h, t, f) = dims4("q", self.q)?;
+        let (_, _, _, d1) = dims4("vp", self.vp)?;
+        let (_, _, _, n) = dims4("cw", self.cw)?;
+        for (name, x, want) in [
+            ("k", self.k, [b, h, t, f]),
+            ("vp", self.vp, [b, h, t, d1]),
+            ("cw", self.cw, [b, h, t, n]),
+        ] {
+            if x.dims() != want {
+                return Err(VortError::Shape {
+                    name: name.into(),
+                    got: x.dims().to_vec(),
+                    expected: format!("{want:?}"),
+                });
+            }
+        }
+        if d1 < 2 {
+            return Err(VortError::Shape {
+                name: "vp".into(),
+                got: self.vp.dims().to_vec(),
+                expected: "[B, H, T, D+1] with D >= 1".into(),
+            });
+        }
+        Ok((b, h, t, f, d1, n))
+    }
+}
+
+/// The decay rates u_n of the nodes, one row per head or one for all: fixed (node tables,
+/// with the horizon their kernel is certified for; or a baseline's constants, valid at every
+/// lag) or learned (a tensor that keeps its gradient; only the plain chunked form takes it).
+#[derive(Debug, Clone)]
+pub enum Rates {
+    /// Fixed rates `[Hu][N]` and the certified horizon (None: valid at every lag).
+    Fixed {
+        /// Rows u_n >= 0, 1 or H of them, all of one length N.
+        u: Vec<Vec<f64>>,
+        /// Certified horizon, checked against every call's context.
+        horizon: Option<u64>,
+    },
+    /// Learned rates [Hu, N] (softplus of parameters), differentiable.
+    Learned(Tensor),
+}
+
+impl Rates {
+    /// The fixed rates of 1 or H node tables and their smallest horizon.
+    ///
+    /// # Errors
+    /// No tables, or tables with different node counts.
+    pub fn of_tables(tables: &[NodeTable]) -> Result<Rates> {
+        let Some(first) = tables.first() else {
+            return Err(VortError::InvalidArgument("no node tables given".into()));
+        };
+        if tables.iter().any(|t| t.len() != first.len()) {
+            return Err(VortError::InvalidArgument(
+                "all heads' node tables must have the same number of nodes".into(),
+            ));
+        }
+        Ok(Rates::Fixed {
+            u: tables.iter().map(|t| t.u.clone()).collect(),
+            horizon: tables.iter().map(|t| t.horizon).min(),
+        })
+    }
+
+    /// Nodes N.
+    pub fn nodes(&self) -> Result<usize> {
+        match self {
+            Rates::Fixed { u, .. } => Ok(u.first().map_or(0, Vec::len)),
+            Rates::Learned(u) => Ok(u.dims2()?.1),
+        }
+    }
+
+    /// Rows Hu (1 or H).
+    pub fn rows(&self) -> Result<usize> {
+        match self {
+            Rates::Fixed { u, .. } => Ok(u.len()),
+            Rates::Learned(u) => Ok(u.dims2()?.0),
+        }
+    }
+
+    /// The rates as a tensor [Hu, N] (f64 for fixed rates; learned ones as they are).
+    ///
+    /// # Errors
+    /// Ragged rows.
+    pub fn tensor(&self, device: &Device) -> Result<Tensor> {
+        match self {
+            Rates::Fixed { u, .. } => {
+                let n = u.first().map_or(0, Vec::len);
+                if u.is_empty() || u.iter().any(|r| r.len() != n) {
+                    return Err(VortError::InvalidArgument(
+                        "rates: rows must be non-empty and of one length".into(),
+                    ));
+                }
+                let flat: Vec<f64> = u.iter().flatten().copied().collect();
+                Ok(Tensor::from_vec(flat, (u.len(), n), device)?)
+            }
+            Rates::Learned(u) => Ok(u.clone()),
+        }
+    }
+
+    /// The rates as host rows `[Hu][N]` (learned ones by value, without their gradient).
+    ///
+    /// # Errors
+    /// A learned tensor that is not [Hu, N].
+    pub fn host_rows(&self) -> Result<Vec<Vec<f64>>> {
+        match self {
+            Rates::Fixed { u, .. } => Ok(u.clone()),
+            Rates::Learned(u) => Ok(u.detach().to_dtype(DType::F64)?.to_vec2::<f64>()?),
+        }
+    }
+
+    /// Refuses a context of `context` tokens past the certified horizon.
+    ///
+    /// # Errors
+    /// [`VortError::BeyondHorizon`].
+    pub fn check_context(&self, context: u64) -> Result<()> {
+        match self {
+            Rates::Fixed {
+                horizon: Some(h), ..
+            } if context > *h => Err(VortError::BeyondHorizon {
+                context,
+                horizon: *h,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks the rows against H heads and N node weights.
+    pub(crate) fn check_shape(&self, heads: usize, n: usize) -> Result<()> {
+        let (hu, nu) = (self.rows()?, self.nodes()?);
+        if nu != n || !(hu == 1 || hu == heads) {
+            return Err(VortError::Shape {
+                name: "rates".into(),
+                got: vec![hu, nu],
+                expected: format!("[1 or {heads}, {n}]"),
+            });
+        }
+        Ok(())
+    }
+}
 
 /// Picks the table of head `h` from a slice of 1 (shared by all heads) or H tables.
 pub(crate) fn table_for(tables: &[NodeTable], h: usize) -> &NodeTable {
@@ -47,24 +222,6 @@ pub(crate) fn check_tables(tables: &[NodeTable], heads: usize) -> Result<()> {
 /// [`VortError::BeyondHorizon`].
 pub(crate) fn check_context(tables: &[NodeTable], context: u64) -> Result<()> {
     tables.iter().try_for_each(|t| t.check_context(context))
-}
-
-/// Rates of 1 or H tables as a tensor [Hu, N] (f64), Hu = number of tables.
-///
-/// # Errors
-/// Tables with different node counts.
-pub fn rates_tensor(tables: &[NodeTable], device: &Device) -> Result<Tensor> {
-    let Some(first) = tables.first() else {
-        return Err(VortError::InvalidArgument("no node tables given".into()));
-    };
-    let n = first.len();
-    if tables.iter().any(|t| t.len() != n) {
-        return Err(VortError::InvalidArgument(
-            "all heads' node tables must have the same number of nodes".into(),
-        ));
-    }
-    let u: Vec<f64> = tables.iter().flat_map(|t| t.u.iter().copied()).collect();
-    Ok(Tensor::from_vec(u, (tables.len(), n), device)?)
 }
 
 /// Node weights c_n(α) of every token, differentiable in α: alpha [B, H, T] -> [B, H, T, N]
@@ -162,4 +319,199 @@ pub(crate) fn dims4(name: &str, t: &Tensor) -> Result<(usize, usize, usize, usiz
         got: t.dims().to_vec(),
         expected: "rank 4".into(),
     })
+}
+
+/// Recurrent state of a retention layer: G [B, H, N, F, D+1] (numerator and denominator
+/// columns) and the number of tokens consumed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct State<T> {
+    /// Batch B.
+    pub b: usize,
+    /// Heads H.
+    pub h: usize,
+    /// Nodes N.
+    pub n: usize,
+    /// Feature dim F.
+    pub f: usize,
+    /// Value dim D (the state has D + 1 columns).
+    pub d: usize,
+    /// Tokens consumed so far.
+    pub pos: u64,
+    /// G, row-major [B, H, N, F, D+1].
+    pub g: Vec<T>,
+}
+
+impl<T: WithDType> State<T> {
+    /// The empty state (no token seen).
+    pub fn zeros(b: usize, h: usize, n: usize, f: usize, d: usize) -> Self {
+        State {
+            b,
+            h,
+            n,
+            f,
+            d,
+            pos: 0,
+            g: vec![T::zero(); b * h * n * f * (d + 1)],
+        }
+    }
+
+    /// Checks the sizes [B, H, N, F, D] against a call's.
+    ///
+    /// # Errors
+    /// [`VortError::InvalidArgument`] naming both.
+    pub fn check_dims(&self, b: usize, h: usize, n: usize, f: usize, d: usize) -> Result<()> {
+        if (self.b, self.h, self.n, self.f, self.d) == (b, h, n, f, d) {
+            Ok(())
+        } else {
+            Err(VortError::InvalidArgument(format!(
+                "state [B={}, H={}, N={}, F={}, D={}] does not match the call's [B={b}, H={h}, \
+                 N={n}, F={f}, D={d}]",
+                self.b, self.h, self.n, self.f, self.d
+            )))
+        }
+    }
+
+    /// Bytes held by the state (flat in the context length).
+    pub fn bytes(&self) -> usize {
+        self.g.len() * std::mem::size_of::<T>()
+    }
+
+    /// The state as a tensor [B, H, N, F, D+1] (the layout of the chunked forms).
+    ///
+    /// # Errors
+    /// Candle errors only.
+    pub fn to_tensor(&self, device: &Device) -> Result<Tensor> {
+        Ok(Tensor::from_vec(
+            self.g.clone(),
+            (self.b, self.h, self.n, self.f, self.d + 1),
+            device,
+        )?)
+    }
+
+    /// A state from a tensor [B, H, N, F, D+1] (converted to `T`) and a position.
+    ///
+    /// # Errors
+    /// A tensor that is not rank 5 with at least 2 columns.
+    pub fn from_tensor(t: &Tensor, pos: u64) -> Result<Self> {
+        let (b, h, n, f, d1) = t.dims5().map_err(|_| VortError::Shape {
+            name: "state".into(),
+            got: t.dims().to_vec(),
+            expected: "[B, H, N, F, D+1]".into(),
+        })?;
+        if d1 < 2 {
+            return Err(VortError::Shape {
+                name: "state".into(),
+                got: t.dims().to_vec(),
+                expected: "[B, H, N, F, D+1] with D >= 1".into(),
+            });
+        }
+        let g = t.to_dtype(T::DTYPE)?.flatten_all()?.to_vec1::<T>()?;
+        Ok(State {
+            b,
+            h,
+            n,
+            f,
+            d: d1 - 1,
+            pos,
+            g,
+        })
+    }
+}
+
+/// Format tag written into saved states.
+pub const STATE_FORMAT: &str = "vort-state-v1";
+
+impl<T: WithDType> State<T> {
+    /// Saves the state to safetensors: tensor `g` [B, H, N, F, D+1] (F32 or F64 as `T`),
+    /// tensor `u` [Hu, N] (the rates it was built with, checked on restore) and metadata
+    /// `format`, `pos`.
+    ///
+    /// # Errors
+    /// I/O or a rates buffer whose length is not a multiple of N.
+    pub fn save(&self, path: &std::path::Path, rates: &[f64]) -> Result<()> {
+        use crate::st::{write, Precision};
+        let prec = if T::DTYPE == candle_core::DType::F64 {
+            Precision::F64
+        } else {
+            Precision::F32
+        };
+        let g: Vec<f64> = self.g.iter().map(|x| x.to_f64()).collect();
+        let hu = match rates.len().checked_div(self.n) {
+            Some(hu) if hu * self.n == rates.len() => hu,
+            None if rates.is_empty() => 0,
+            _ => {
+                return Err(VortError::InvalidArgument(format!(
+                    "state save: {} rates for N = {}",
+                    rates.len(),
+                    self.n
+                )))
+            }
+        };
+        let mut meta = std::collections::HashMap::new();
+        meta.insert("format".into(), STATE_FORMAT.into());
+        meta.insert("pos".into(), self.pos.to_string());
+        write(
+            path,
+            &[
+                (
+                    "g",
+                    &g,
+                    vec![self.b, self.h, self.n, self.f, self.d + 1],
+                    prec,
+                ),
+                ("u", rates, vec![hu, self.n], Precision::F64),
+            ],
+            meta,
+        )
+    }
+
+    /// Restores a state saved by [`State::save`], checking that it was built with `rates`
+    /// (bitwise equal) so a state is never fed to a layer with other memory nodes.
+    ///
+    /// # Errors
+    /// Missing tensors or metadata, wrong format, rates that differ.
+    pub fn load(path: &std::path::Path, rates: &[f64]) -> Result<Self> {
+        let mut file = crate::st::read(path)?;
+        if file.metadata.get("format").map(String::as_str) != Some(STATE_FORMAT) {
+            return Err(VortError::InvalidArgument(format!(
+                "{}: not a {STATE_FORMAT} file",
+                path.display()
+            )));
+        }
+        let pos: u64 = file
+            .metadata
+            .get("pos")
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| VortError::InvalidArgument("state file: bad `pos`".into()))?;
+        let g = file.take("g")?;
+        let u = file.take("u")?;
+        if u.data != rates {
+            return Err(VortError::InvalidArgument(
+                "state file was saved with different memory nodes (rates u differ)".into(),
+            ));
+        }
+        let [b, h, n, f, d1] = g.shape[..] else {
+            return Err(VortError::Shape {
+                name: "g".into(),
+                got: g.shape.clone(),
+                expected: "[B, H, N, F, D+1]".into(),
+            });
+        };
+        if d1 < 2 {
+            return Err(VortError::Shape {
+                name: "g".into(),
+                got: g.shape.clone(),
+                expected: "[B, H, N, F, D+1] with D >= 1".into(),
+            });
+        }
+        Ok(State {
+            b,
+            h,
+            n,
+            f,
+            d: d1 - 1,
+            pos,
+            g: g.data.into_iter().map(T::from_f64).collect(),
+        })
+    }
 }

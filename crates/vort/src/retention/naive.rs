@@ -9,10 +9,11 @@
 //! w_j(α_i) for shared nodes, the bank split β w_j(a_k) + (1-β) w_j(a_(k+1)) for banks), or the
 //! table's own SOE ([`Kernel::Soe`]) which the recurrent and chunked forms compute exactly.
 
-use super::{check_context, check_tables, table_for};
+use super::{check_context, check_tables, table_for, Inputs, Rates, State};
 use crate::dims::Dims;
 use crate::error::Result;
 use crate::nodes::NodeTable;
+use candle_core::{DType, Tensor, WithDType};
 
 /// Which kernel the naive form uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,4 +80,109 @@ pub fn naive(
         }
     }
     Ok(y)
+}
+
+/// The naive form under the retention contract (module doc of [`super`]): the SOE kernel of
+/// the given node weights and rates, summed pair by pair in f64, o [B, H, T, D+1]
+/// unnormalised (in the dtype of q), and the state after the last token when
+/// `output_final_state`:
+///
+/// ```text
+/// o_t = Σ_{i<=t} K_i(t-i) (φq_t·φk_i) v'_i + Σ_n e^(-u_n (t+1)) φq_tᵀ G0_n,
+///     K_i(0) = 1, K_i(j) = Σ_n cw_i[n] e^(-u_n j)
+/// G_n = e^(-u_n T) G0_n + Σ_i e^(-u_n (T-1-i)) cw_i[n] φk_i v'_iᵀ
+/// ```
+///
+/// The reference of the state-carrying forms. (The exact GL kernel has no state: it is
+/// [`naive`] with [`Kernel::Exact`].) Learned rates are taken by value (no gradient).
+///
+/// # Errors
+/// Shape mismatches; a state of other sizes; initial position + T past the rates' certified
+/// horizon.
+pub fn naive_raw<T: WithDType>(
+    x: &Inputs,
+    rates: &Rates,
+    _chunk: usize,
+    initial_state: Option<&State<T>>,
+    output_final_state: bool,
+) -> Result<(Tensor, Option<State<T>>)> {
+    let (b, h, t, f, d1, n) = x.dims()?;
+    rates.check_shape(h, n)?;
+    let pos = initial_state.map_or(0, |s| s.pos);
+    rates.check_context(pos + t as u64)?;
+    if let Some(s) = initial_state {
+        s.check_dims(b, h, n, f, d1 - 1)?;
+    }
+    let host = |x: &Tensor| -> Result<Vec<f64>> {
+        Ok(x.detach()
+            .to_dtype(DType::F64)?
+            .flatten_all()?
+            .to_vec1::<f64>()?)
+    };
+    let (q, k, vp, cw) = (host(x.q)?, host(x.k)?, host(x.vp)?, host(x.cw)?);
+    let rows = rates.host_rows()?;
+    let g0: Vec<f64> = match initial_state {
+        Some(s) => s.g.iter().map(|v| v.to_f64()).collect(),
+        None => vec![0.0; b * h * n * f * d1],
+    };
+    let mut o = vec![0.0; b * h * t * d1];
+    let mut g = vec![0.0; b * h * n * f * d1];
+    for bh in 0..b * h {
+        let u = &rows[if rows.len() == 1 { 0 } else { bh % h }];
+        let (qo, vo, co, go) = (bh * t * f, bh * t * d1, bh * t * n, bh * n * f * d1);
+        let kernel = |i: usize, lag: usize| -> f64 {
+            if lag == 0 {
+                1.0
+            } else {
+                (0..n)
+                    .map(|s| cw[co + i * n + s] * (-u[s] * lag as f64).exp())
+                    .sum()
+            }
+        };
+        for ti in 0..t {
+            let out = &mut o[vo + ti * d1..vo + (ti + 1) * d1];
+            for i in 0..=ti {
+                let dot: f64 = (0..f).map(|c| q[qo + ti * f + c] * k[qo + i * f + c]).sum();
+                let w = kernel(i, ti - i) * dot;
+                for (c, oc) in out.iter_mut().enumerate() {
+                    *oc += w * vp[vo + i * d1 + c];
+                }
+            }
+            for s in 0..n {
+                let decay = (-u[s] * (ti + 1) as f64).exp();
+                for c in 0..f {
+                    let qd = decay * q[qo + ti * f + c];
+                    let row = &g0[go + (s * f + c) * d1..go + (s * f + c + 1) * d1];
+                    for (oc, gv) in out.iter_mut().zip(row) {
+                        *oc += qd * gv;
+                    }
+                }
+            }
+        }
+        for s in 0..n {
+            let carry = (-u[s] * t as f64).exp();
+            for c in 0..f {
+                for e in 0..d1 {
+                    let idx = go + (s * f + c) * d1 + e;
+                    let mut acc = carry * g0[idx];
+                    for i in 0..t {
+                        let w = (-u[s] * (t - 1 - i) as f64).exp() * cw[co + i * n + s];
+                        acc += w * k[qo + i * f + c] * vp[vo + i * d1 + e];
+                    }
+                    g[idx] = acc;
+                }
+            }
+        }
+    }
+    let o = Tensor::from_vec(o, (b, h, t, d1), x.q.device())?.to_dtype(x.q.dtype())?;
+    let state = output_final_state.then(|| State {
+        b,
+        h,
+        n,
+        f,
+        d: d1 - 1,
+        pos: pos + t as u64,
+        g: g.into_iter().map(T::from_f64).collect(),
+    });
+    Ok((o, state))
 }

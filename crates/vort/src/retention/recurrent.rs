@@ -17,108 +17,29 @@
 //! call that would take the stream past it (`VortError::BeyondHorizon`); stream with a table
 //! built for the stream's length (`nodes::STREAM_HORIZON` = 2^20 by default).
 
-use candle_core::{Device, Tensor, WithDType};
+use candle_core::{Tensor, WithDType};
 use rayon::prelude::*;
 
-use super::{check_context, check_tables, node_weights_host, table_for};
+use super::{check_context, check_tables, node_weights_host, table_for, Inputs, Rates, State};
 use crate::dims::Dims;
 use crate::error::{Result, VortError};
 use crate::nodes::NodeTable;
 
-/// Recurrent state of a retention layer: G [B, H, N, F, D+1] (numerator and denominator
-/// columns) and the number of tokens consumed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct State<T> {
-    /// Batch B.
-    pub b: usize,
-    /// Heads H.
-    pub h: usize,
-    /// Nodes N.
-    pub n: usize,
-    /// Feature dim F.
-    pub f: usize,
-    /// Value dim D (the state has D + 1 columns).
-    pub d: usize,
-    /// Tokens consumed so far.
-    pub pos: u64,
-    /// G, row-major [B, H, N, F, D+1].
-    pub g: Vec<T>,
-}
-
-impl<T: WithDType> State<T> {
-    /// The empty state (no token seen).
-    pub fn zeros(b: usize, h: usize, n: usize, f: usize, d: usize) -> Self {
-        State {
-            b,
-            h,
-            n,
-            f,
-            d,
-            pos: 0,
-            g: vec![T::zero(); b * h * n * f * (d + 1)],
-        }
-    }
-
-    /// Bytes held by the state (flat in the context length).
-    pub fn bytes(&self) -> usize {
-        self.g.len() * std::mem::size_of::<T>()
-    }
-
-    /// The state as a tensor [B, H, N, F, D+1] (the layout of the chunked forms).
-    ///
-    /// # Errors
-    /// Candle errors only.
-    pub fn to_tensor(&self, device: &Device) -> Result<Tensor> {
-        Ok(Tensor::from_vec(
-            self.g.clone(),
-            (self.b, self.h, self.n, self.f, self.d + 1),
-            device,
-        )?)
-    }
-
-    /// A state from a tensor [B, H, N, F, D+1] (converted to `T`) and a position.
-    ///
-    /// # Errors
-    /// A tensor that is not rank 5 with at least 2 columns.
-    pub fn from_tensor(t: &Tensor, pos: u64) -> Result<Self> {
-        let (b, h, n, f, d1) = t.dims5().map_err(|_| VortError::Shape {
-            name: "state".into(),
-            got: t.dims().to_vec(),
-            expected: "[B, H, N, F, D+1]".into(),
-        })?;
-        if d1 < 2 {
-            return Err(VortError::Shape {
-                name: "state".into(),
-                got: t.dims().to_vec(),
-                expected: "[B, H, N, F, D+1] with D >= 1".into(),
-            });
-        }
-        let g = t.to_dtype(T::DTYPE)?.flatten_all()?.to_vec1::<T>()?;
-        Ok(State {
-            b,
-            h,
-            n,
-            f,
-            d: d1 - 1,
-            pos,
-            g,
-        })
-    }
-}
-
 /// Per-head decay constants (λ_n, μ_n) in the working precision.
 fn decays<T: WithDType>(table: &NodeTable) -> (Vec<T>, Vec<T>) {
-    let lam = table.u.iter().map(|&u| T::from_f64((-u).exp())).collect();
-    let mu = table
-        .u
-        .iter()
-        .map(|&u| T::from_f64(-(-u).exp_m1()))
-        .collect();
+    decays_of(&table.u)
+}
+
+/// (λ_n, μ_n) = (e^(-u_n), -expm1(-u_n)) of one row of rates.
+fn decays_of<T: WithDType>(u: &[f64]) -> (Vec<T>, Vec<T>) {
+    let lam = u.iter().map(|&u| T::from_f64((-u).exp())).collect();
+    let mu = u.iter().map(|&u| T::from_f64(-(-u).exp_m1())).collect();
     (lam, mu)
 }
 
 /// One head, `steps` consecutive tokens. g: [N, F, D+1]; q, k: [steps, F]; v: [steps, D];
-/// cw: [steps, N]; out: [steps, D].
+/// cw: [steps, N]; out: [steps, D] normalised with `eps_den`, or with None the unnormalised
+/// o [steps, D+1].
 #[allow(clippy::too_many_arguments)]
 fn run_head<T: WithDType>(
     g: &mut [T],
@@ -131,7 +52,7 @@ fn run_head<T: WithDType>(
     mu: &[T],
     f: usize,
     d: usize,
-    eps_den: T,
+    eps_den: Option<T>,
 ) {
     let n = lam.len();
     let d1 = d + 1;
@@ -169,9 +90,14 @@ fn run_head<T: WithDType>(
                 o[c] += l * tmp[c];
             }
         }
-        let den = o[d] + eps_den;
-        for c in 0..d {
-            out[t * d + c] = o[c] / den;
+        match eps_den {
+            Some(eps) => {
+                let den = o[d] + eps;
+                for c in 0..d {
+                    out[t * d + c] = o[c] / den;
+                }
+            }
+            None => out[t * d1..(t + 1) * d1].copy_from_slice(&o),
         }
     }
 }
@@ -247,107 +173,102 @@ pub fn recurrent<T: WithDType>(
                 mu,
                 f,
                 d,
-                eps,
+                Some(eps),
             )
         });
     state.pos += t as u64;
     Ok(y)
 }
 
-/// Format tag written into saved states.
-pub const STATE_FORMAT: &str = "vort-state-v1";
-
-impl<T: WithDType> State<T> {
-    /// Saves the state to safetensors: tensor `g` [B, H, N, F, D+1] (F32 or F64 as `T`),
-    /// tensor `u` [Hu, N] (the rates it was built with, checked on restore) and metadata
-    /// `format`, `pos`.
-    ///
-    /// # Errors
-    /// I/O or a rates buffer whose length is not a multiple of N.
-    pub fn save(&self, path: &std::path::Path, rates: &[f64]) -> Result<()> {
-        use crate::st::{write, Precision};
-        let prec = if T::DTYPE == candle_core::DType::F64 {
-            Precision::F64
-        } else {
-            Precision::F32
-        };
-        let g: Vec<f64> = self.g.iter().map(|x| x.to_f64()).collect();
-        let hu = match rates.len().checked_div(self.n) {
-            Some(hu) if hu * self.n == rates.len() => hu,
-            None if rates.is_empty() => 0,
-            _ => {
-                return Err(VortError::InvalidArgument(format!(
-                    "state save: {} rates for N = {}",
-                    rates.len(),
-                    self.n
-                )))
-            }
-        };
-        let mut meta = std::collections::HashMap::new();
-        meta.insert("format".into(), STATE_FORMAT.into());
-        meta.insert("pos".into(), self.pos.to_string());
-        write(
-            path,
-            &[
-                (
-                    "g",
-                    &g,
-                    vec![self.b, self.h, self.n, self.f, self.d + 1],
-                    prec,
-                ),
-                ("u", rates, vec![hu, self.n], Precision::F64),
-            ],
-            meta,
-        )
+/// The recurrent form under the retention contract (module doc of [`super`]): token by token
+/// on the host in the precision of the inputs (f32 or f64), o [B, H, T, D+1] unnormalised, and
+/// the state after the last token when `output_final_state`. Fixed or learned rates (learned
+/// ones by value: this form has no gradient). The last column of vp must be ones (the
+/// denominator's column, which the recurrence adds itself).
+///
+/// # Errors
+/// Shape or dtype mismatches; vp's last column not ones; a state of other sizes; initial
+/// position + T past the rates' certified horizon.
+pub fn recurrent_raw<T: WithDType>(
+    x: &Inputs,
+    rates: &Rates,
+    _chunk: usize,
+    initial_state: Option<&State<T>>,
+    output_final_state: bool,
+) -> Result<(Tensor, Option<State<T>>)> {
+    let (b, h, t, f, d1, n) = x.dims()?;
+    let d = d1 - 1;
+    rates.check_shape(h, n)?;
+    let pos = initial_state.map_or(0, |s| s.pos);
+    rates.check_context(pos + t as u64)?;
+    let mut st = match initial_state {
+        Some(s) => {
+            s.check_dims(b, h, n, f, d)?;
+            s.clone()
+        }
+        None => State::zeros(b, h, n, f, d),
+    };
+    let host = |x: &Tensor| -> Result<Vec<T>> {
+        Ok(x.detach()
+            .to_dtype(T::DTYPE)?
+            .flatten_all()?
+            .to_vec1::<T>()?)
+    };
+    let ones = host(&x.vp.narrow(3, d, 1)?)?;
+    if ones.iter().any(|&o| o != T::one()) {
+        return Err(VortError::InvalidArgument(
+            "recurrent: the last column of vp must be ones".into(),
+        ));
     }
-
-    /// Restores a state saved by [`State::save`], checking that it was built with `rates`
-    /// (bitwise equal) so a state is never fed to a layer with other memory nodes.
-    ///
-    /// # Errors
-    /// Missing tensors or metadata, wrong format, rates that differ.
-    pub fn load(path: &std::path::Path, rates: &[f64]) -> Result<Self> {
-        let mut file = crate::st::read(path)?;
-        if file.metadata.get("format").map(String::as_str) != Some(STATE_FORMAT) {
-            return Err(VortError::InvalidArgument(format!(
-                "{}: not a {STATE_FORMAT} file",
-                path.display()
-            )));
-        }
-        let pos: u64 = file
-            .metadata
-            .get("pos")
-            .and_then(|p| p.parse().ok())
-            .ok_or_else(|| VortError::InvalidArgument("state file: bad `pos`".into()))?;
-        let g = file.take("g")?;
-        let u = file.take("u")?;
-        if u.data != rates {
-            return Err(VortError::InvalidArgument(
-                "state file was saved with different memory nodes (rates u differ)".into(),
-            ));
-        }
-        let [b, h, n, f, d1] = g.shape[..] else {
-            return Err(VortError::Shape {
-                name: "g".into(),
-                got: g.shape.clone(),
-                expected: "[B, H, N, F, D+1]".into(),
+    let (q, k, v, cw) = (
+        host(x.q)?,
+        host(x.k)?,
+        host(&x.vp.narrow(3, 0, d)?)?,
+        host(x.cw)?,
+    );
+    let rows = rates.host_rows()?;
+    let consts: Vec<(Vec<T>, Vec<T>)> = rows.iter().map(|r| decays_of(r)).collect();
+    let mut o = vec![T::zero(); b * h * t * d1];
+    let gsz = n * f * d1;
+    if t > 0 && gsz > 0 {
+        st.g.par_chunks_mut(gsz)
+            .zip(o.par_chunks_mut(t * d1))
+            .enumerate()
+            .for_each(|(bh, (g, out))| {
+                let (lam, mu) = &consts[if consts.len() == 1 { 0 } else { bh % h }];
+                run_head(
+                    g,
+                    &q[bh * t * f..(bh + 1) * t * f],
+                    &k[bh * t * f..(bh + 1) * t * f],
+                    &v[bh * t * d..(bh + 1) * t * d],
+                    &cw[bh * t * n..(bh + 1) * t * n],
+                    out,
+                    lam,
+                    mu,
+                    f,
+                    d,
+                    None,
+                )
             });
-        };
-        if d1 < 2 {
-            return Err(VortError::Shape {
-                name: "g".into(),
-                got: g.shape.clone(),
-                expected: "[B, H, N, F, D+1] with D >= 1".into(),
-            });
+    } else if t > 0 {
+        // no nodes: only the lag-0 term, o_t = (φq_t·φk_t) v'_t
+        for (bh, out) in o.chunks_mut(t * d1).enumerate() {
+            run_head(
+                &mut [],
+                &q[bh * t * f..(bh + 1) * t * f],
+                &k[bh * t * f..(bh + 1) * t * f],
+                &v[bh * t * d..(bh + 1) * t * d],
+                &[],
+                out,
+                &[],
+                &[],
+                f,
+                d,
+                None,
+            );
         }
-        Ok(State {
-            b,
-            h,
-            n,
-            f,
-            d: d1 - 1,
-            pos,
-            g: g.data.into_iter().map(T::from_f64).collect(),
-        })
     }
+    st.pos += t as u64;
+    let o = Tensor::from_vec(o, (b, h, t, d1), x.q.device())?.to_dtype(x.q.dtype())?;
+    Ok((o, output_final_state.then_some(st)))
 }

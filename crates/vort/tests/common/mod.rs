@@ -106,3 +106,34 @@ pub fn fd_grad(
 pub fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
+
+/// The fused form from a zero state, output only (the training call).
+pub fn fused0(
+    q: &Tensor,
+    k: &Tensor,
+    vp: &Tensor,
+    cw: &Tensor,
+    u: &[Vec<f64>],
+    chunk: usize,
+) -> vort::Result<Tensor> {
+    let x = vort::retention::Inputs { q, k, vp, cw };
+    let rates = vort::retention::Rates::Fixed {
+        u: u.to_vec(),
+        horizon: None,
+    };
+    Ok(vort::retention::fused::fused_raw::<f64>(&x, &rates, chunk, None, false)?.0)
+}
+
+/// The plain chunked form from a zero state, output only.
+pub fn chunked0(
+    q: &Tensor,
+    k: &Tensor,
+    vp: &Tensor,
+    cw: &Tensor,
+    u: &Tensor,
+    chunk: usize,
+) -> vort::Result<Tensor> {
+    let x = vort::retention::Inputs { q, k, vp, cw };
+    let rates = vort::retention::Rates::Learned(u.clone());
+    Ok(vort::retention::chunked::chunked_raw::<f64>(&x, &rates, chunk, None, false)?.0)
+}

@@ -478,7 +478,7 @@ impl Model {
     /// # Errors
     /// Shape errors; tokens outside the vocabulary.
     pub fn forward(&self, tokens: &Tensor) -> Result<ModelOutput, ModelError> {
-        self.run(tokens, None)
+        self.run(tokens, None, false)
     }
 
     /// Streaming forward: tokens [B, T] continuing the stream in `state` (which is updated).
@@ -493,13 +493,14 @@ impl Model {
         tokens: &Tensor,
         state: &mut ModelState,
     ) -> Result<ModelOutput, ModelError> {
-        self.run(tokens, Some(state))
+        self.run(tokens, Some(state), false)
     }
 
     fn run(
         &self,
         tokens: &Tensor,
         mut state: Option<&mut ModelState>,
+        decode: bool,
     ) -> Result<ModelOutput, ModelError> {
         let (b, t) = tokens.dims2()?;
         let flat = tokens.flatten_all()?;
@@ -538,7 +539,11 @@ impl Model {
             let xn = rms_norm(&x, &self.norms1[l])?;
             let out = match state.as_deref_mut() {
                 Some(st) => {
-                    let o = blk.forward_with_state(&xn, entropy.as_ref(), st.blocks[l].as_ref())?;
+                    let o = if decode {
+                        blk.step(&xn, entropy.as_ref(), st.blocks[l].as_ref())?
+                    } else {
+                        blk.forward_with_state(&xn, entropy.as_ref(), st.blocks[l].as_ref())?
+                    };
                     st.blocks[l] = o.state.clone();
                     o
                 }
@@ -588,7 +593,8 @@ impl Model {
     }
 
     /// Decodes one token: feeds `token` (batch 1) after the stream in `state` and returns the
-    /// next-token logits [V]. O(1) memory for the retention memories (the state is the same
+    /// next-token logits [V], through each block's recurrent form ([`Block::step`]; inference,
+    /// no gradient). O(1) memory for the retention memories (the state is the same
     /// [`ModelState`] that [`Model::forward_with_state`] carries, so a prompt can be prefilled
     /// in pieces and continued token by token).
     ///
@@ -602,9 +608,8 @@ impl Model {
                 self.vocab
             )));
         }
-        let device = self.emb.device();
-        let out =
-            self.forward_with_state(&Tensor::from_vec(vec![token], (1, 1), device)?, state)?;
+        let tokens = Tensor::from_vec(vec![token], (1, 1), self.device())?;
+        let out = self.run(&tokens, Some(state), true)?;
         Ok(self.logits_at(&out.hidden, &[0])?.squeeze(0)?)
     }
 

@@ -26,6 +26,7 @@ use crate::features::{FeatureMap, Features};
 use crate::nodes::{MemoryMode, NodeSpec, NodeTable};
 use crate::retention::chunked::chunked_raw;
 use crate::retention::fused::fused_raw;
+use crate::retention::recurrent::recurrent_raw;
 use crate::retention::{node_weights, normalise, with_ones, Inputs, Rates, State};
 use vort_math::rng::XorShift64Star;
 
@@ -188,6 +189,17 @@ struct Router {
     c: Tensor,     // [H]
     delta: f64,
     routing: Routing,
+}
+
+/// Which pass [`Block::run`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Training forward from an empty state (no state returned).
+    Train,
+    /// Streaming pieces, state carried (fused or chunked form).
+    Stream,
+    /// One token through the recurrent form (inference).
+    Decode,
 }
 
 /// One VORT (or baseline) block. Parameters live in the [`VarMap`] passed to [`Block::new`].
@@ -481,7 +493,7 @@ impl Block {
     /// # Errors
     /// Shape mismatches.
     pub fn forward(&self, x: &Tensor, entropy: Option<&Tensor>) -> Result<BlockOutput> {
-        self.run(x, entropy, None, false)
+        self.run(x, entropy, None, Pass::Train)
     }
 
     /// Streaming forward over T tokens continuing from `state` (the fused op with a carried
@@ -499,7 +511,29 @@ impl Block {
         entropy: Option<&Tensor>,
         state: Option<&BlockState>,
     ) -> Result<BlockOutput> {
-        self.run(x, entropy, state, true)
+        self.run(x, entropy, state, Pass::Stream)
+    }
+
+    /// Decodes one step: like [`Block::forward_with_state`] on x [B, 1, d_model], through the
+    /// recurrent form on the host (O(N F D) per head, no chunk machinery). For inference: the
+    /// output carries no gradient to the retention's inputs.
+    ///
+    /// # Errors
+    /// As [`Block::forward_with_state`]; T != 1.
+    pub fn step(
+        &self,
+        x: &Tensor,
+        entropy: Option<&Tensor>,
+        state: Option<&BlockState>,
+    ) -> Result<BlockOutput> {
+        if x.dims().get(1) != Some(&1) {
+            return Err(VortError::Shape {
+                name: "x".into(),
+                got: x.dims().to_vec(),
+                expected: "[B, 1, d_model] (one token)".into(),
+            });
+        }
+        self.run(x, entropy, state, Pass::Decode)
     }
 
     fn run(
@@ -507,8 +541,9 @@ impl Block {
         x: &Tensor,
         entropy: Option<&Tensor>,
         state: Option<&BlockState>,
-        want_state: bool,
+        pass: Pass,
     ) -> Result<BlockOutput> {
+        let want_state = pass != Pass::Train;
         let (b, t, dm) = x.dims3().map_err(|_| VortError::Shape {
             name: "x".into(),
             got: x.dims().to_vec(),
@@ -564,7 +599,9 @@ impl Block {
             // model, and an out-of-memory kill on a whole book).
             let fixed_rates = matches!(rates, Rates::Fixed { .. });
             let chunk = self.cfg.chunk;
-            let (o, g) = if self.cfg.fused && fixed_rates {
+            let (o, g) = if pass == Pass::Decode {
+                recurrent_raw(&inputs, &rates, chunk, initial, true)?
+            } else if self.cfg.fused && fixed_rates {
                 fused_raw(&inputs, &rates, chunk, initial, want_state)?
             } else {
                 chunked_raw(&inputs, &rates, chunk, initial, want_state)?

@@ -807,3 +807,28 @@ fn streaming_states_are_detached() {
         }
     }
 }
+
+/// `Block::step` (the recurrent form, one token) continues a stream exactly like the streaming
+/// forward does, for every memory kind, and refuses more than one token.
+#[test]
+fn block_step_equals_streaming_forward() {
+    let (x, e) = input(1, 12, 12, 6);
+    for mem in memories() {
+        let vm = VarMap::new();
+        let blk = Block::new(cfg(mem.clone(), FeatureMap::Favor), &vm, "s", &Device::Cpu).unwrap();
+        let whole = blk.forward(&x, Some(&e)).unwrap().y;
+        let mut state = None;
+        let mut rows = Vec::new();
+        for t in 0..12 {
+            let xt = x.narrow(1, t, 1).unwrap();
+            let et = e.narrow(1, t, 1).unwrap();
+            let out = blk.step(&xt, Some(&et), state.as_ref()).unwrap();
+            rows.push(out.y);
+            state = out.state;
+        }
+        let stepped = Tensor::cat(&rows, 1).unwrap();
+        let err = rel_rms(&to_f64(&stepped), &to_f64(&whole));
+        assert!(err < 1e-5, "{mem:?}: {err:e}");
+        assert!(blk.step(&x, Some(&e), None).is_err(), "{mem:?}: T = 12");
+    }
+}

@@ -124,6 +124,10 @@ pub enum BenchCommand {
     /// The drift of the f32 recurrent form from f64 over a stream of up to 2^20 tokens
     /// (relative RMS per window of positions), banks and shared memory.
     Stream(crate::stream::BenchStreamArgs),
+    /// Full training steps (forward, backward, AdamW) of the reference models (mqar-d64,
+    /// books-d256) with every mixer: tokens/s, FLOPs per token, MFU against a same-run sgemm,
+    /// busy cores and peak memory.
+    Train(crate::train_bench::BenchTrainArgs),
 }
 
 #[derive(Debug, Args)]
@@ -164,6 +168,7 @@ pub fn run_bench(cmd: BenchCommand) -> Result<(), CliError> {
     let a = match cmd {
         BenchCommand::Layer(a) => a,
         BenchCommand::Stream(a) => return crate::stream::run(a),
+        BenchCommand::Train(a) => return crate::train_bench::run(a),
     };
     let options = LayerBenchOpts {
         plain: a.plain,

@@ -18,6 +18,7 @@ mod output;
 mod progress;
 mod stream;
 mod theory;
+mod train_bench;
 
 use std::process::ExitCode;
 

@@ -233,3 +233,11 @@ fn bench_layer_quick_reports_every_section() {
     assert!(!r["crossover"].as_array().unwrap().is_empty());
     assert!(r["flop_count"].as_str().unwrap().contains("2·m·n·k"));
 }
+
+/// `vort bench train --only` with no match is refused with one line (nothing is run).
+#[test]
+fn bench_train_refuses_an_unknown_model() {
+    let o = vort(&["bench", "train", "--quick", "--only", "no-such-model"]);
+    let err = assert_one_line_error(&o, 2);
+    assert!(err.contains("no-such-model"), "{err}");
+}

@@ -11,6 +11,7 @@
 //! the step counters, so a run resumed from step k computes bit-for-bit what the uninterrupted
 //! run computed after step k (tested). A killed run loses at most `checkpoint_every` steps.
 
+pub mod bench;
 pub mod checkpoint;
 pub mod eval;
 pub mod generate;
@@ -439,6 +440,74 @@ fn scalar(t: &Tensor) -> Result<f64, TrainError> {
     Ok(t.to_dtype(DType::F64)?.to_scalar::<f64>()?)
 }
 
+/// AdamW over every parameter in `vm` with the run's settings; the bigram table learns at its
+/// own rate (`train.bigram_lr_scale`).
+///
+/// # Errors
+/// candle errors.
+pub fn optimizer(cfg: &RunConfig, vm: &VarMap) -> Result<AdamW, TrainError> {
+    let t = &cfg.train;
+    Ok(AdamW::new(
+        named_vars(vm),
+        AdamParams {
+            beta1: t.beta1,
+            beta2: t.beta2,
+            eps: t.adam_eps,
+            weight_decay: t.weight_decay,
+        },
+        |name| {
+            if name == Model::BIGRAM_PARAM {
+                t.bigram_lr_scale
+            } else {
+                1.0
+            }
+        },
+    )?)
+}
+
+/// One optimisation step on `batch`, the `step`-th of the run: forward, losses, backward,
+/// gradient clipping, AdamW at the scheduled learning rate. Returns the step's metrics
+/// (`step` is the count after it; timing fields are 0).
+///
+/// # Errors
+/// candle errors, [`TrainError::Diverged`] for a non-finite loss (nothing updated).
+pub fn optimizer_step(
+    model: &Model,
+    opt: &mut AdamW,
+    c: &RunConfig,
+    batch: &Batch,
+    step: u64,
+    device: &Device,
+) -> Result<Metrics, TrainError> {
+    let out = model.forward(&tokens_tensor(batch, device)?)?;
+    let l = losses(model, c, batch, &out, device)?;
+    let loss = scalar(&l.total)?;
+    if !loss.is_finite() {
+        return Err(TrainError::Diverged { step, loss });
+    }
+    let grads = l.total.backward()?;
+    let vars: Vec<&Var> = opt.slots.iter().map(|s| &s.var).collect();
+    let (norm, factor) = clip_factor(&grads, &vars, c.train.grad_clip)?;
+    let lr = learning_rate(
+        step,
+        c.train.warmup_steps,
+        c.train.steps,
+        c.train.lr,
+        c.train.min_lr_ratio,
+    );
+    opt.step(&grads, lr, factor)?;
+    Ok(Metrics {
+        step: step + 1,
+        loss,
+        task_loss: scalar(&l.task)?,
+        acc: l.correct.0 as f64 / l.correct.1.max(1) as f64,
+        lr,
+        grad_norm: norm,
+        tokens_per_s: 0.0,
+        elapsed_s: 0.0,
+    })
+}
+
 impl Trainer {
     /// A fresh model and optimiser from the config.
     ///
@@ -456,24 +525,7 @@ impl Trainer {
             &vm,
             device,
         )?;
-        let vars = named_vars(&vm);
-        let t = &cfg.train;
-        let opt = AdamW::new(
-            vars,
-            AdamParams {
-                beta1: t.beta1,
-                beta2: t.beta2,
-                eps: t.adam_eps,
-                weight_decay: t.weight_decay,
-            },
-            |name| {
-                if name == Model::BIGRAM_PARAM {
-                    t.bigram_lr_scale
-                } else {
-                    1.0
-                }
-            },
-        )?;
+        let opt = optimizer(cfg, &vm)?;
         Ok(Trainer {
             cfg: cfg.clone(),
             model,
@@ -493,37 +545,9 @@ impl Trainer {
         let batch = self
             .source
             .batch(c.seed, Stream::Train, self.step, c.train.batch_size);
-        let out = self.model.forward(&tokens_tensor(&batch, device)?)?;
-        let l = losses(&self.model, c, &batch, &out, device)?;
-        let loss = scalar(&l.total)?;
-        if !loss.is_finite() {
-            return Err(TrainError::Diverged {
-                step: self.step,
-                loss,
-            });
-        }
-        let grads = l.total.backward()?;
-        let vars: Vec<&Var> = self.opt.slots.iter().map(|s| &s.var).collect();
-        let (norm, factor) = clip_factor(&grads, &vars, c.train.grad_clip)?;
-        let lr = learning_rate(
-            self.step,
-            c.train.warmup_steps,
-            c.train.steps,
-            c.train.lr,
-            c.train.min_lr_ratio,
-        );
-        self.opt.step(&grads, lr, factor)?;
+        let m = optimizer_step(&self.model, &mut self.opt, c, &batch, self.step, device)?;
         self.step += 1;
-        Ok(Metrics {
-            step: self.step,
-            loss,
-            task_loss: scalar(&l.task)?,
-            acc: l.correct.0 as f64 / l.correct.1.max(1) as f64,
-            lr,
-            grad_norm: norm,
-            tokens_per_s: 0.0,
-            elapsed_s: 0.0,
-        })
+        Ok(m)
     }
 
     /// The checkpoint of the current state.

@@ -20,7 +20,8 @@ pub struct BenchTrainArgs {
     /// Also write the JSON to FILE (atomically).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
-    /// Print the results as JSON: {"sgemm_gflops", "load_avg_before", "load_avg_after",
+    /// Print the results as JSON: {"sgemm_gflops", "sgemm_gflops_before",
+    /// "sgemm_gflops_after", "load_avg_before", "load_avg_after",
     /// "runs": [{"name", "memory", "tokens_per_s", "flops_per_token", "mfu", "busy_cores",
     /// "peak_rss_bytes", "nodes", "steps"}]}.
     #[arg(long)]
@@ -51,15 +52,12 @@ pub fn run(a: BenchTrainArgs) -> Result<(), CliError> {
     }
     let (warmup, steps) = if a.quick { (1, 2) } else { (2, 4) };
     let quiet = a.json;
-    if !quiet {
-        eprintln!(
-            "{:<26} {:>10} {:>9} {:>8} {:>6} {:>12}",
-            "model", "tokens/s", "MFLOP/tok", "MFU", "cores", "peak RSS"
-        );
-    }
+    let total = refs.len();
+    let mut done = 0;
     let result = bench_train(&refs, warmup, steps, |r| {
+        done += 1;
         if !quiet {
-            eprintln!("{}", row(r));
+            eprintln!("[{done}/{total}] {} {:.0} tokens/s", r.name, r.tokens_per_s);
         }
     })?;
     if let Some(path) = &a.out {
@@ -71,10 +69,21 @@ pub fn run(a: BenchTrainArgs) -> Result<(), CliError> {
         return emit_json(&result);
     }
     let load = |x: Option<f64>| x.map_or("?".to_string(), |v| format!("{v:.2}"));
+    let mut table = format!(
+        "{:<26} {:>10} {:>9} {:>8} {:>6} {:>12}\n",
+        "model", "tokens/s", "MFLOP/tok", "MFU", "cores", "peak RSS"
+    );
+    for r in &result.runs {
+        table += &row(r);
+        table.push('\n');
+    }
+    emit(&table)?;
     emit(&format!(
-        "sgemm {:.0} GFLOP/s in the same run; 1-minute load average {} before, {} after \
-         (compare only quiet runs)\n",
+        "sgemm {:.0} GFLOP/s in the same run (before {:.0}, after {:.0}); 1-minute load \
+         average {} before, {} after (compare only quiet runs)\n",
         result.sgemm_gflops,
+        result.sgemm_gflops_before,
+        result.sgemm_gflops_after,
         load(result.load_avg_before),
         load(result.load_avg_after)
     ))

@@ -47,7 +47,10 @@ fn tiny_bench_measures_every_mixer() {
         assert_eq!(run.steps, 1);
         if cfg!(target_os = "linux") {
             // CPU time comes in 10 ms ticks: a tiny step may read 0, never less or NaN
-            assert!(run.busy_cores >= 0.0 && run.busy_cores.is_finite(), "{run:?}");
+            assert!(
+                run.busy_cores >= 0.0 && run.busy_cores.is_finite(),
+                "{run:?}"
+            );
             assert!(run.peak_rss_bytes > 0, "{run:?}");
         }
         assert_eq!(run.nodes == 0, run.memory == "softmax", "{run:?}");

@@ -200,7 +200,7 @@ pub struct TrainBenchRun {
     pub tokens_per_s: f64,
     /// Model FLOPs per training token ([`flops_per_token`]).
     pub flops_per_token: f64,
-    /// FLOPs/token × tokens/s ÷ same-run sgemm FLOP/s.
+    /// FLOPs/token × tokens/s ÷ same-run sgemm FLOP/s (the better reading).
     pub mfu: f64,
     /// Process CPU time ÷ wall time over the timed steps.
     pub busy_cores: f64,
@@ -217,8 +217,13 @@ pub struct TrainBenchRun {
 /// What [`bench_train`] measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainBenchResult {
-    /// Same-run sgemm (1024³, f32, candle's gemm): GFLOP/s.
+    /// Same-run sgemm (2048³, f32, candle's gemm): GFLOP/s, the better of the readings before
+    /// and after the runs; every MFU is against it.
     pub sgemm_gflops: f64,
+    /// The sgemm reading before the runs.
+    pub sgemm_gflops_before: f64,
+    /// The sgemm reading after the runs.
+    pub sgemm_gflops_after: f64,
     /// 1-minute load average before the runs.
     pub load_avg_before: Option<f64>,
     /// 1-minute load average after them.
@@ -306,7 +311,15 @@ pub fn bench_train(
         });
     }
     let load_avg_before = vort::bench::load_avg_1min();
-    let sgemm = vort::bench::bench_sgemm(1024, 5).map_err(ModelError::Layer)?;
+    // the same product as `vort bench layer` (2048³), so the two MFUs compare; measured
+    // before and after the runs, the better one is the MFU's reference (on a shared VM one
+    // sgemm reading can be half of another: 112 and 202 GFLOP/s in two runs an hour apart)
+    let sgemm = || -> Result<f64, TrainError> {
+        Ok(vort::bench::bench_sgemm(2048, 7)
+            .map_err(ModelError::Layer)?
+            .gflops)
+    };
+    let sgemm_before = sgemm()?;
     let dev = Device::Cpu;
     let mut runs = Vec::new();
     for r in refs {
@@ -369,7 +382,7 @@ pub fn bench_train(
             memory: r.config.model.memory.name().into(),
             tokens_per_s,
             flops_per_token: fpt,
-            mfu: fpt * tokens_per_s / (sgemm.gflops * 1e9),
+            mfu: fpt * tokens_per_s / (sgemm_before * 1e9),
             busy_cores: busy,
             peak_rss_bytes: peak_rss_bytes(),
             nodes,
@@ -378,8 +391,16 @@ pub fn bench_train(
         progress(&run);
         runs.push(run);
     }
+    let sgemm_after = sgemm()?;
+    let best = sgemm_before.max(sgemm_after);
+    // MFU against the better of the two readings
+    for run in &mut runs {
+        run.mfu *= sgemm_before / best;
+    }
     Ok(TrainBenchResult {
-        sgemm_gflops: sgemm.gflops,
+        sgemm_gflops: best,
+        sgemm_gflops_before: sgemm_before,
+        sgemm_gflops_after: sgemm_after,
         load_avg_before,
         load_avg_after: vort::bench::load_avg_1min(),
         runs,

@@ -593,7 +593,7 @@ impl Model {
     }
 
     /// Decodes one token: feeds `token` (batch 1) after the stream in `state` and returns the
-    /// next-token logits [V], through each block's recurrent form ([`Block::step`]; inference,
+    /// next-token logits `[V]`, through each block's recurrent form ([`Block::step`]; inference,
     /// no gradient). O(1) memory for the retention memories (the state is the same
     /// [`ModelState`] that [`Model::forward_with_state`] carries, so a prompt can be prefilled
     /// in pieces and continued token by token).

@@ -3,7 +3,7 @@
 //! device RNG is unseeded).
 //!
 //! - [`SplitMix64`] (Steele, Lea & Flood 2014): data and theory noise. Its state is one `u64`,
-//!   so with [`derive`] every sample of a task is a function of (seed, stream, index) and the
+//!   so with [`derive()`] every sample of a task is a function of (seed, stream, index) and the
 //!   data order survives a resume.
 //! - [`XorShift64Star`] (Vigna 2016): parameter initialisation and random features. Kept as a
 //!   second generator only so that every committed run keeps its exact initialisation.

@@ -218,7 +218,7 @@ pub struct Block {
     pub tables: Vec<NodeTable>,
     decay_rho: Option<Tensor>,  // [H, 1]
     mix_logits: Option<Tensor>, // [H, M]
-    mix_u: Option<Tensor>,      // [1, M] f64
+    mix_rates: Option<Rates>,   // the mixture's fixed rates, one row of M
 }
 
 fn param(vm: &VarMap, name: &str, init: Tensor) -> Result<Tensor> {
@@ -287,7 +287,7 @@ impl Block {
         let features = Features::new(cfg.feature_map, dh, cfg.features, cfg.seed ^ 0xF00D, device)?;
         let mut router = None;
         let mut tables = Vec::new();
-        let (mut decay_rho, mut mix_logits, mut mix_u) = (None, None, None);
+        let (mut decay_rho, mut mix_logits, mut mix_rates) = (None, None, None);
         match &cfg.memory {
             Memory::Vort { nodes, routing } => {
                 tables.push(nodes.build()?);
@@ -345,7 +345,11 @@ impl Block {
                         }
                     })
                     .collect();
-                mix_u = Some(Tensor::from_vec(u, (1, *m), device)?);
+                // fixed exponentials: valid at every lag, no certified horizon
+                mix_rates = Some(Rates::Fixed {
+                    u: vec![u],
+                    horizon: None,
+                });
                 mix_logits = Some(param(
                     vm,
                     &p("mix_logits"),
@@ -374,7 +378,7 @@ impl Block {
             tables,
             decay_rho,
             mix_logits,
-            mix_u,
+            mix_rates,
         })
     }
 
@@ -663,15 +667,8 @@ impl Block {
                     .reshape((1, h, 1, *m))?
                     .broadcast_as((b, h, t, *m))?
                     .contiguous()?;
-                let u = self.mix_u.as_ref().expect("mixture has rates");
-                // fixed exponentials: valid at every lag, no certified horizon
-                Ok((
-                    cw,
-                    Rates::Fixed {
-                        u: u.to_vec2::<f64>()?,
-                        horizon: None,
-                    },
-                ))
+                let rates = self.mix_rates.clone().expect("mixture has rates");
+                Ok((cw, rates))
             }
             Memory::Softmax | Memory::SlidingSoftmax { .. } => {
                 Err(VortError::InvalidArgument("softmax has no nodes".into()))

@@ -63,6 +63,65 @@ fn checksum(tensors: &BTreeMap<String, HostTensor>) -> u64 {
 }
 
 impl Checkpoint {
+    /// Refuses a checkpoint written with another config than `mine` (TOML), naming up to
+    /// three differing lines.
+    ///
+    /// # Errors
+    /// [`TrainError::CheckpointMismatch`].
+    pub fn check_config(&self, mine: &str, path: &Path) -> Result<(), TrainError> {
+        if self.config == mine {
+            return Ok(());
+        }
+        let diff: Vec<String> = self
+            .config
+            .lines()
+            .zip(mine.lines())
+            .filter(|(a, b)| a != b)
+            .take(3)
+            .map(|(a, b)| format!("checkpoint `{a}` vs config `{b}`"))
+            .collect();
+        Err(mismatch(
+            path,
+            format!(
+                "configs differ ({})",
+                if diff.is_empty() {
+                    "different number of lines".to_string()
+                } else {
+                    diff.join("; ")
+                }
+            ),
+        ))
+    }
+
+    /// The tensor `name` as a candle tensor on `device`, checked against the shape `dims` the
+    /// model expects.
+    ///
+    /// # Errors
+    /// [`TrainError::CheckpointMismatch`] for a missing tensor or another shape.
+    pub fn tensor(
+        &self,
+        name: &str,
+        dims: &[usize],
+        device: &candle_core::Device,
+        path: &Path,
+    ) -> Result<candle_core::Tensor, TrainError> {
+        let t = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| mismatch(path, format!("tensor {name} missing")))?;
+        if t.shape != dims {
+            return Err(mismatch(
+                path,
+                format!("tensor {name} has shape {:?}, the model {dims:?}", t.shape),
+            ));
+        }
+        Ok(candle_core::Tensor::from_vec(
+            t.data.clone(),
+            t.shape.clone(),
+            device,
+        )?)
+    }
+
     /// Writes the checkpoint to `path` atomically (temp file in the same directory, fsync,
     /// rename).
     ///
@@ -200,4 +259,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
     f.sync_all().map_err(|e| io(&tmp, e))?;
     drop(f);
     std::fs::rename(&tmp, path).map_err(|e| io(path, e))
+}
+
+/// A checkpoint that does not belong to the run.
+fn mismatch(path: &Path, reason: String) -> TrainError {
+    TrainError::CheckpointMismatch {
+        path: path.display().to_string(),
+        reason,
+    }
 }

@@ -371,45 +371,18 @@ pub fn load_inference_model(run_dir: &Path) -> Result<(RunConfig, Model, VarMap)
     cfg.validate()?;
     let ck_path = run_dir.join(CHECKPOINT_FILE);
     let ck = checkpoint::Checkpoint::load(&ck_path)?;
-    let mismatch = |reason: String| TrainError::CheckpointMismatch {
-        path: ck_path.display().to_string(),
-        reason,
-    };
-    if ck.config != cfg.to_toml()? {
-        return Err(mismatch(
-            "the checkpoint was written with another config".into(),
-        ));
-    }
+    ck.check_config(&cfg.to_toml()?, &ck_path)?;
     let vm = VarMap::new();
     let dev = super::device();
-    let model = Model::new(
-        &cfg.model,
-        cfg.task.vocab(),
-        cfg.task.seq_len,
-        cfg.seed,
-        &vm,
-        &dev,
-    )?;
+    let model = super::run_model(&cfg, &vm, &dev)?;
     // check every parameter first, then write them
-    let mut loaded = Vec::new();
-    for (name, var) in super::named_vars(&vm) {
-        let key = format!("param/{name}");
-        let t = ck
-            .tensors
-            .get(&key)
-            .ok_or_else(|| mismatch(format!("tensor {key} missing")))?;
-        if t.shape != var.as_tensor().dims() {
-            return Err(mismatch(format!(
-                "tensor {key} has shape {:?}, the model {:?}",
-                t.shape,
-                var.as_tensor().dims()
-            )));
-        }
-        loaded.push((
-            var,
-            Tensor::from_vec(t.data.clone(), t.shape.clone(), &dev)?,
-        ));
-    }
+    let loaded = super::named_vars(&vm)
+        .into_iter()
+        .map(|(name, var)| {
+            let t = ck.tensor(&format!("param/{name}"), var.dims(), &dev, &ck_path)?;
+            Ok((var, t))
+        })
+        .collect::<Result<Vec<_>, TrainError>>()?;
     for (var, t) in loaded {
         var.set(&t)?;
     }

@@ -440,6 +440,21 @@ fn scalar(t: &Tensor) -> Result<f64, TrainError> {
     Ok(t.to_dtype(DType::F64)?.to_scalar::<f64>()?)
 }
 
+/// The run's model (its task's vocabulary and sequence length, its seed), parameters in `vm`.
+///
+/// # Errors
+/// Invalid sizes, an SOE that cannot be certified.
+pub fn run_model(cfg: &RunConfig, vm: &VarMap, device: &Device) -> Result<Model, TrainError> {
+    Ok(Model::new(
+        &cfg.model,
+        cfg.task.vocab(),
+        cfg.task.seq_len,
+        cfg.seed,
+        vm,
+        device,
+    )?)
+}
+
 /// AdamW over every parameter in `vm` with the run's settings; the bigram table learns at its
 /// own rate (`train.bigram_lr_scale`).
 ///
@@ -517,14 +532,7 @@ impl Trainer {
         cfg.validate()?;
         let source = Source::open(&cfg.task)?;
         let vm = VarMap::new();
-        let model = Model::new(
-            &cfg.model,
-            cfg.task.vocab(),
-            cfg.task.seq_len,
-            cfg.seed,
-            &vm,
-            device,
-        )?;
+        let model = run_model(cfg, &vm, device)?;
         let opt = optimizer(cfg, &vm)?;
         Ok(Trainer {
             cfg: cfg.clone(),
@@ -585,25 +593,7 @@ impl Trainer {
             path: path.display().to_string(),
             reason,
         };
-        let mine = self.cfg.to_toml()?;
-        if ck.config != mine {
-            let diff: Vec<String> = ck
-                .config
-                .lines()
-                .zip(mine.lines())
-                .filter(|(a, b)| a != b)
-                .take(3)
-                .map(|(a, b)| format!("checkpoint `{a}` vs config `{b}`"))
-                .collect();
-            return Err(mismatch(format!(
-                "configs differ ({})",
-                if diff.is_empty() {
-                    "different number of lines".to_string()
-                } else {
-                    diff.join("; ")
-                }
-            )));
-        }
+        ck.check_config(&self.cfg.to_toml()?, path)?;
         let want = 3 * self.opt.slots.len();
         if ck.tensors.len() != want {
             return Err(mismatch(format!(
@@ -614,26 +604,11 @@ impl Trainer {
         // check everything first, then write
         let mut loaded = Vec::new();
         for s in &self.opt.slots {
-            let mut three = Vec::new();
-            for kind in ["param", "adam_m", "adam_v"] {
-                let name = format!("{kind}/{}", s.name);
-                let t = ck
-                    .tensors
-                    .get(&name)
-                    .ok_or_else(|| mismatch(format!("tensor {name} missing")))?;
-                if t.shape != s.var.as_tensor().dims() {
-                    return Err(mismatch(format!(
-                        "tensor {name} has shape {:?}, the model {:?}",
-                        t.shape,
-                        s.var.as_tensor().dims()
-                    )));
-                }
-                three.push(Tensor::from_vec(
-                    t.data.clone(),
-                    t.shape.clone(),
-                    s.var.as_tensor().device(),
-                )?);
-            }
+            let v = s.var.as_tensor();
+            let three = ["param", "adam_m", "adam_v"]
+                .iter()
+                .map(|kind| ck.tensor(&format!("{kind}/{}", s.name), v.dims(), v.device(), path))
+                .collect::<Result<Vec<_>, _>>()?;
             loaded.push(three);
         }
         for (s, three) in self.opt.slots.iter_mut().zip(loaded) {

@@ -19,7 +19,7 @@
 
 use candle_core::{DType, Tensor, WithDType, D};
 
-use super::{dims4, node_weights, normalise, with_ones, Inputs, Rates, State};
+use super::{begin, dims4, node_weights, normalise, with_ones, Call, Inputs, Rates, State};
 use crate::error::{Result, VortError};
 use crate::nodes::NodeTable;
 
@@ -40,18 +40,9 @@ pub fn chunked_raw<T: WithDType>(
     initial_state: Option<&State<T>>,
     output_final_state: bool,
 ) -> Result<(Tensor, Option<State<T>>)> {
-    let (b, h, t, f, d1, n) = x.dims()?;
-    rates.check_shape(h, n)?;
-    let pos = initial_state.map_or(0, |s| s.pos);
-    rates.check_context(pos + t as u64)?;
+    let Call { t, pos, .. } = begin(x, rates, initial_state)?;
     let dev = x.q.device();
-    let g0 = match initial_state {
-        Some(s) => {
-            s.check_dims(b, h, n, f, d1 - 1)?;
-            Some(s.to_tensor(dev)?)
-        }
-        None => None,
-    };
+    let g0 = initial_state.map(|s| s.to_tensor(dev)).transpose()?;
     let u = rates.tensor(dev)?;
     let (o, g) = chunked_impl(x.q, x.k, x.vp, x.cw, &u, chunk, g0.as_ref())?;
     let state = if output_final_state {

@@ -24,7 +24,7 @@
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor, WithDType};
 use rayon::prelude::*;
 
-use super::{Inputs, Rates, State};
+use super::{begin, host, Call, Inputs, Rates, State};
 use crate::error::{Result, VortError};
 
 /// Values below this are flushed to zero in the decay tables (no denormals in the gemms).
@@ -707,18 +707,14 @@ pub fn fused_raw<T: WithDType>(
     initial_state: Option<&State<T>>,
     output_final_state: bool,
 ) -> Result<(Tensor, Option<State<T>>)> {
-    let (b, h, t, f, d1, n) = x.dims()?;
     let Rates::Fixed { u, .. } = rates else {
         return Err(VortError::InvalidArgument(
             "the fused op takes fixed rates (learned rates train through chunked_raw)".into(),
         ));
     };
-    rates.check_shape(h, n)?;
-    let pos = initial_state.map_or(0, |s| s.pos);
-    rates.check_context(pos + t as u64)?;
-    if let Some(s) = initial_state {
-        s.check_dims(b, h, n, f, d1 - 1)?;
-    }
+    let Call {
+        b, h, t, f, d1, n, ..
+    } = begin(x, rates, initial_state)?;
     let dev = x.q.device();
     let dt = x.q.dtype();
     let mut o = fused_impl(x.q, x.k, x.vp, x.cw, u, chunk)?;
@@ -745,12 +741,6 @@ pub fn fused_raw<T: WithDType>(
         return Ok((o, None));
     }
     // final state on the host: the prefill recurrence from G0 over the T tokens
-    let host = |x: &Tensor| -> Result<Vec<T>> {
-        Ok(x.detach()
-            .to_dtype(T::DTYPE)?
-            .flatten_all()?
-            .to_vec1::<T>()?)
-    };
     let mut st = match initial_state {
         Some(s) => s.clone(),
         None => State::zeros(b, h, n, f, d1 - 1),

@@ -83,6 +83,57 @@ impl Inputs<'_> {
     }
 }
 
+/// The sizes of one contract call, after [`begin`] checked them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call {
+    pub b: usize,
+    pub h: usize,
+    pub t: usize,
+    pub f: usize,
+    /// D + 1 (the ones column included).
+    pub d1: usize,
+    pub n: usize,
+    /// Tokens before this call (the initial state's position, or 0).
+    pub pos: u64,
+}
+
+/// The checks every form makes before computing: the inputs agree, the rates fit their heads
+/// and nodes, the initial state has the call's sizes, and the context (start position + T)
+/// is inside the rates' certified horizon.
+///
+/// # Errors
+/// Shape mismatches, a state of other sizes, [`VortError::BeyondHorizon`].
+pub(crate) fn begin<T: WithDType>(
+    x: &Inputs,
+    rates: &Rates,
+    initial_state: Option<&State<T>>,
+) -> Result<Call> {
+    let (b, h, t, f, d1, n) = x.dims()?;
+    rates.check_shape(h, n)?;
+    if let Some(s) = initial_state {
+        s.check_dims(b, h, n, f, d1 - 1)?;
+    }
+    let pos = initial_state.map_or(0, |s| s.pos);
+    rates.check_context(pos + t as u64)?;
+    Ok(Call {
+        b,
+        h,
+        t,
+        f,
+        d1,
+        n,
+        pos,
+    })
+}
+
+/// A tensor's values on the host in `T` (detached: no gradient).
+pub(crate) fn host<T: WithDType>(x: &Tensor) -> Result<Vec<T>> {
+    Ok(x.detach()
+        .to_dtype(T::DTYPE)?
+        .flatten_all()?
+        .to_vec1::<T>()?)
+}
+
 /// The decay rates u_n of the nodes, one row per head or one for all: fixed (node tables,
 /// with the horizon their kernel is certified for; or a baseline's constants, valid at every
 /// lag) or learned (a tensor that keeps its gradient; only the plain chunked form takes it).

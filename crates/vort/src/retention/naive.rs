@@ -9,11 +9,11 @@
 //! w_j(α_i) for shared nodes, the bank split β w_j(a_k) + (1-β) w_j(a_(k+1)) for banks), or the
 //! table's own SOE ([`Kernel::Soe`]) which the recurrent and chunked forms compute exactly.
 
-use super::{check_context, check_tables, table_for, Inputs, Rates, State};
+use super::{begin, check_context, check_tables, host, table_for, Call, Inputs, Rates, State};
 use crate::dims::Dims;
 use crate::error::Result;
 use crate::nodes::NodeTable;
-use candle_core::{DType, Tensor, WithDType};
+use candle_core::{Tensor, WithDType};
 
 /// Which kernel the naive form uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,20 +106,17 @@ pub fn naive_raw<T: WithDType>(
     initial_state: Option<&State<T>>,
     output_final_state: bool,
 ) -> Result<(Tensor, Option<State<T>>)> {
-    let (b, h, t, f, d1, n) = x.dims()?;
-    rates.check_shape(h, n)?;
-    let pos = initial_state.map_or(0, |s| s.pos);
-    rates.check_context(pos + t as u64)?;
-    if let Some(s) = initial_state {
-        s.check_dims(b, h, n, f, d1 - 1)?;
-    }
-    let host = |x: &Tensor| -> Result<Vec<f64>> {
-        Ok(x.detach()
-            .to_dtype(DType::F64)?
-            .flatten_all()?
-            .to_vec1::<f64>()?)
-    };
-    let (q, k, vp, cw) = (host(x.q)?, host(x.k)?, host(x.vp)?, host(x.cw)?);
+    let Call {
+        b,
+        h,
+        t,
+        f,
+        d1,
+        n,
+        pos,
+    } = begin(x, rates, initial_state)?;
+    let (q, k, vp, cw): (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) =
+        (host(x.q)?, host(x.k)?, host(x.vp)?, host(x.cw)?);
     let rows = rates.host_rows()?;
     let g0: Vec<f64> = match initial_state {
         Some(s) => s.g.iter().map(|v| v.to_f64()).collect(),

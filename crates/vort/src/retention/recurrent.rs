@@ -20,7 +20,10 @@
 use candle_core::{Tensor, WithDType};
 use rayon::prelude::*;
 
-use super::{check_context, check_tables, node_weights_host, table_for, Inputs, Rates, State};
+use super::{
+    begin, check_context, check_tables, host, node_weights_host, table_for, Call, Inputs, Rates,
+    State,
+};
 use crate::dims::Dims;
 use crate::error::{Result, VortError};
 use crate::nodes::NodeTable;
@@ -102,6 +105,59 @@ fn run_head<T: WithDType>(
     }
 }
 
+/// One call's host buffers: q, k [B, H, T, F], v [B, H, T, D], cw [B, H, T, N].
+struct HostInputs<'a, T> {
+    q: &'a [T],
+    k: &'a [T],
+    v: &'a [T],
+    cw: &'a [T],
+}
+
+/// Runs every (batch, head) pair in parallel (rayon): g [B·H, N, F, D+1] in place, `out`
+/// [B·H, T, D] normalised with `eps_den` or [B·H, T, D+1] unnormalised with None. `consts`
+/// holds (λ, μ) for one row of rates shared by all heads, or one per head.
+fn run_heads<T: WithDType>(
+    g: &mut [T],
+    x: &HostInputs<T>,
+    out: &mut [T],
+    consts: &[(Vec<T>, Vec<T>)],
+    dims: Dims,
+    n: usize,
+    eps_den: Option<T>,
+) {
+    let Dims { b, h, t, f, d } = dims;
+    if t == 0 {
+        return;
+    }
+    let width = if eps_den.is_some() { d } else { d + 1 };
+    let gsz = n * f * (d + 1);
+    // with no nodes every head gets an empty state (only the lag-0 term remains)
+    let gs: Vec<&mut [T]> = if gsz > 0 {
+        g.chunks_mut(gsz).collect()
+    } else {
+        (0..b * h).map(|_| &mut [][..]).collect()
+    };
+    gs.into_par_iter()
+        .zip(out.par_chunks_mut(t * width))
+        .enumerate()
+        .for_each(|(bh, (g, out))| {
+            let (lam, mu) = &consts[if consts.len() == 1 { 0 } else { bh % h }];
+            run_head(
+                g,
+                &x.q[bh * t * f..(bh + 1) * t * f],
+                &x.k[bh * t * f..(bh + 1) * t * f],
+                &x.v[bh * t * d..(bh + 1) * t * d],
+                &x.cw[bh * t * n..(bh + 1) * t * n],
+                out,
+                lam,
+                mu,
+                f,
+                d,
+                eps_den,
+            )
+        });
+}
+
 /// Feeds T tokens through the recurrence, updating `state` in place.
 ///
 /// q, k: [B, H, T, F]; v: [B, H, T, D]; alpha: [B, H, T] (f64, orders); returns y [B, H, T, D].
@@ -147,35 +203,16 @@ pub fn recurrent<T: WithDType>(
     let cw: Vec<T> = node_weights_host(alpha, dims, tables)?;
     let consts: Vec<(Vec<T>, Vec<T>)> = (0..h).map(|hh| decays(table_for(tables, hh))).collect();
     let mut y = vec![T::zero(); b * h * t * d];
-    let gsz = n * f * (d + 1);
-    let eps = T::from_f64(eps_den);
-    if t == 0 {
-        return Ok(y);
-    }
-    let gs: Vec<&mut [T]> = if gsz > 0 {
-        state.g.chunks_mut(gsz).collect()
-    } else {
-        (0..b * h).map(|_| &mut [][..]).collect()
-    };
-    gs.into_par_iter()
-        .zip(y.par_chunks_mut(t * d))
-        .enumerate()
-        .for_each(|(bh, (g, out))| {
-            let (lam, mu) = &consts[bh % h];
-            run_head(
-                g,
-                &q[bh * t * f..(bh + 1) * t * f],
-                &k[bh * t * f..(bh + 1) * t * f],
-                &v[bh * t * d..(bh + 1) * t * d],
-                &cw[bh * t * n..(bh + 1) * t * n],
-                out,
-                lam,
-                mu,
-                f,
-                d,
-                Some(eps),
-            )
-        });
+    let inputs = HostInputs { q, k, v, cw: &cw };
+    run_heads(
+        &mut state.g,
+        &inputs,
+        &mut y,
+        &consts,
+        dims,
+        n,
+        Some(T::from_f64(eps_den)),
+    );
     state.pos += t as u64;
     Ok(y)
 }
@@ -196,31 +233,18 @@ pub fn recurrent_raw<T: WithDType>(
     initial_state: Option<&State<T>>,
     output_final_state: bool,
 ) -> Result<(Tensor, Option<State<T>>)> {
-    let (b, h, t, f, d1, n) = x.dims()?;
+    let Call {
+        b, h, t, f, d1, n, ..
+    } = begin(x, rates, initial_state)?;
     let d = d1 - 1;
-    rates.check_shape(h, n)?;
-    let pos = initial_state.map_or(0, |s| s.pos);
-    rates.check_context(pos + t as u64)?;
-    let mut st = match initial_state {
-        Some(s) => {
-            s.check_dims(b, h, n, f, d)?;
-            s.clone()
-        }
-        None => State::zeros(b, h, n, f, d),
-    };
-    let host = |x: &Tensor| -> Result<Vec<T>> {
-        Ok(x.detach()
-            .to_dtype(T::DTYPE)?
-            .flatten_all()?
-            .to_vec1::<T>()?)
-    };
-    let ones = host(&x.vp.narrow(3, d, 1)?)?;
+    let mut st = initial_state.map_or_else(|| State::zeros(b, h, n, f, d), State::clone);
+    let ones = host::<T>(&x.vp.narrow(3, d, 1)?)?;
     if ones.iter().any(|&o| o != T::one()) {
         return Err(VortError::InvalidArgument(
             "recurrent: the last column of vp must be ones".into(),
         ));
     }
-    let (q, k, v, cw) = (
+    let (q, k, v, cw): (Vec<T>, Vec<T>, Vec<T>, Vec<T>) = (
         host(x.q)?,
         host(x.k)?,
         host(&x.vp.narrow(3, 0, d)?)?,
@@ -229,45 +253,21 @@ pub fn recurrent_raw<T: WithDType>(
     let rows = rates.host_rows()?;
     let consts: Vec<(Vec<T>, Vec<T>)> = rows.iter().map(|r| decays_of(r)).collect();
     let mut o = vec![T::zero(); b * h * t * d1];
-    let gsz = n * f * d1;
-    if t > 0 && gsz > 0 {
-        st.g.par_chunks_mut(gsz)
-            .zip(o.par_chunks_mut(t * d1))
-            .enumerate()
-            .for_each(|(bh, (g, out))| {
-                let (lam, mu) = &consts[if consts.len() == 1 { 0 } else { bh % h }];
-                run_head(
-                    g,
-                    &q[bh * t * f..(bh + 1) * t * f],
-                    &k[bh * t * f..(bh + 1) * t * f],
-                    &v[bh * t * d..(bh + 1) * t * d],
-                    &cw[bh * t * n..(bh + 1) * t * n],
-                    out,
-                    lam,
-                    mu,
-                    f,
-                    d,
-                    None,
-                )
-            });
-    } else if t > 0 {
-        // no nodes: only the lag-0 term, o_t = (φq_t·φk_t) v'_t
-        for (bh, out) in o.chunks_mut(t * d1).enumerate() {
-            run_head(
-                &mut [],
-                &q[bh * t * f..(bh + 1) * t * f],
-                &k[bh * t * f..(bh + 1) * t * f],
-                &v[bh * t * d..(bh + 1) * t * d],
-                &[],
-                out,
-                &[],
-                &[],
-                f,
-                d,
-                None,
-            );
-        }
-    }
+    let inputs = HostInputs {
+        q: &q,
+        k: &k,
+        v: &v,
+        cw: &cw,
+    };
+    run_heads(
+        &mut st.g,
+        &inputs,
+        &mut o,
+        &consts,
+        Dims { b, h, t, f, d },
+        n,
+        None,
+    );
     st.pos += t as u64;
     let o = Tensor::from_vec(o, (b, h, t, d1), x.q.device())?.to_dtype(x.q.dtype())?;
     Ok((o, output_final_state.then_some(st)))

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use vort_lab::model::MemoryKind;
+use vort_lab::reproduce::recall::RecallPreset;
 use vort_lab::reproduce::{self, Scale};
 use vort_lab::tasks::TaskKind;
 use vort_lab::train::{self, RunConfig, TrainError, CONFIG_FILE};
@@ -25,11 +26,12 @@ impl From<TrainError> for CliError {
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
-    /// zipf (Zipf-lag key-value retrieval), label-copy (entity label copy, uniform lags) or
-    /// books (byte-level language modelling on the books of `vort data fetch books`).
+    /// mqar (Zoology's multi-query associative recall: vocab_size, seq_len, num_kv_pairs,
+    /// power_a, ... in the config's [task]), books (byte-level language modelling on the books
+    /// of `vort data fetch books`), or the superseded sparse tasks zipf and label-copy.
     #[arg(long, value_parser = parse_task)]
     task: TaskKind,
-    /// vort, power-law, exponential, mixture or softmax.
+    /// vort, power-law, exponential, retnet, mixture or softmax.
     #[arg(long, value_parser = parse_memory)]
     memory: MemoryKind,
     /// A TOML config (unknown fields are errors); --task and --memory override its kinds.
@@ -46,6 +48,14 @@ pub struct TrainArgs {
     /// Continue the run in DIR from its last checkpoint, with the config saved there.
     #[arg(long)]
     resume: bool,
+    /// Train on the sequences of FILE instead of generated ones: a safetensors file in
+    /// Zoology's format (`inputs`, `labels` [N, L], I64 or I32, label -100 = not scored),
+    /// e.g. the DataSegment of zoology/data/multiquery_ar.py. L must be the config's seq_len.
+    #[arg(long, value_name = "FILE")]
+    train_data: Option<PathBuf>,
+    /// Validate and test on the sequences of FILE (same format) instead of generated ones.
+    #[arg(long, value_name = "FILE")]
+    test_data: Option<PathBuf>,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -70,6 +80,19 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
     config.model.memory = a.memory;
     if let Some(seed) = a.seed {
         config.seed = seed;
+    }
+    for (flag, file, field) in [
+        ("--train-data", &a.train_data, &mut config.task.train_data),
+        ("--test-data", &a.test_data, &mut config.task.test_data),
+    ] {
+        if let Some(f) = file {
+            *field = f
+                .to_str()
+                .ok_or_else(|| {
+                    CliError::Usage(format!("{flag} {} is not valid UTF-8", f.display()))
+                })?
+                .to_string();
+        }
     }
     let dir = a.out.clone().unwrap_or_else(|| {
         PathBuf::from("runs").join(format!("{}-{}-s{}", a.task, a.memory, config.seed))
@@ -166,6 +189,12 @@ pub struct EvalArgs {
     /// A run directory written by `vort train`.
     #[arg(long, value_name = "DIR")]
     run: PathBuf,
+    /// Score the run's model on the sequences of FILE (a safetensors file in Zoology's
+    /// format: `inputs`, `labels` [N, L], I64 or I32, -100 = not scored) instead of its own
+    /// held-out set; nothing is written. JSON: accuracy over the labelled positions,
+    /// `positions`, and accuracy by lag where a query's pair is found.
+    #[arg(long, value_name = "FILE")]
+    data: Option<PathBuf>,
     /// Print the evaluation as JSON.
     #[arg(long)]
     json: bool,
@@ -178,7 +207,10 @@ pub fn run_eval(a: EvalArgs) -> Result<(), CliError> {
             a.run.display()
         )));
     }
-    let e = vort_lab::eval::run(&a.run)?;
+    let e = match &a.data {
+        Some(f) => vort_lab::eval::run_on_file(&a.run, f)?,
+        None => vort_lab::eval::run(&a.run)?,
+    };
     if a.json {
         return emit_json(&e);
     }
@@ -193,6 +225,10 @@ pub enum Experiments {
     /// Byte-level language modelling on books (the PG-19 claim); needs
     /// `vort data fetch books` first.
     Books,
+    /// Zoology's multi-query associative recall (MQAR): the softmax gate, Zoology's grid and
+    /// the paper's lag claim, every mixer through one code path (presets:
+    /// configs/recall/*.toml).
+    Recall,
 }
 
 #[derive(Debug, Args)]
@@ -218,6 +254,10 @@ pub struct ReproduceArgs {
     /// Books directory written by `vort data fetch books` (books only).
     #[arg(long, value_name = "DIR", default_value = "data/books")]
     data: PathBuf,
+    /// Recall only: an experiment preset to run instead of the embedded one of the scale
+    /// (same format as configs/recall/quick.toml).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 impl ReproduceArgs {
@@ -238,7 +278,13 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
     let name = match a.what {
         Experiments::Synthetic => "synthetic",
         Experiments::Books => "books",
+        Experiments::Recall => "recall",
     };
+    if a.config.is_some() && !matches!(a.what, Experiments::Recall) {
+        return Err(CliError::Usage(
+            "--config is for `reproduce recall` (the other experiments have fixed presets)".into(),
+        ));
+    }
     let out = a
         .out
         .unwrap_or_else(|| Path::new("runs").join(format!("{name}-{}", scale.name())));
@@ -249,6 +295,22 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
                 CliError::Usage(format!("--data {} is not valid UTF-8", a.data.display()))
             })?;
             reproduce::books::run(scale, data, &out)?.runs.len()
+        }
+        Experiments::Recall => {
+            let preset = match &a.config {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path).map_err(|e| {
+                        CliError::Usage(format!("--config {}: {e}", path.display()))
+                    })?;
+                    RecallPreset::from_toml(&text, &path.display().to_string())?
+                }
+                None => RecallPreset::embedded(scale.name())?,
+            };
+            let rep = reproduce::recall::run(&preset, &out, true)?;
+            if rep.gate_passed == Some(false) {
+                eprintln!("gate FAILED: softmax attention did not solve the gate cell");
+            }
+            rep.cells.iter().map(|c| c.seeds.len()).sum()
         }
     };
     emit(&format!(

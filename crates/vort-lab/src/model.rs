@@ -20,8 +20,10 @@ use vort::vort_math::rng::XorShift64Star;
 /// Why a model could not be built or run.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    /// The memory kind is not one of vort|power-law|exponential|mixture|softmax.
-    #[error("unknown memory kind `{0}` (expected vort|power-law|exponential|mixture|softmax)")]
+    /// The memory kind is not one of vort|power-law|exponential|retnet|mixture|softmax.
+    #[error(
+        "unknown memory kind `{0}` (expected vort|power-law|exponential|retnet|mixture|softmax)"
+    )]
     UnknownMemory(String),
     /// A field is out of its domain.
     #[error("invalid model config: {0}")]
@@ -45,6 +47,8 @@ pub enum MemoryKind {
     PowerLaw,
     /// One learned exponential per head.
     Exponential,
+    /// RetNet's fixed per-head decays γ_h = 1 - 2^(-5-h).
+    Retnet,
     /// Mixture of M fixed exponentials with learned weights.
     Mixture,
     /// Full causal softmax attention.
@@ -52,7 +56,8 @@ pub enum MemoryKind {
 }
 
 impl MemoryKind {
-    /// Every kind, in report order.
+    /// The kinds of the synthetic and books reproductions, in report order (RetNet's fixed
+    /// decays joined with the recall reproduction).
     pub const ALL: [MemoryKind; 5] = [
         MemoryKind::Vort,
         MemoryKind::PowerLaw,
@@ -66,6 +71,7 @@ impl MemoryKind {
             MemoryKind::Vort => "vort",
             MemoryKind::PowerLaw => "power-law",
             MemoryKind::Exponential => "exponential",
+            MemoryKind::Retnet => "retnet",
             MemoryKind::Mixture => "mixture",
             MemoryKind::Softmax => "softmax",
         }
@@ -83,6 +89,7 @@ impl std::str::FromStr for MemoryKind {
     fn from_str(s: &str) -> Result<Self, ModelError> {
         MemoryKind::ALL
             .into_iter()
+            .chain([MemoryKind::Retnet])
             .find(|k| k.name() == s || k.name().replace('-', "_") == s)
             .ok_or_else(|| ModelError::UnknownMemory(s.into()))
     }
@@ -105,7 +112,7 @@ pub enum RouterKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
-    /// Memory mixer: "vort", "power-law", "exponential", "mixture" or "softmax".
+    /// Memory mixer: "vort", "power-law", "exponential", "retnet", "mixture" or "softmax".
     pub memory: MemoryKind,
     /// Residual width d_model.
     pub d_model: usize,
@@ -125,6 +132,9 @@ pub struct ModelConfig {
     pub chunk: usize,
     /// Add a previous-token embedding to the input (one-token shift).
     pub token_shift: bool,
+    /// Kernel of the short causal depthwise convolution in front of every mixer (Zoology's
+    /// recipe; 0 = none).
+    pub short_conv: usize,
     /// VORT memory mode: "shared" nodes or "banks".
     pub vort_mode: MemoryMode,
     /// VORT banks K (banks mode).
@@ -169,6 +179,7 @@ impl Default for ModelConfig {
             mlp_mult: 2,
             chunk: 64,
             token_shift: true,
+            short_conv: 0,
             vort_mode: MemoryMode::Shared,
             banks: 4,
             delta: 0.1,
@@ -221,6 +232,7 @@ impl ModelConfig {
                 eps: self.soe_eps,
             },
             MemoryKind::Exponential => Memory::Exponential,
+            MemoryKind::Retnet => Memory::RetNet,
             MemoryKind::Mixture => Memory::ExpMixture {
                 m: self.mixture_m,
                 min_rate: self.mixture_min_rate,
@@ -261,6 +273,12 @@ impl ModelConfig {
             return Err(ModelError::Invalid(
                 "chunk and features must be >= 1".into(),
             ));
+        }
+        if self.short_conv == 1 || self.short_conv > 16 {
+            return Err(ModelError::Invalid(format!(
+                "short_conv = {} must be 0 (none) or in [2, 16] (a short convolution)",
+                self.short_conv
+            )));
         }
         if !(self.delta > 0.0 && self.delta < 1.0) {
             return Err(ModelError::Invalid(format!(
@@ -305,6 +323,9 @@ pub struct ModelOutput {
 #[derive(Debug, Clone)]
 pub struct ModelState {
     blocks: Vec<Option<BlockState>>,
+    /// Per block, the last short_conv - 1 normalised inputs [B, k-1, d_model] (the short
+    /// convolution's window into the previous piece).
+    conv: Vec<Option<Tensor>>,
     last_token: Option<Tensor>,
 }
 
@@ -339,6 +360,7 @@ pub struct Model {
     bigram: Option<Tensor>,
     blocks: Vec<Block>,
     norms1: Vec<Tensor>,
+    convs: Vec<Option<Tensor>>, // [k, d_model] per block
     norms2: Vec<Tensor>,
     mlps: Vec<Option<Mlp>>,
     norm_f: Tensor,
@@ -364,6 +386,31 @@ fn param(vm: &VarMap, name: &str, init: Tensor) -> Result<Tensor, ModelError> {
 fn rms_norm(x: &Tensor, w: &Tensor) -> Result<Tensor, ModelError> {
     let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
     Ok(x.broadcast_div(&(ms + 1e-6)?.sqrt()?)?.broadcast_mul(w)?)
+}
+
+/// Short causal depthwise convolution: y[b, t, c] = Σ_{i<k} w[i, c] · x[b, t-i, c], with x
+/// before the piece taken from `prev` [B, k-1, C] (zeros at a sequence start). Returns y
+/// [B, T, C] and the last k-1 inputs (detached) for the next piece.
+fn short_conv(
+    x: &Tensor,
+    w: &Tensor,
+    prev: Option<&Tensor>,
+) -> Result<(Tensor, Tensor), ModelError> {
+    let (b, t, c) = x.dims3()?;
+    let k = w.dim(0)?;
+    let pad = match prev {
+        Some(p) => p.clone(),
+        None => Tensor::zeros((b, k - 1, c), x.dtype(), x.device())?,
+    };
+    let xp = Tensor::cat(&[&pad, x], 1)?; // [B, k-1+T, C]
+    let mut y = x.broadcast_mul(&w.get(0)?)?;
+    for i in 1..k {
+        // x[t - i] sits at row k-1+t-i of xp
+        let shifted = xp.narrow(1, k - 1 - i, t)?;
+        y = (y + shifted.broadcast_mul(&w.get(i)?)?)?;
+    }
+    let tail = xp.narrow(1, t, k - 1)?.detach();
+    Ok((y, tail))
 }
 
 /// x [B, T, K] · w [K, N] -> [B, T, N].
@@ -411,6 +458,7 @@ impl Model {
         };
         let mut blocks = Vec::new();
         let (mut norms1, mut norms2, mut mlps) = (Vec::new(), Vec::new(), Vec::new());
+        let mut convs = Vec::new();
         for l in 0..cfg.layers {
             let bc = cfg.block_config(seed, l, seq_len);
             if cfg.routed() && cfg.router_bias_init != 0.0 {
@@ -423,6 +471,20 @@ impl Model {
             }
             blocks.push(Block::new(bc, vm, &format!("blocks.{l}.mix"), device)?);
             norms1.push(param(vm, &format!("blocks.{l}.norm1"), ones(dm)?)?);
+            convs.push(if cfg.short_conv > 0 {
+                // identity at lag 0 plus small random taps: the block starts as without the
+                // convolution, and the shift a key-value binding needs is one tap away
+                let k = cfg.short_conv;
+                let mut conv_rng = XorShift64Star::new(seed ^ 0xC0_4701 ^ (l as u64) << 32);
+                let mut w = conv_rng.normals(k * dm, 0.3);
+                for x in &mut w[..dm] {
+                    *x += 1.0;
+                }
+                let w = Tensor::from_vec(w, (k, dm), device)?.to_dtype(DType::F32)?;
+                Some(param(vm, &format!("blocks.{l}.conv"), w)?)
+            } else {
+                None
+            });
             if cfg.mlp_mult > 0 {
                 let hid = cfg.mlp_mult * dm;
                 norms2.push(param(vm, &format!("blocks.{l}.norm2"), ones(dm)?)?);
@@ -456,6 +518,7 @@ impl Model {
             bigram,
             blocks,
             norms1,
+            convs,
             norms2,
             mlps,
             norm_f,
@@ -536,7 +599,15 @@ impl Model {
         let mut alphas = Vec::new();
         let mut entity_logits = Vec::new();
         for (l, blk) in self.blocks.iter().enumerate() {
-            let xn = rms_norm(&x, &self.norms1[l])?;
+            let mut xn = rms_norm(&x, &self.norms1[l])?;
+            if let Some(w) = &self.convs[l] {
+                let prev = state.as_ref().and_then(|s| s.conv[l].as_ref());
+                let (y, tail) = short_conv(&xn, w, prev)?;
+                if let Some(st) = state.as_deref_mut() {
+                    st.conv[l] = Some(tail);
+                }
+                xn = y;
+            }
             let out = match state.as_deref_mut() {
                 Some(st) => {
                     let o = if decode {
@@ -617,6 +688,7 @@ impl Model {
     pub fn new_state(&self) -> ModelState {
         ModelState {
             blocks: vec![None; self.blocks.len()],
+            conv: vec![None; self.blocks.len()],
             last_token: None,
         }
     }

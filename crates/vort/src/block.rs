@@ -70,6 +70,9 @@ pub enum Memory {
     },
     /// One exponential per head with a learned decay.
     Exponential,
+    /// RetNet's fixed multi-scale decays (Sun et al. 2023): head h keeps e^(-u_h j) with
+    /// γ_h = e^(-u_h) = 1 - 2^(-5-h), nothing learned.
+    RetNet,
     /// M fixed exponentials with rates >= Λ, learned weights per head.
     ExpMixture {
         /// M.
@@ -218,7 +221,7 @@ pub struct Block {
     pub tables: Vec<NodeTable>,
     decay_rho: Option<Tensor>,  // [H, 1]
     mix_logits: Option<Tensor>, // [H, M]
-    mix_rates: Option<Rates>,   // the mixture's fixed rates, one row of M
+    mix_rates: Option<Rates>,   // fixed rates: the mixture's one row of M, RetNet's H rows of 1
 }
 
 fn param(vm: &VarMap, name: &str, init: Tensor) -> Result<Tensor> {
@@ -356,6 +359,13 @@ impl Block {
                     Tensor::zeros((h, *m), DType::F32, device)?,
                 )?);
             }
+            Memory::RetNet => {
+                // γ_h = 1 - 2^(-5-h): u_h = -ln γ_h, valid at every lag (no horizon)
+                let u = (0..h)
+                    .map(|i| vec![-(-(2f64.powi(-5 - i as i32))).ln_1p()])
+                    .collect();
+                mix_rates = Some(Rates::Fixed { u, horizon: None });
+            }
             Memory::Softmax => {}
             Memory::SlidingSoftmax { window } => {
                 if *window == 0 {
@@ -420,7 +430,7 @@ impl Block {
     pub fn nodes(&self) -> usize {
         match &self.cfg.memory {
             Memory::Vort { .. } | Memory::PowerLaw { .. } => self.tables[0].len(),
-            Memory::Exponential => 1,
+            Memory::Exponential | Memory::RetNet => 1,
             Memory::ExpMixture { m, .. } => *m,
             Memory::Softmax | Memory::SlidingSoftmax { .. } => 0,
         }
@@ -660,6 +670,10 @@ impl Block {
                     Rates::Learned(softplus(rho)?),
                 ))
             }
+            Memory::RetNet => Ok((
+                Tensor::ones((b, h, t, 1), DType::F32, device)?,
+                self.mix_rates.clone().expect("retnet has rates"),
+            )),
             Memory::ExpMixture { m, .. } => {
                 let logits = self.mix_logits.as_ref().expect("mixture has logits");
                 let w = candle_nn::ops::softmax(logits, 1)?;
@@ -724,5 +738,36 @@ impl Block {
                 ))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RetNet's decays: head h keeps γ_h = 1 - 2^(-5-h) per step, fixed, at every lag.
+    #[test]
+    fn retnet_rates_are_retnets() {
+        let cfg = BlockConfig {
+            heads: 3,
+            memory: Memory::RetNet,
+            ..BlockConfig::default()
+        };
+        let blk = Block::new(cfg, &VarMap::new(), "b", &Device::Cpu).unwrap();
+        let Some(Rates::Fixed { u, horizon }) = &blk.mix_rates else {
+            panic!("RetNet has fixed rates");
+        };
+        assert_eq!(*horizon, None);
+        assert_eq!(u.len(), 3);
+        for (h, row) in u.iter().enumerate() {
+            let gamma = 1.0 - 2f64.powi(-5 - h as i32);
+            assert_eq!(row.len(), 1);
+            assert!(
+                ((-row[0]).exp() - gamma).abs() < 1e-15,
+                "head {h}: {}",
+                row[0]
+            );
+        }
+        assert!(blk.decay_rho.is_none() && blk.mix_logits.is_none());
     }
 }

@@ -13,6 +13,7 @@
 //! checkpoint interval.
 
 pub mod books;
+pub mod recall;
 
 use std::path::{Path, PathBuf};
 

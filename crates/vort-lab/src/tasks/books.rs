@@ -149,7 +149,8 @@ impl BookCorpus {
                 }
                 (&self.train[k], r as usize)
             }
-            Stream::Eval => {
+            // books have no validation split of their own: validation reads test windows
+            Stream::Eval | Stream::Valid => {
                 let (k, start) = self.eval_window(seq_len, index);
                 (&self.test[k], start)
             }

@@ -21,6 +21,8 @@
 //! than re-drawn, so the placed lags keep their law.
 
 pub mod books;
+pub mod external;
+pub mod mqar;
 
 use std::sync::Arc;
 
@@ -40,6 +42,8 @@ pub enum TaskKind {
     LabelCopy,
     /// Byte-level language modelling on books ([`books`]).
     Books,
+    /// Zoology's multi-query associative recall ([`mqar`]).
+    Mqar,
 }
 
 impl TaskKind {
@@ -51,6 +55,7 @@ impl TaskKind {
             TaskKind::Zipf => "zipf",
             TaskKind::LabelCopy => "label-copy",
             TaskKind::Books => "books",
+            TaskKind::Mqar => "mqar",
         }
     }
 }
@@ -68,6 +73,7 @@ impl std::str::FromStr for TaskKind {
             "zipf" => Ok(TaskKind::Zipf),
             "label-copy" | "label_copy" => Ok(TaskKind::LabelCopy),
             "books" => Ok(TaskKind::Books),
+            "mqar" => Ok(TaskKind::Mqar),
             _ => Err(TaskError::UnknownTask(s.into())),
         }
     }
@@ -76,8 +82,8 @@ impl std::str::FromStr for TaskKind {
 /// Why a task configuration was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum TaskError {
-    /// The task name is not one of zipf|label-copy.
-    #[error("unknown task `{0}` (expected zipf|label-copy|books)")]
+    /// The task name is not one of zipf|label-copy|books|mqar.
+    #[error("unknown task `{0}` (expected mqar|books|zipf|label-copy)")]
     UnknownTask(String),
     /// A field is out of its domain (the message names it).
     #[error("invalid task config: {0}")]
@@ -91,10 +97,29 @@ pub enum TaskError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TaskConfig {
-    /// Which task: "zipf" or "label-copy".
+    /// Which task: "mqar", "books", "zipf" or "label-copy".
     pub kind: TaskKind,
     /// Tokens per sequence T.
     pub seq_len: usize,
+    /// MQAR: vocabulary size V (keys from [1, V/2), values from [V/2, V)).
+    pub vocab_size: usize,
+    /// MQAR: key–value pairs K per sequence (each queried once).
+    pub num_kv_pairs: usize,
+    /// MQAR: gap law p(g) ∝ (g+1)^(a−1) of the queries (0.01 Zipf-like, 1 uniform).
+    pub power_a: f64,
+    /// MQAR: random filler tokens instead of 0 (Zoology's default).
+    pub random_non_queries: bool,
+    /// MQAR: distinct training sequences (training cycles through them in epochs; 0 = a
+    /// fresh sequence at every draw).
+    pub train_examples: u64,
+    /// MQAR: held-out sequences scored by the final evaluation (also `eval_sequences`'s
+    /// role for this task).
+    pub test_examples: usize,
+    /// Training sequences from a file in Zoology's format instead of the generator
+    /// (safetensors `inputs`, `labels` [N, L]; see [`external`]). Empty: generated.
+    pub train_data: String,
+    /// Test (and validation) sequences from a file in Zoology's format. Empty: generated.
+    pub test_data: String,
     /// Largest lag L_max (at most seq_len - 4).
     pub max_lag: usize,
     /// Zipf exponent s of P(ℓ) ∝ ℓ^(-s) (zipf task only).
@@ -123,6 +148,14 @@ impl Default for TaskConfig {
             n_keys: 64,
             n_values: 64,
             data_dir: "data/books".into(),
+            vocab_size: 8192,
+            num_kv_pairs: 4,
+            power_a: 0.01,
+            random_non_queries: true,
+            train_examples: 100_000,
+            test_examples: 3_000,
+            train_data: String::new(),
+            test_data: String::new(),
         }
     }
 }
@@ -205,6 +238,9 @@ pub enum Stream {
     Train,
     /// Held-out evaluation data.
     Eval,
+    /// Held-out validation data (early stopping and the learning-rate choice), disjoint
+    /// from both.
+    Valid,
 }
 
 impl TaskConfig {
@@ -212,7 +248,16 @@ impl TaskConfig {
     pub fn vocab(&self) -> usize {
         match self.kind {
             TaskKind::Books => 256,
+            TaskKind::Mqar => self.vocab_size,
             _ => self.n_filler + self.n_keys + self.n_values + 1,
+        }
+    }
+
+    /// The largest lag an answer can have (MQAR: seq_len; books: the context length).
+    pub fn lag_limit(&self) -> usize {
+        match self.kind {
+            TaskKind::Books | TaskKind::Mqar => self.seq_len,
+            _ => self.max_lag,
         }
     }
 
@@ -253,6 +298,9 @@ impl TaskConfig {
                 Ok(())
             };
         }
+        if self.kind == TaskKind::Mqar {
+            return mqar::validate(self).map_err(TaskError::Invalid);
+        }
         if self.max_lag < 1 || self.max_lag + 4 > self.seq_len {
             return bad(format!(
                 "max_lag = {} must be in [1, seq_len - 4 = {}]",
@@ -292,7 +340,7 @@ impl TaskConfig {
         let w: Vec<f64> = (1..=self.max_lag)
             .map(|l| match self.kind {
                 TaskKind::Zipf => (l as f64).powf(-self.zipf_exponent),
-                TaskKind::LabelCopy | TaskKind::Books => 1.0,
+                TaskKind::LabelCopy | TaskKind::Books | TaskKind::Mqar => 1.0,
             })
             .collect();
         let z: f64 = w.iter().sum();
@@ -304,8 +352,19 @@ impl TaskConfig {
         let s = match stream {
             Stream::Train => 0,
             Stream::Eval => 1,
+            Stream::Valid => 2,
+        };
+        // MQAR trains on a fixed set of train_examples sequences, in epochs
+        let index = match (self.kind, stream) {
+            (TaskKind::Mqar, Stream::Train) if self.train_examples > 0 => {
+                index % self.train_examples
+            }
+            _ => index,
         };
         let mut rng = SplitMix64::new(derive(seed, s, index));
+        if self.kind == TaskKind::Mqar {
+            return mqar::generate(self, &mut rng);
+        }
         let cdf = cumulative(&self.lag_pmf());
         self.generate(&mut rng, &cdf)
     }
@@ -376,7 +435,7 @@ impl TaskConfig {
                     }
                 }
                 // books sequences come from `Source` (a books config here yields filler)
-                TaskKind::Books => {}
+                TaskKind::Books | TaskKind::Mqar => {}
             }
         }
         Sample {
@@ -454,41 +513,79 @@ impl Batch {
     }
 }
 
-/// Where a run's sequences come from: a synthetic generator, or the books corpus loaded once.
-/// Either way sequence `index` of a stream is a pure function of (seed, stream, index).
+/// Where a run's sequences come from: a synthetic generator (or files in Zoology's format),
+/// or the books corpus loaded once. Either way sequence `index` of a stream is a pure function
+/// of (seed, stream, index).
 #[derive(Debug, Clone)]
 pub enum Source {
-    /// Zipf retrieval or label copy.
-    Synthetic(TaskConfig),
+    /// MQAR, Zipf retrieval or label copy, with the streams given by files replaced by them.
+    Synthetic {
+        /// The task.
+        cfg: TaskConfig,
+        /// Training sequences from `train_data`.
+        train: Option<Arc<external::LabelledSet>>,
+        /// Test and validation sequences from `test_data`.
+        test: Option<Arc<external::LabelledSet>>,
+    },
     /// Byte-level books.
     Books(TaskConfig, Arc<BookCorpus>),
 }
 
 impl Source {
-    /// Opens the source of `cfg` (loads and verifies the books for the books task).
+    /// Opens the source of `cfg` (loads and verifies the books for the books task, the data
+    /// files when given).
     ///
     /// # Errors
-    /// An invalid config; [`TaskError::Data`] when the books are missing or corrupt.
+    /// An invalid config or data file; [`TaskError::Data`] when the books are missing or
+    /// corrupt, or a data file cannot be read.
     pub fn open(cfg: &TaskConfig) -> Result<Source, TaskError> {
         cfg.validate()?;
-        Ok(match cfg.kind {
-            TaskKind::Books => Source::Books(cfg.clone(), Arc::new(BookCorpus::open(cfg)?)),
-            _ => Source::Synthetic(cfg.clone()),
+        if cfg.kind == TaskKind::Books {
+            return Ok(Source::Books(cfg.clone(), Arc::new(BookCorpus::open(cfg)?)));
+        }
+        let file = |path: &str| -> Result<Option<Arc<external::LabelledSet>>, TaskError> {
+            if path.is_empty() {
+                return Ok(None);
+            }
+            let set = external::LabelledSet::load(std::path::Path::new(path), cfg.vocab())?;
+            if set.l != cfg.seq_len {
+                return Err(TaskError::Invalid(format!(
+                    "{path}: sequences of length {} but the run's seq_len is {}",
+                    set.l, cfg.seq_len
+                )));
+            }
+            Ok(Some(Arc::new(set)))
+        };
+        Ok(Source::Synthetic {
+            cfg: cfg.clone(),
+            train: file(&cfg.train_data)?,
+            test: file(&cfg.test_data)?,
         })
+    }
+
+    /// A source whose held-out streams are `test` (scoring a trained model on a file).
+    pub fn with_test_set(cfg: &TaskConfig, test: external::LabelledSet) -> Source {
+        let mut cfg = cfg.clone();
+        cfg.seq_len = test.l;
+        Source::Synthetic {
+            cfg,
+            train: None,
+            test: Some(Arc::new(test)),
+        }
     }
 
     /// The task config.
     pub fn config(&self) -> &TaskConfig {
         match self {
-            Source::Synthetic(c) | Source::Books(c, _) => c,
+            Source::Synthetic { cfg, .. } | Source::Books(cfg, _) => cfg,
         }
     }
 
     /// How many distinct held-out sequences there are: the books' test windows (they tile the
-    /// test books), `None` for the synthetic tasks (generated without end).
+    /// test books) or a test file's N; `None` for generated tasks (without end).
     pub fn eval_len(&self) -> Option<usize> {
         match self {
-            Source::Synthetic(_) => None,
+            Source::Synthetic { test, .. } => test.as_ref().map(|t| t.n),
             Source::Books(c, corpus) => Some(corpus.test_windows(c.seq_len)),
         }
     }
@@ -497,7 +594,7 @@ impl Source {
     /// `None` for the synthetic tasks.
     pub fn eval_group(&self, index: u64) -> Option<&str> {
         match self {
-            Source::Synthetic(_) => None,
+            Source::Synthetic { .. } => None,
             Source::Books(c, corpus) => Some(corpus.eval_book(c.seq_len, index)),
         }
     }
@@ -505,7 +602,11 @@ impl Source {
     /// Sequence `index` of `stream` under `seed`.
     pub fn sample(&self, seed: u64, stream: Stream, index: u64) -> Sample {
         match self {
-            Source::Synthetic(c) => c.sample(seed, stream, index),
+            Source::Synthetic { train, test, cfg } => match (stream, train, test) {
+                (Stream::Train, Some(set), _) => set.sample(index),
+                (Stream::Eval | Stream::Valid, _, Some(set)) => set.sample(index),
+                _ => cfg.sample(seed, stream, index),
+            },
             Source::Books(c, corpus) => corpus.sample(c.seq_len, seed, stream, index),
         }
     }

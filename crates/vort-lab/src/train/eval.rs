@@ -90,6 +90,9 @@ pub struct EvalResult {
     /// Overall accuracy at answer positions.
     #[serde(deserialize_with = "nan_if_null")]
     pub accuracy: f64,
+    /// Answer (labelled) positions scored.
+    #[serde(default)]
+    pub positions: usize,
     /// Mean answer cross-entropy.
     #[serde(deserialize_with = "nan_if_null")]
     pub loss: f64,
@@ -199,16 +202,32 @@ pub fn evaluate(
     step: u64,
     device: &Device,
 ) -> Result<EvalResult, TrainError> {
-    let n_seq = source.eval_len().map_or(cfg.train.eval_sequences, |n| {
-        n.min(cfg.train.eval_sequences)
-    });
-    let bs = cfg.train.batch_size.max(1);
+    // MQAR scores its own test-set size (Zoology's num_test_examples)
+    let wanted = match cfg.task.kind {
+        crate::tasks::TaskKind::Mqar => cfg.task.test_examples,
+        _ => cfg.train.eval_sequences,
+    };
+    let n_seq = source.eval_len().map_or(wanted, |n| n.min(wanted));
+    evaluate_stream(model, source, cfg, step, Stream::Eval, n_seq, device)
+}
+
+/// Scores `model` on the first `n_seq` sequences of `stream` (held-out test or validation).
+///
+/// # Errors
+/// candle errors.
+pub fn evaluate_stream(
+    model: &Model,
+    source: &Source,
+    cfg: &RunConfig,
+    step: u64,
+    stream: Stream,
+    n_seq: usize,
+    device: &Device,
+) -> Result<EvalResult, TrainError> {
+    let bs = cfg.train.eval_batch();
     let buckets = cfg.task.buckets();
     // books: the "lag" is the context length, up to seq_len
-    let max_lag = match cfg.task.kind {
-        crate::tasks::TaskKind::Books => cfg.task.seq_len,
-        _ => cfg.task.max_lag,
-    };
+    let max_lag = cfg.task.lag_limit();
     let bins = doubling_bins(max_lag);
     let mut bin_tally = vec![Tally::default(); bins.len()];
     let mut bucket_tally = vec![Tally::default(); buckets.len()];
@@ -223,7 +242,7 @@ pub fn evaluate(
     while done < n_seq {
         let b = bs.min(n_seq - done);
         let samples: Vec<_> = (0..b)
-            .map(|i| source.sample(cfg.seed, Stream::Eval, (done + i) as u64))
+            .map(|i| source.sample(cfg.seed, stream, (done + i) as u64))
             .collect();
         let batch = crate::tasks::Batch::from_samples(&samples);
         let out = model.forward(&tokens_tensor(&batch, device)?)?;
@@ -252,6 +271,10 @@ pub fn evaluate(
             total.add(ok, nll[k]);
             if let Some(g) = groups[p / batch.t] {
                 group_tally[g].1.add(ok, nll[k]);
+            }
+            // lag 0: unknown (a scored position of a data file without its pair)
+            if lag == 0 {
+                continue;
             }
             bucket_tally[bucket_in(buckets, lag)].add(ok, nll[k]);
             if let Some(i) = bins.iter().position(|&(lo, hi)| lag >= lo && lag <= hi) {
@@ -290,6 +313,7 @@ pub fn evaluate(
         step,
         sequences: n_seq,
         accuracy: overall.accuracy,
+        positions: overall.n,
         loss: overall.nll,
         buckets: buckets
             .iter()
@@ -345,6 +369,36 @@ pub fn run(run_dir: &Path) -> Result<EvalResult, TrainError> {
     let res = evaluate(&tr.model, &tr.source, &cfg, tr.step, &dev)?;
     write(&res, &run_dir.join(EVAL_FILE))?;
     Ok(res)
+}
+
+/// Scores the trained model of `run_dir` on the sequences of `data` (a safetensors file in
+/// Zoology's format, [`crate::tasks::external`]): accuracy over every labelled position, and
+/// by lag where the pair of a query can be found. Longer sequences than the training length
+/// are scored with the node tables rebuilt for their length. Nothing is written.
+///
+/// # Errors
+/// A bad run directory or checkpoint; a data file that is missing, malformed, or holds
+/// tokens outside the model's vocabulary (one line naming the file).
+pub fn run_on_file(run_dir: &Path, data: &Path) -> Result<EvalResult, TrainError> {
+    let (cfg, mut model, _vm) = load_inference_model(run_dir)?;
+    let set = crate::tasks::external::LabelledSet::load(data, model.vocab)?;
+    if model.horizon().is_some_and(|h| (set.l as u64) > h) {
+        model.set_horizon(set.l as u64)?;
+    }
+    let n = set.n;
+    let source = Source::with_test_set(&cfg.task, set);
+    let mut cfg = cfg;
+    cfg.task.seq_len = source.config().seq_len;
+    let step = checkpoint::Checkpoint::load(&run_dir.join(CHECKPOINT_FILE))?.step;
+    evaluate_stream(
+        &model,
+        &source,
+        &cfg,
+        step,
+        Stream::Eval,
+        n,
+        &super::device(),
+    )
 }
 
 /// Loads only the parameters of a run into a fresh model (for inspection).

@@ -172,6 +172,18 @@ pub struct TrainConfig {
     /// config.toml lacks this field were trained with 1; reproductions retrain them, since
     /// their saved config no longer matches.)
     pub bigram_lr_scale: f64,
+    /// Apply the weight decay to weight matrices only: not to norms, biases, the router,
+    /// decay rates, mixture logits, the convolution taps or the bigram table (Zoology's
+    /// recipe). False: every parameter decays (the synthetic and books runs).
+    pub decay_matrices_only: bool,
+    /// Score the validation stream every this many steps (0 = never): a `val_acc` field in
+    /// the metrics, and early stopping.
+    pub eval_every: u64,
+    /// Validation sequences per check (a stream of its own, disjoint from train and test).
+    pub val_sequences: usize,
+    /// Stop early once the validation accuracy reaches this (0 = never; Zoology stops at
+    /// 0.99). The stopped run is finished: it is checkpointed and evaluated at that step.
+    pub early_stop_accuracy: f64,
 }
 
 impl Default for TrainConfig {
@@ -193,8 +205,30 @@ impl Default for TrainConfig {
             entity_aux_weight: 0.1,
             bigram_weight: 1.0,
             bigram_lr_scale: 30.0,
+            decay_matrices_only: false,
+            eval_every: 0,
+            val_sequences: 256,
+            early_stop_accuracy: 0.0,
         }
     }
+}
+
+impl TrainConfig {
+    /// Sequences per evaluation batch.
+    pub fn eval_batch(&self) -> usize {
+        self.batch_size.clamp(1, 64)
+    }
+}
+
+/// Whether a parameter counts as a weight matrix for `decay_matrices_only`: rank 2 and not
+/// one of the router's, decays', mixture's, convolution's or bigram's parameters.
+pub fn is_weight_matrix(name: &str, shape: &[usize]) -> bool {
+    shape.len() == 2
+        && !name.contains(".router.")
+        && !name.ends_with(".conv")
+        && !name.ends_with("decay_rho")
+        && !name.ends_with("mix_logits")
+        && name != Model::BIGRAM_PARAM
 }
 
 /// A whole run: seed, task, model and training (the TOML file saved as `config.toml`).
@@ -274,6 +308,15 @@ impl RunConfig {
         if t.eval_sequences == 0 {
             return bad("train.eval_sequences must be >= 1");
         }
+        if t.eval_every > 0 && t.val_sequences == 0 {
+            return bad("train.val_sequences must be >= 1 when eval_every > 0");
+        }
+        if !(0.0..=1.0).contains(&t.early_stop_accuracy) {
+            return bad("train.early_stop_accuracy must be in [0, 1] (0 = never)");
+        }
+        if t.early_stop_accuracy > 0.0 && t.eval_every == 0 {
+            return bad("train.early_stop_accuracy needs train.eval_every >= 1");
+        }
         Ok(())
     }
 }
@@ -326,6 +369,9 @@ pub struct Metrics {
     pub tokens_per_s: f64,
     /// Seconds since the start of this call.
     pub elapsed_s: f64,
+    /// Accuracy on the validation stream (steps where it was scored, `train.eval_every`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_acc: Option<f64>,
 }
 
 /// The CPU device (the CUDA path is not built in this workspace).
@@ -462,7 +508,7 @@ pub fn run_model(cfg: &RunConfig, vm: &VarMap, device: &Device) -> Result<Model,
 /// candle errors.
 pub fn optimizer(cfg: &RunConfig, vm: &VarMap) -> Result<AdamW, TrainError> {
     let t = &cfg.train;
-    Ok(AdamW::new(
+    let opt = AdamW::new(
         named_vars(vm),
         AdamParams {
             beta1: t.beta1,
@@ -477,7 +523,12 @@ pub fn optimizer(cfg: &RunConfig, vm: &VarMap) -> Result<AdamW, TrainError> {
                 1.0
             }
         },
-    )?)
+    )?;
+    Ok(if t.decay_matrices_only {
+        opt.decay_only(is_weight_matrix)
+    } else {
+        opt
+    })
 }
 
 /// One optimisation step on `batch`, the `step`-th of the run: forward, losses, backward,
@@ -520,6 +571,7 @@ pub fn optimizer_step(
         grad_norm: norm,
         tokens_per_s: 0.0,
         elapsed_s: 0.0,
+        val_acc: None,
     })
 }
 
@@ -711,18 +763,42 @@ pub fn run_with(
     let t0 = Instant::now();
     let start_step = tr.step;
     let mut last_loss = f64::NAN;
+    let mut end = end;
+    let mut stopped_early = false;
+    let t = &config.train;
     while tr.step < end {
         let ts = Instant::now();
         let mut m = tr.train_step(&dev)?;
         m.tokens_per_s = tokens_per_step / ts.elapsed().as_secs_f64();
+        if t.eval_every > 0 && tr.step % t.eval_every == 0 {
+            let v = eval::evaluate_stream(
+                &tr.model,
+                &tr.source,
+                config,
+                tr.step,
+                Stream::Valid,
+                t.val_sequences,
+                &dev,
+            )?;
+            m.val_acc = Some(v.accuracy);
+            if t.early_stop_accuracy > 0.0 && v.accuracy >= t.early_stop_accuracy {
+                // Zoology's rule: the run is finished at this step (the cosine schedule is
+                // the one of the full run, cut short)
+                stopped_early = true;
+                end = tr.step;
+            }
+        }
         m.elapsed_s = t0.elapsed().as_secs_f64();
         last_loss = m.loss;
         bar.set_position(tr.step);
         bar.set_message(format!(
-            "loss {:.4} acc {:.3} {:.0} tok/s",
-            m.loss, m.acc, m.tokens_per_s
+            "loss {:.4} acc {:.3}{} {:.0} tok/s",
+            m.loss,
+            m.acc,
+            m.val_acc.map_or(String::new(), |v| format!(" val {v:.3}")),
+            m.tokens_per_s
         ));
-        if tr.step % config.train.log_every == 0 || tr.step == end {
+        if tr.step % config.train.log_every == 0 || tr.step == end || m.val_acc.is_some() {
             let line =
                 serde_json::to_string(&m).map_err(|e| TrainError::Serialise(e.to_string()))?;
             writeln!(metrics, "{line}").map_err(|e| checkpoint::io(&metrics_path, e))?;
@@ -748,7 +824,7 @@ pub fn run_with(
         wall_s: wall,
         eval: None,
     };
-    if !opts.skip_eval && tr.step == config.train.steps {
+    if !opts.skip_eval && (tr.step == config.train.steps || stopped_early) {
         let res = eval::evaluate(&tr.model, &tr.source, config, tr.step, &dev)?;
         eval::write(&res, &run_dir.join(EVAL_FILE))?;
         summary.eval = Some(res);

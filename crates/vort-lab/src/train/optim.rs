@@ -36,6 +36,9 @@ pub struct Slot {
     /// `train.bigram_lr_scale`). Derived from the name and config, so a checkpoint need not
     /// hold it.
     pub lr_scale: f64,
+    /// Whether the decoupled weight decay applies to this parameter (all by default; see
+    /// [`AdamW::decay_only`]).
+    pub decays: bool,
 }
 
 /// AdamW over named parameters, in name order (deterministic).
@@ -72,6 +75,7 @@ impl AdamW {
                     m,
                     v,
                     lr_scale,
+                    decays: true,
                 })
             })
             .collect::<candle_core::Result<_>>()?;
@@ -80,6 +84,15 @@ impl AdamW {
             t: 0,
             params,
         })
+    }
+
+    /// Restricts the weight decay to the parameters for which `decays(name, shape)` holds
+    /// (e.g. matrices only, as Zoology's recipe asks).
+    pub fn decay_only(mut self, decays: impl Fn(&str, &[usize]) -> bool) -> Self {
+        for s in &mut self.slots {
+            s.decays = decays(&s.name, s.var.as_tensor().dims());
+        }
+        self
     }
 
     /// One update with learning rate `lr`, every gradient multiplied by `grad_scale` first
@@ -108,7 +121,8 @@ impl AdamW {
             let m_hat = (&m * scale_m)?;
             let v_hat = (&v * scale_v)?;
             let lr = lr * s.lr_scale;
-            let theta = (s.var.as_tensor() * (1.0 - lr * p.weight_decay))?;
+            let decay = if s.decays { p.weight_decay } else { 0.0 };
+            let theta = (s.var.as_tensor() * (1.0 - lr * decay))?;
             let upd = (m_hat / (v_hat.sqrt()? + p.eps)?)?;
             s.var.set(&(theta - (upd * lr)?)?)?;
             s.m = m.detach();

@@ -1,0 +1,1049 @@
+//! `reproduce recall`: Zoology's multi-query associative recall (MQAR) for every mixer, through
+//! one training code path: the sanity gate (softmax attention must solve (L, K) = (64, 4)),
+//! Zoology's grid of (L, K) cells against model width and state size, and the paper's lag
+//! claim at long L.
+//!
+//! An experiment is a TOML preset (`configs/recall/{quick,medium,full}.toml`, embedded in the
+//! binary; `--config FILE` reads another): a `base` run config, the `mixers` (each a patch of
+//! `[model]`/`[train]` fields), and the `cells` (each a patch of `[task]`/`[model]`/`[train]`
+//! and a section: gate, grid or lags). Every run is a plain [`RunConfig`] (base, then cell, then
+//! mixer), saved as its `config.toml`, so any run can be re-trained with `vort train --config`.
+//!
+//! Per (cell, mixer) the learning rate is swept on the first seed and the best one on the
+//! validation stream (disjoint from train and test) is kept; the other seeds run at that rate.
+//! Runs stop early at `train.early_stop_accuracy` of validation accuracy (Zoology: 0.99).
+//!
+//! Output: `report.md`, `results.json`, `acc_vs_width.png`, `acc_vs_state.png`,
+//! `lr_sweep.png`, `acc_by_lag.png` (lags section), `alpha_hist.png` (VORT), and
+//! `runs/<cell>/<mixer>/lr<lr>/seed<k>/`. Finished runs are reused and interrupted ones
+//! resumed.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::MemoryKind;
+use crate::plot::{histogram, panels_plot, Panel, Series};
+use crate::tasks::BUCKETS;
+use crate::train::eval::{EvalResult, LagAccuracy};
+use crate::train::{self, checkpoint, Metrics, RunConfig, RunOptions, TrainError};
+use vort::features::FeatureMap;
+
+/// The embedded presets, by scale name.
+pub const PRESETS: [(&str, &str); 3] = [
+    (
+        "quick",
+        include_str!("../../../../configs/recall/quick.toml"),
+    ),
+    (
+        "medium",
+        include_str!("../../../../configs/recall/medium.toml"),
+    ),
+    ("full", include_str!("../../../../configs/recall/full.toml")),
+];
+
+/// The section of the report a cell belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Section {
+    /// Softmax attention must reach the gate accuracy here, or the stack is broken.
+    Gate,
+    /// Zoology's (L, K) grid: accuracy against width and state size.
+    Grid,
+    /// The paper's claim: accuracy by lag bucket at long L.
+    Lags,
+}
+
+/// One mixer: a name for the report and a patch of the run config.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixerSpec {
+    /// Name in the report and the run directory.
+    pub name: String,
+    /// `[model]` fields of this mixer.
+    #[serde(default)]
+    pub model: toml::Table,
+    /// `[train]` fields of this mixer.
+    #[serde(default)]
+    pub train: toml::Table,
+}
+
+/// One cell of the experiment.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CellSpec {
+    /// Name in the report and the run directory.
+    pub name: String,
+    /// Report section.
+    pub section: Section,
+    /// `[task]` fields (seq_len, num_kv_pairs, power_a, ...).
+    #[serde(default)]
+    pub task: toml::Table,
+    /// `[model]` fields (d_model, ...).
+    #[serde(default)]
+    pub model: toml::Table,
+    /// `[train]` fields (steps, ...).
+    #[serde(default)]
+    pub train: toml::Table,
+    /// The mixers run in this cell (empty: all).
+    #[serde(default)]
+    pub mixers: Vec<String>,
+    /// Seeds (default: the preset's).
+    pub seeds: Option<Vec<u64>>,
+    /// Learning rates swept (default: the preset's).
+    pub lrs: Option<Vec<f64>>,
+}
+
+/// A recall experiment (one preset file).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecallPreset {
+    /// Name ("quick", ...).
+    pub name: String,
+    /// One paragraph for the report: what this preset is and what it costs.
+    pub description: String,
+    /// Seeds of every cell (the first one also sweeps the learning rate).
+    pub seeds: Vec<u64>,
+    /// Learning rates swept on the first seed.
+    pub lrs: Vec<f64>,
+    /// Accuracy softmax attention must reach in the gate cell.
+    pub gate_accuracy: f64,
+    /// A test accuracy from which a seed counts as having learned the task.
+    pub learned_accuracy: f64,
+    /// The base run config (a `[base.task]`, `[base.model]`, `[base.train]`).
+    pub base: toml::Table,
+    /// The mixers.
+    pub mixers: Vec<MixerSpec>,
+    /// The cells.
+    pub cells: Vec<CellSpec>,
+}
+
+fn merge(into: &mut toml::Table, patch: &toml::Table) {
+    for (k, v) in patch {
+        match (into.get_mut(k), v) {
+            (Some(toml::Value::Table(a)), toml::Value::Table(b)) => merge(a, b),
+            _ => {
+                into.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+impl RecallPreset {
+    /// Parses a preset (unknown fields are errors) and resolves every run config once, so a
+    /// bad field fails before anything is trained.
+    ///
+    /// # Errors
+    /// [`TrainError::Config`] naming the file and the field.
+    pub fn from_toml(text: &str, origin: &str) -> Result<RecallPreset, TrainError> {
+        let bad = |message: String| TrainError::Config {
+            path: origin.into(),
+            message,
+        };
+        let p: RecallPreset = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
+        if p.seeds.is_empty() || p.lrs.is_empty() || p.cells.is_empty() || p.mixers.is_empty() {
+            return Err(bad("seeds, lrs, cells and mixers must be non-empty".into()));
+        }
+        for cell in &p.cells {
+            for m in &cell.mixers {
+                if !p.mixers.iter().any(|x| &x.name == m) {
+                    return Err(bad(format!("cell {}: unknown mixer `{m}`", cell.name)));
+                }
+            }
+            for mixer in p.mixers_of(cell) {
+                p.run_config(cell, mixer, p.lrs[0], p.seeds[0])
+                    .map_err(|e| bad(format!("cell {} / mixer {}: {e}", cell.name, mixer.name)))?;
+            }
+        }
+        Ok(p)
+    }
+
+    /// The embedded preset of a scale ("quick", "medium", "full").
+    ///
+    /// # Errors
+    /// An unknown name; a preset that does not parse (a bug, caught by the tests).
+    pub fn embedded(name: &str) -> Result<RecallPreset, TrainError> {
+        let (_, text) =
+            PRESETS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .ok_or_else(|| TrainError::Config {
+                    path: name.into(),
+                    message: "unknown recall preset (quick|medium|full)".into(),
+                })?;
+        Self::from_toml(text, &format!("configs/recall/{name}.toml"))
+    }
+
+    /// The mixers of a cell.
+    pub fn mixers_of<'a>(&'a self, cell: &'a CellSpec) -> impl Iterator<Item = &'a MixerSpec> {
+        self.mixers
+            .iter()
+            .filter(|m| cell.mixers.is_empty() || cell.mixers.contains(&m.name))
+    }
+
+    /// The run config of (cell, mixer) at learning rate `lr` and `seed`: base, then the cell's
+    /// patch, then the mixer's.
+    ///
+    /// # Errors
+    /// A field the run config refuses.
+    pub fn run_config(
+        &self,
+        cell: &CellSpec,
+        mixer: &MixerSpec,
+        lr: f64,
+        seed: u64,
+    ) -> Result<RunConfig, TrainError> {
+        let mut t = self.base.clone();
+        let section = |name: &str, patch: &toml::Table| {
+            let mut x = toml::Table::new();
+            x.insert(name.into(), toml::Value::Table(patch.clone()));
+            x
+        };
+        merge(&mut t, &section("task", &cell.task));
+        merge(&mut t, &section("model", &cell.model));
+        merge(&mut t, &section("train", &cell.train));
+        merge(&mut t, &section("model", &mixer.model));
+        merge(&mut t, &section("train", &mixer.train));
+        let mut lr_patch = toml::Table::new();
+        lr_patch.insert("lr".into(), toml::Value::Float(lr));
+        merge(&mut t, &section("train", &lr_patch));
+        t.insert("seed".into(), toml::Value::Integer(seed as i64));
+        let text = toml::to_string(&t).map_err(|e| TrainError::Serialise(e.to_string()))?;
+        RunConfig::from_toml(&text, &format!("{}/{}", cell.name, mixer.name))
+    }
+
+    /// Runs in the order they are trained (sweep first, then the other seeds), for the
+    /// progress count.
+    fn run_count(&self) -> usize {
+        self.cells
+            .iter()
+            .map(|c| {
+                let seeds = c.seeds.as_ref().unwrap_or(&self.seeds).len();
+                let lrs = c.lrs.as_ref().unwrap_or(&self.lrs).len();
+                self.mixers_of(c).count() * (lrs + seeds - 1)
+            })
+            .sum()
+    }
+}
+
+/// One trained run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunResult {
+    /// Seed.
+    pub seed: u64,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Last validation accuracy (the learning-rate choice).
+    pub val_accuracy: f64,
+    /// Test accuracy over every answer.
+    pub accuracy: f64,
+    /// Correct test answers.
+    pub correct: usize,
+    /// Test answers.
+    pub answers: usize,
+    /// Test accuracy by lag bucket.
+    pub buckets: Vec<LagAccuracy>,
+    /// Test accuracy in doubling lag bins.
+    pub lag_bins: Vec<LagAccuracy>,
+    /// Steps trained (fewer than configured when stopped early).
+    pub steps: u64,
+    /// Mean training tokens/s.
+    pub tokens_per_s: f64,
+    /// Training tokens seen.
+    pub tokens: u64,
+    /// Whether it reached the preset's `learned_accuracy`.
+    pub learned: bool,
+    /// Mean α on the pair tokens and on the rest (VORT), and a sample of each.
+    pub alpha: Option<crate::train::eval::AlphaSample>,
+}
+
+/// One (cell, mixer): the sweep and the seeds at the chosen rate.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CellResult {
+    /// Cell name.
+    pub cell: String,
+    /// Section.
+    pub section: Section,
+    /// Mixer name.
+    pub mixer: String,
+    /// Sequence length L.
+    pub seq_len: usize,
+    /// Pairs K.
+    pub num_kv_pairs: usize,
+    /// Gap law exponent a.
+    pub power_a: f64,
+    /// d_model.
+    pub d_model: usize,
+    /// Recurrent state of the whole model in floats at length L (softmax: its KV cache).
+    pub state_floats: usize,
+    /// The sweep on the first seed, in learning-rate order.
+    pub sweep: Vec<RunResult>,
+    /// The chosen learning rate (best validation accuracy).
+    pub best_lr: f64,
+    /// Every seed at the chosen rate (the first is the sweep's run).
+    pub seeds: Vec<RunResult>,
+}
+
+impl CellResult {
+    /// Mean and sample sd of the test accuracy over seeds.
+    pub fn mean_sd(&self) -> (f64, f64) {
+        let x: Vec<f64> = self.seeds.iter().map(|r| r.accuracy).collect();
+        super::mean_sd(&x)
+    }
+}
+
+/// The whole experiment.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RecallReport {
+    /// The preset.
+    pub preset: RecallPreset,
+    /// Every (cell, mixer).
+    pub cells: Vec<CellResult>,
+    /// Whether softmax attention passed the gate (None: no gate cell).
+    pub gate_passed: Option<bool>,
+    /// Wall time of this call (s).
+    pub wall_s: f64,
+    /// Runs reused from an earlier call.
+    pub reused: usize,
+}
+
+/// Floats of the recurrent state of `cfg`'s model at sequence length `l`: per layer and head,
+/// N nodes × F features × (head_dim + 1) (the numerator and the normaliser); softmax keeps
+/// keys and values of every token (of the window).
+pub fn state_floats(cfg: &RunConfig, nodes: usize) -> usize {
+    let m = &cfg.model;
+    let l = cfg.task.seq_len;
+    let per_head = match m.memory {
+        MemoryKind::Softmax => {
+            let kept = if m.softmax_window > 0 {
+                m.softmax_window.min(l)
+            } else {
+                l
+            };
+            2 * kept * m.head_dim
+        }
+        _ => {
+            let f = match m.feature_map {
+                FeatureMap::Elu => m.head_dim,
+                _ => m.features,
+            };
+            nodes * f * (m.head_dim + 1)
+        }
+    };
+    m.layers * m.heads * per_head
+}
+
+/// Wilson score interval (95%) of `k` successes in `n`.
+pub fn wilson(k: usize, n: usize) -> (f64, f64) {
+    if n == 0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let (k, n, z) = (k as f64, n as f64, 1.96f64);
+    let p = k / n;
+    let den = 1.0 + z * z / n;
+    let centre = (p + z * z / (2.0 * n)) / den;
+    let half = z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt() / den;
+    ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+
+fn lr_label(lr: f64) -> String {
+    format!("{lr:.1e}")
+}
+
+fn run_dir(out: &Path, cell: &CellSpec, mixer: &MixerSpec, lr: f64, seed: u64) -> PathBuf {
+    out.join("runs")
+        .join(&cell.name)
+        .join(&mixer.name)
+        .join(format!("lr{}", lr_label(lr)))
+        .join(format!("seed{seed}"))
+}
+
+fn metrics_of(dir: &Path) -> Vec<Metrics> {
+    std::fs::read_to_string(dir.join(train::METRICS_FILE))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Metrics>(l).ok())
+        .collect()
+}
+
+/// Trains (or reuses) one run; returns its result and whether it was reused.
+fn one(
+    out: &Path,
+    preset: &RecallPreset,
+    cell: &CellSpec,
+    mixer: &MixerSpec,
+    lr: f64,
+    seed: u64,
+    progress: bool,
+) -> Result<(RunResult, bool), TrainError> {
+    let c = preset.run_config(cell, mixer, lr, seed)?;
+    let dir = run_dir(out, cell, mixer, lr, seed);
+    let eval_path = dir.join(train::EVAL_FILE);
+    let saved = std::fs::read_to_string(dir.join(train::CONFIG_FILE)).ok();
+    let finished = match (std::fs::read_to_string(&eval_path), &saved) {
+        (Ok(e), Some(s)) if *s == c.to_toml()? => serde_json::from_str::<EvalResult>(&e).ok(),
+        _ => None,
+    };
+    let reused = finished.is_some();
+    let eval = match finished {
+        Some(e) => e,
+        None => {
+            let resume = dir.join(train::CHECKPOINT_FILE).exists();
+            let opts = RunOptions {
+                progress,
+                ..RunOptions::default()
+            };
+            let s = train::run_with(&c, &dir, resume, &opts)?;
+            match s.eval {
+                Some(r) => r,
+                None => train::eval::run(&dir)?,
+            }
+        }
+    };
+    let metrics = metrics_of(&dir);
+    let val = metrics
+        .iter()
+        .rev()
+        .find_map(|m| m.val_acc)
+        .unwrap_or(f64::NAN);
+    let tps: Vec<f64> = metrics.iter().map(|m| m.tokens_per_s).collect();
+    let tokens_per_s = if tps.is_empty() {
+        f64::NAN
+    } else {
+        tps.iter().sum::<f64>() / tps.len() as f64
+    };
+    let answers: usize = eval.buckets.iter().map(|b| b.n).sum();
+    let correct: usize = eval.buckets.iter().map(|b| b.correct).sum();
+    Ok((
+        RunResult {
+            seed,
+            lr,
+            val_accuracy: val,
+            accuracy: eval.accuracy,
+            correct,
+            answers,
+            buckets: eval.buckets.clone(),
+            lag_bins: eval.lag_bins.clone(),
+            steps: eval.step,
+            tokens_per_s,
+            tokens: eval.step * (c.train.batch_size * c.task.seq_len) as u64,
+            learned: eval.accuracy >= preset.learned_accuracy,
+            alpha: eval.alpha.clone(),
+        },
+        reused,
+    ))
+}
+
+/// Runs `preset` into `out_dir` (see the module doc).
+///
+/// # Errors
+/// Training errors of any run, plot and I/O errors.
+pub fn run(
+    preset: &RecallPreset,
+    out_dir: &Path,
+    progress: bool,
+) -> Result<RecallReport, TrainError> {
+    let t0 = Instant::now();
+    std::fs::create_dir_all(out_dir).map_err(|e| checkpoint::io(out_dir, e))?;
+    let total = preset.run_count();
+    let mut done = 0usize;
+    let mut trained_s = 0.0f64;
+    let mut trained = 0usize;
+    let mut reused = 0usize;
+    let mut cells = Vec::new();
+    let mut step = |r: &RunResult, was_reused: bool, what: &str, secs: f64| {
+        done += 1;
+        if was_reused {
+            reused += 1;
+        } else {
+            trained += 1;
+            trained_s += secs;
+        }
+        if progress {
+            let eta = if trained > 0 {
+                let left = (total - done) as f64 * trained_s / trained as f64;
+                format!(", ETA {:.0} min", left / 60.0)
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "[{done}/{total}] {what}: test {:.1}% (val {:.1}%, {} steps, {:.0} tok/s){}{eta}",
+                100.0 * r.accuracy,
+                100.0 * r.val_accuracy,
+                r.steps,
+                r.tokens_per_s,
+                if was_reused { ", reused" } else { "" },
+            );
+        }
+    };
+    for cell in &preset.cells {
+        let seeds = cell.seeds.clone().unwrap_or_else(|| preset.seeds.clone());
+        let lrs = cell.lrs.clone().unwrap_or_else(|| preset.lrs.clone());
+        for mixer in preset.mixers_of(cell) {
+            let mut sweep = Vec::new();
+            for &lr in &lrs {
+                let ts = Instant::now();
+                let (r, was) = one(out_dir, preset, cell, mixer, lr, seeds[0], progress)?;
+                let what = format!(
+                    "{} {} lr {} seed {}",
+                    cell.name,
+                    mixer.name,
+                    lr_label(lr),
+                    seeds[0]
+                );
+                step(&r, was, &what, ts.elapsed().as_secs_f64());
+                sweep.push(r);
+            }
+            // the best validation accuracy; ties (e.g. several at 1.0) go to the rate that
+            // got there in fewer steps
+            let best = sweep
+                .iter()
+                .enumerate()
+                .max_by(|(_, a), (_, b)| {
+                    let va = if a.val_accuracy.is_nan() {
+                        -1.0
+                    } else {
+                        a.val_accuracy
+                    };
+                    let vb = if b.val_accuracy.is_nan() {
+                        -1.0
+                    } else {
+                        b.val_accuracy
+                    };
+                    va.total_cmp(&vb).then(b.steps.cmp(&a.steps))
+                })
+                .map_or(0, |(i, _)| i);
+            let best_lr = lrs[best];
+            let mut runs = vec![sweep[best].clone()];
+            for &seed in &seeds[1..] {
+                let ts = Instant::now();
+                let (r, was) = one(out_dir, preset, cell, mixer, best_lr, seed, progress)?;
+                let what = format!(
+                    "{} {} lr {} seed {seed}",
+                    cell.name,
+                    mixer.name,
+                    lr_label(best_lr)
+                );
+                step(&r, was, &what, ts.elapsed().as_secs_f64());
+                runs.push(r);
+            }
+            let c = preset.run_config(cell, mixer, best_lr, seeds[0])?;
+            let model_nodes = nodes_of(&c)?;
+            cells.push(CellResult {
+                cell: cell.name.clone(),
+                section: cell.section,
+                mixer: mixer.name.clone(),
+                seq_len: c.task.seq_len,
+                num_kv_pairs: c.task.num_kv_pairs,
+                power_a: c.task.power_a,
+                d_model: c.model.d_model,
+                state_floats: state_floats(&c, model_nodes),
+                sweep,
+                best_lr,
+                seeds: runs,
+            });
+        }
+    }
+    let gate_passed = {
+        let gate: Vec<&CellResult> = cells
+            .iter()
+            .filter(|c| c.section == Section::Gate && c.mixer == "softmax")
+            .collect();
+        (!gate.is_empty()).then(|| {
+            gate.iter()
+                .all(|c| c.seeds.iter().all(|r| r.accuracy >= preset.gate_accuracy))
+        })
+    };
+    let rep = RecallReport {
+        preset: preset.clone(),
+        cells,
+        gate_passed,
+        wall_s: t0.elapsed().as_secs_f64(),
+        reused,
+    };
+    let json =
+        serde_json::to_string_pretty(&rep).map_err(|e| TrainError::Serialise(e.to_string()))?;
+    checkpoint::write_atomic(&out_dir.join("results.json"), json.as_bytes())?;
+    plots(&rep, out_dir)?;
+    checkpoint::write_atomic(&out_dir.join("report.md"), markdown(&rep).as_bytes())?;
+    Ok(rep)
+}
+
+/// Memory nodes N of the model of `cfg` (1 for one exponential per head, M for the mixture).
+fn nodes_of(cfg: &RunConfig) -> Result<usize, TrainError> {
+    let vm = candle_nn::VarMap::new();
+    let model = train::run_model(cfg, &vm, &train::device())?;
+    Ok(model.blocks().first().map_or(0, vort::block::Block::nodes))
+}
+
+/// Zoology's published MQAR points (read off its figures): (model, state floats, accuracy).
+pub const ZOOLOGY_POINTS: [(&str, f64, f64); 5] = [
+    ("Based (Zoology)", 2.5e4, 0.84),
+    ("Based (Zoology)", 1.5e5, 0.99),
+    ("GLA (Zoology)", 7.0e4, 0.95),
+    ("Mamba-2 (Zoology)", 6.0e4, 0.83),
+    ("Mamba-2 (Zoology)", 1.0e5, 0.83),
+];
+
+/// The paper's accuracy at lags > 1000 (DESIGN §3): power law 79.4, exponential 52.3,
+/// mixture 61.8 (percent).
+pub fn paper_lag_number(mixer: &str) -> Option<f64> {
+    match mixer {
+        "vort" | "vort-banks" | "power-law" => Some(79.4),
+        "exponential" => Some(52.3),
+        "mixture" => Some(61.8),
+        _ => None,
+    }
+}
+
+fn mixer_names(rep: &RecallReport) -> Vec<String> {
+    rep.preset.mixers.iter().map(|m| m.name.clone()).collect()
+}
+
+fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
+    let names = mixer_names(rep);
+    // accuracy against width, one panel per grid cell (L, K)
+    let mut grid_cells: Vec<(usize, usize)> = rep
+        .cells
+        .iter()
+        .filter(|c| c.section != Section::Lags)
+        .map(|c| (c.seq_len, c.num_kv_pairs))
+        .collect();
+    grid_cells.sort_unstable();
+    grid_cells.dedup();
+    let mut panels = Vec::new();
+    for &(l, k) in &grid_cells {
+        let mut series = Vec::new();
+        for (ci, name) in names.iter().enumerate() {
+            let mut pts: Vec<(f64, f64)> = rep
+                .cells
+                .iter()
+                .filter(|c| {
+                    c.section != Section::Lags
+                        && &c.mixer == name
+                        && (c.seq_len, c.num_kv_pairs) == (l, k)
+                })
+                .map(|c| (c.d_model as f64, c.mean_sd().0))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if !pts.is_empty() {
+                series.push(Series::line(name.clone(), pts).with_color(ci));
+            }
+        }
+        panels.push(Panel {
+            title: format!("MQAR L = {l}, K = {k}: test accuracy (mean over seeds)"),
+            x_label: "d_model".into(),
+            y_label: "accuracy".into(),
+            log_x: true,
+            log_y: false,
+            series,
+        });
+    }
+    if !panels.is_empty() {
+        panels_plot(&out.join("acc_vs_width.png"), &panels)?;
+    }
+    // accuracy against state size, with Zoology's points
+    let mut series = Vec::new();
+    for (ci, name) in names.iter().enumerate() {
+        let pts: Vec<(f64, f64)> = rep
+            .cells
+            .iter()
+            .filter(|c| c.section != Section::Lags && &c.mixer == name)
+            .map(|c| (c.state_floats as f64, c.mean_sd().0))
+            .collect();
+        if !pts.is_empty() {
+            series.push(Series::points(name.clone(), pts).with_color(ci));
+        }
+    }
+    for (i, label) in ["Based (Zoology)", "GLA (Zoology)", "Mamba-2 (Zoology)"]
+        .iter()
+        .enumerate()
+    {
+        let pts: Vec<(f64, f64)> = ZOOLOGY_POINTS
+            .iter()
+            .filter(|p| p.0 == *label)
+            .map(|p| (p.1, p.2))
+            .collect();
+        series.push(Series::dashed(*label, pts).with_color(names.len() + i));
+    }
+    panels_plot(
+        &out.join("acc_vs_state.png"),
+        &[Panel {
+            title: "MQAR test accuracy against recurrent state size (all grid cells)".into(),
+            x_label: "state floats (whole model)".into(),
+            y_label: "accuracy".into(),
+            log_x: true,
+            log_y: false,
+            series,
+        }],
+    )?;
+    // the learning-rate sweeps: validation accuracy against lr, one panel per cell
+    let mut panels = Vec::new();
+    let mut cell_names: Vec<&str> = rep.cells.iter().map(|c| c.cell.as_str()).collect();
+    cell_names.dedup();
+    for cell in cell_names {
+        let series: Vec<Series> = rep
+            .cells
+            .iter()
+            .filter(|c| c.cell == cell)
+            .map(|c| {
+                let ci = names.iter().position(|n| n == &c.mixer).unwrap_or(0);
+                let pts = c
+                    .sweep
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.lr,
+                            if r.val_accuracy.is_nan() {
+                                0.0
+                            } else {
+                                r.val_accuracy
+                            },
+                        )
+                    })
+                    .collect();
+                Series::line(c.mixer.clone(), pts).with_color(ci)
+            })
+            .collect();
+        panels.push(Panel {
+            title: format!("{cell}: validation accuracy against peak learning rate (seed 0)"),
+            x_label: "learning rate".into(),
+            y_label: "validation accuracy".into(),
+            log_x: true,
+            log_y: false,
+            series,
+        });
+    }
+    if !panels.is_empty() {
+        panels_plot(&out.join("lr_sweep.png"), &panels)?;
+    }
+    // accuracy by lag (lags section): doubling bins with >= MIN_BIN answers over seeds
+    let mut panels = Vec::new();
+    let mut lag_cells: Vec<&str> = rep
+        .cells
+        .iter()
+        .filter(|c| c.section == Section::Lags)
+        .map(|c| c.cell.as_str())
+        .collect();
+    lag_cells.dedup();
+    for cell in lag_cells {
+        let mut series = Vec::new();
+        for c in rep.cells.iter().filter(|c| c.cell == cell) {
+            let ci = names.iter().position(|n| n == &c.mixer).unwrap_or(0);
+            let nb = c.seeds.first().map_or(0, |r| r.lag_bins.len());
+            let pts: Vec<(f64, f64)> = (0..nb)
+                .filter_map(|i| {
+                    let (n, k) = c.seeds.iter().fold((0, 0), |(n, k), r| {
+                        (n + r.lag_bins[i].n, k + r.lag_bins[i].correct)
+                    });
+                    let b = &c.seeds[0].lag_bins[i];
+                    (n >= MIN_BIN).then(|| (((b.lo * b.hi) as f64).sqrt(), k as f64 / n as f64))
+                })
+                .collect();
+            series.push(Series::line(c.mixer.clone(), pts).with_color(ci));
+        }
+        panels.push(Panel {
+            title: format!(
+                "{cell}: test accuracy by lag (doubling bins with >= {MIN_BIN} answers, all seeds)"
+            ),
+            x_label: "lag (query position - value position)".into(),
+            y_label: "accuracy".into(),
+            log_x: true,
+            log_y: false,
+            series,
+        });
+    }
+    if !panels.is_empty() {
+        panels_plot(&out.join("acc_by_lag.png"), &panels)?;
+    }
+    // learned α of VORT: pair tokens against the rest
+    let mut pair = Vec::new();
+    let mut rest = Vec::new();
+    for c in rep.cells.iter().filter(|c| c.mixer.starts_with("vort")) {
+        for r in &c.seeds {
+            if let Some(a) = &r.alpha {
+                pair.extend(a.memorable.iter().map(|&x| f64::from(x)));
+                rest.extend(a.other.iter().map(|&x| f64::from(x)));
+            }
+        }
+    }
+    if !pair.is_empty() {
+        histogram(
+            &out.join("alpha_hist.png"),
+            "VORT: learned orders α (all cells, layers, heads), key-value pair tokens",
+            "α",
+            &pair,
+            40,
+        )?;
+    }
+    if !rest.is_empty() {
+        histogram(
+            &out.join("alpha_hist_other.png"),
+            "VORT: learned orders α (all cells, layers, heads), queries and filler",
+            "α",
+            &rest,
+            40,
+        )?;
+    }
+    Ok(())
+}
+
+/// Bins with fewer answers than this are left out of the lag plot (a 1-of-2 bin is noise).
+pub const MIN_BIN: usize = 20;
+
+fn pct(x: f64) -> String {
+    if x.is_nan() {
+        "-".into()
+    } else {
+        format!("{:.1}", 100.0 * x)
+    }
+}
+
+fn markdown(rep: &RecallReport) -> String {
+    let p = &rep.preset;
+    let mut s = format!(
+        "# MQAR recall ({})\n\nGenerated by `vort reproduce recall --{}`. {}\n\n\
+         Every run is Zoology's MQAR (keys from [1, V/2), values from [V/2, V), K pairs first, \
+         queries at gaps drawn from p(g) ∝ (g+1)^(a−1)); loss and accuracy only at the query \
+         positions. A seed *learned* the task when its test accuracy is >= {:.0}%. Intervals \
+         are 95% Wilson intervals over the test answers of one seed; ± is the sample sd over \
+         seeds. Learning rates: {} swept on seed {} (best validation accuracy kept), then \
+         seeds {:?} at that rate.\n\n",
+        p.name,
+        p.name,
+        p.description,
+        100.0 * p.learned_accuracy,
+        p.lrs
+            .iter()
+            .map(|&x| lr_label(x))
+            .collect::<Vec<_>>()
+            .join(", "),
+        p.seeds[0],
+        p.seeds,
+    );
+    match rep.gate_passed {
+        Some(true) => s.push_str(&format!(
+            "**Gate: passed.** Softmax attention reached >= {:.0}% in every gate run.\n\n",
+            100.0 * p.gate_accuracy
+        )),
+        Some(false) => s.push_str(&format!(
+            "**Gate: FAILED.** Softmax attention stayed below {:.0}% in a gate run: the \
+             training stack or the recipe is broken, and no comparison below means anything.\n\n",
+            100.0 * p.gate_accuracy
+        )),
+        None => s.push_str("No gate cell in this preset.\n\n"),
+    }
+    for section in [Section::Gate, Section::Grid, Section::Lags] {
+        let rows: Vec<&CellResult> = rep.cells.iter().filter(|c| c.section == section).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        s.push_str(match section {
+            Section::Gate => "## The gate\n\n",
+            Section::Grid => "## Zoology's grid\n\n",
+            Section::Lags => "## The paper's lag claim\n\n",
+        });
+        s.push_str(
+            "| cell | L | K | a | d | mixer | state floats | lr | test acc % (mean ± sd) | \
+             per seed: acc % [95% CI] (answers), learned? | steps | tok/s |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        );
+        for c in &rows {
+            let (m, sd) = c.mean_sd();
+            let per_seed: Vec<String> = c
+                .seeds
+                .iter()
+                .map(|r| {
+                    let (lo, hi) = wilson(r.correct, r.answers);
+                    format!(
+                        "s{}: {} [{}, {}] ({}) {}",
+                        r.seed,
+                        pct(r.accuracy),
+                        pct(lo),
+                        pct(hi),
+                        r.answers,
+                        if r.learned { "yes" } else { "no" }
+                    )
+                })
+                .collect();
+            let steps: Vec<String> = c.seeds.iter().map(|r| r.steps.to_string()).collect();
+            let tps = c.seeds.iter().map(|r| r.tokens_per_s).sum::<f64>() / c.seeds.len() as f64;
+            s.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} ± {} | {} | {} | {:.0} |\n",
+                c.cell,
+                c.seq_len,
+                c.num_kv_pairs,
+                c.power_a,
+                c.d_model,
+                c.mixer,
+                c.state_floats,
+                lr_label(c.best_lr),
+                pct(m),
+                if c.seeds.len() > 1 {
+                    pct(sd)
+                } else {
+                    "-".into()
+                },
+                per_seed.join("; "),
+                steps.join(", "),
+                tps
+            ));
+        }
+        s.push('\n');
+        if section == Section::Lags {
+            s.push_str(
+                "Accuracy by lag bucket (all seeds pooled: correct / answers), beside the \
+                 paper's accuracy at lags > 1000:\n\n| cell | mixer |",
+            );
+            for (label, _, _) in BUCKETS {
+                s.push_str(&format!(" {label} |"));
+            }
+            s.push_str(" paper > 1000 |\n|---|---|");
+            for _ in BUCKETS {
+                s.push_str("---|");
+            }
+            s.push_str("---|\n");
+            for c in &rows {
+                s.push_str(&format!("| {} | {} |", c.cell, c.mixer));
+                for i in 0..BUCKETS.len() {
+                    let (n, k) = c.seeds.iter().fold((0, 0), |(n, k), r| {
+                        (n + r.buckets[i].n, k + r.buckets[i].correct)
+                    });
+                    if n == 0 {
+                        s.push_str(" - |");
+                    } else {
+                        s.push_str(&format!(" {} ({k}/{n}) |", pct(k as f64 / n as f64)));
+                    }
+                }
+                s.push_str(&format!(
+                    " {} |\n",
+                    paper_lag_number(&c.mixer).map_or("-".into(), |x| format!("{x}"))
+                ));
+            }
+            s.push('\n');
+        }
+    }
+    s.push_str("## Learning-rate sweeps (seed 0: validation accuracy at the end of each run)\n\n");
+    s.push_str("| cell | mixer | lr: val acc % (steps) |\n|---|---|---|\n");
+    for c in &rep.cells {
+        let sw: Vec<String> = c
+            .sweep
+            .iter()
+            .map(|r| format!("{}: {} ({})", lr_label(r.lr), pct(r.val_accuracy), r.steps))
+            .collect();
+        s.push_str(&format!(
+            "| {} | {} | {} |\n",
+            c.cell,
+            c.mixer,
+            sw.join("; ")
+        ));
+    }
+    s.push('\n');
+    let alpha: Vec<(String, f64, f64)> = rep
+        .cells
+        .iter()
+        .filter(|c| c.mixer.starts_with("vort"))
+        .filter_map(|c| {
+            let a = c.seeds.first()?.alpha.as_ref()?;
+            Some((
+                format!("{} {}", c.cell, c.mixer),
+                a.mean_memorable,
+                a.mean_other,
+            ))
+        })
+        .collect();
+    if !alpha.is_empty() {
+        s.push_str(
+            "## Learned orders α (VORT, seed 0, test set)\n\n| cell | mean α on key-value \
+             pair tokens | mean α on queries and filler |\n|---|---|---|\n",
+        );
+        for (n, a, b) in alpha {
+            s.push_str(&format!("| {n} | {a:.3} | {b:.3} |\n"));
+        }
+        s.push_str("\nHistograms: `alpha_hist.png` (pair tokens), `alpha_hist_other.png`.\n\n");
+    }
+    s.push_str(&format!(
+        "Plots: `acc_vs_width.png`, `acc_vs_state.png` (with Zoology's published points), \
+         `lr_sweep.png`{}. Wall time of this call: {:.0} s ({} of the runs reused from an \
+         earlier call). Every run's config, metrics and evaluation: `runs/`.\n",
+        if rep.cells.iter().any(|c| c.section == Section::Lags) {
+            ", `acc_by_lag.png`"
+        } else {
+            ""
+        },
+        rep.wall_s,
+        rep.reused
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_embedded_preset_resolves() {
+        for (name, _) in PRESETS {
+            let p = RecallPreset::embedded(name).unwrap();
+            assert!(p.run_count() > 0, "{name}");
+            assert!(
+                p.cells.iter().any(|c| c.section == Section::Gate),
+                "{name}: no gate cell"
+            );
+        }
+    }
+
+    #[test]
+    fn wilson_interval_brackets_the_rate() {
+        let (lo, hi) = wilson(90, 100);
+        assert!(lo < 0.9 && 0.9 < hi, "{lo} {hi}");
+        assert!(
+            (lo - 0.8256).abs() < 1e-3 && (hi - 0.9448).abs() < 1e-3,
+            "{lo} {hi}"
+        );
+        let (lo, hi) = wilson(0, 50);
+        assert_eq!(lo, 0.0);
+        assert!(hi > 0.0 && hi < 0.08);
+    }
+
+    #[test]
+    fn cell_and_mixer_patches_apply_in_order() {
+        let text = r#"
+name = "t"
+description = "d"
+seeds = [0, 1]
+lrs = [1e-3]
+gate_accuracy = 0.99
+learned_accuracy = 0.5
+[base.task]
+kind = "mqar"
+seq_len = 64
+vocab_size = 256
+[base.model]
+d_model = 32
+memory = "vort"
+[[mixers]]
+name = "softmax"
+model = { memory = "softmax", qk_scale_init = 4.0 }
+[[cells]]
+name = "gate"
+section = "gate"
+task = { num_kv_pairs = 8 }
+model = { d_model = 48, qk_scale_init = 1.0 }
+"#;
+        let p = RecallPreset::from_toml(text, "t").unwrap();
+        let c = p.run_config(&p.cells[0], &p.mixers[0], 3e-3, 1).unwrap();
+        assert_eq!(c.seed, 1);
+        assert_eq!(c.train.lr, 3e-3);
+        assert_eq!(c.task.num_kv_pairs, 8);
+        assert_eq!(c.model.d_model, 48);
+        // the mixer's patch comes last
+        assert_eq!(c.model.qk_scale_init, 4.0);
+        assert_eq!(c.model.memory, MemoryKind::Softmax);
+        // a bad field fails when the preset is read, naming the cell
+        let bad = text.replace("num_kv_pairs = 8", "num_kv_pairs = 80");
+        let e = RecallPreset::from_toml(&bad, "t").unwrap_err().to_string();
+        assert!(e.contains("gate") && e.contains("num_kv_pairs"), "{e}");
+    }
+}

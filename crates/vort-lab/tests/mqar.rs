@@ -1,0 +1,455 @@
+//! MQAR as Zoology generates it, data files in Zoology's format, and the pieces of Zoology's
+//! recipe (short convolution, RetNet decays, weight decay on matrices only, early stopping).
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarMap;
+use safetensors::tensor::{Dtype, TensorView};
+use vort_lab::model::{MemoryKind, Model, ModelConfig};
+use vort_lab::tasks::external::LabelledSet;
+use vort_lab::tasks::mqar::{gap_weights, weighted_without_replacement};
+use vort_lab::tasks::{Source, Stream, TaskConfig, TaskError, TaskKind};
+use vort_lab::train::{self, RunConfig, RunOptions, TrainConfig};
+use vort_math::rng::SplitMix64;
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("vort-mqar-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn mqar(seq_len: usize, k: usize, v: usize, a: f64) -> TaskConfig {
+    TaskConfig {
+        kind: TaskKind::Mqar,
+        seq_len,
+        vocab_size: v,
+        num_kv_pairs: k,
+        power_a: a,
+        random_non_queries: false,
+        ..TaskConfig::default()
+    }
+}
+
+/// Zoology's layout: pairs first, key i repeated at slot 2·g_i of the query region with its
+/// value as the label there, keys in [1, V/2) and values in [V/2, V) distinct, every other
+/// position ignored, filler 0, and lags = query position - value position.
+#[test]
+fn sequences_follow_zoologys_layout() {
+    let c = mqar(64, 4, 128, 0.01);
+    c.validate().unwrap();
+    for index in 0..200 {
+        let s = c.sample(7, Stream::Train, index);
+        let k = 4;
+        let keys: Vec<u32> = (0..k).map(|i| s.tokens[2 * i]).collect();
+        let values: Vec<u32> = (0..k).map(|i| s.tokens[2 * i + 1]).collect();
+        assert!(keys.iter().all(|&x| (1..64).contains(&x)), "{keys:?}");
+        assert!(values.iter().all(|&x| (64..128).contains(&x)), "{values:?}");
+        let mut kd = keys.clone();
+        kd.sort_unstable();
+        kd.dedup();
+        let mut vd = values.clone();
+        vd.sort_unstable();
+        vd.dedup();
+        assert_eq!((kd.len(), vd.len()), (k, k), "keys and values are distinct");
+        let answers: Vec<usize> = (0..64).filter(|&p| s.mask[p]).collect();
+        assert_eq!(answers.len(), k, "every key is queried once");
+        for &p in &answers {
+            assert!(
+                p >= 2 * k && (p - 2 * k) % 2 == 0,
+                "query at an even slot: {p}"
+            );
+            let i = keys.iter().position(|&x| x == s.tokens[p]).unwrap();
+            assert_eq!(s.targets[p], values[i]);
+            assert_eq!(s.lags[p] as usize, p - (2 * i + 1));
+        }
+        for p in 2 * k..64 {
+            if !s.mask[p] {
+                assert_eq!(s.tokens[p], 0, "filler is 0 without random_non_queries");
+            }
+        }
+        assert_eq!(
+            s,
+            c.sample(7, Stream::Train, index),
+            "a pure function of the index"
+        );
+    }
+    // random filler: Zoology draws it from the whole vocabulary
+    let mut r = c.clone();
+    r.random_non_queries = true;
+    let s = r.sample(7, Stream::Train, 3);
+    assert!((8..64).filter(|&p| !s.mask[p]).any(|p| s.tokens[p] != 0));
+    // train, validation and test never share a sequence
+    assert_ne!(c.sample(7, Stream::Train, 0), c.sample(7, Stream::Eval, 0));
+    assert_ne!(c.sample(7, Stream::Valid, 0), c.sample(7, Stream::Eval, 0));
+    // the training set is train_examples sequences, seen in epochs
+    let mut e = c.clone();
+    e.train_examples = 10;
+    assert_eq!(
+        e.sample(1, Stream::Train, 3),
+        e.sample(1, Stream::Train, 13)
+    );
+}
+
+/// The gap law p(g) ∝ (g+1)^(a-1): uniform at a = 1; at a = 0.01 the first gap is drawn about
+/// as often as its law says (one gap per sequence, so no without-replacement effect).
+#[test]
+fn gaps_follow_the_power_law() {
+    let w = gap_weights(30, 0.01);
+    let z: f64 = w.iter().sum();
+    let mut rng = SplitMix64::new(3);
+    let n = 20_000;
+    let mut first = 0;
+    for _ in 0..n {
+        let g = weighted_without_replacement(&mut rng, &w, 1);
+        first += usize::from(g[0] == 0);
+    }
+    let p = w[0] / z;
+    let se = (p * (1.0 - p) / n as f64).sqrt();
+    let got = first as f64 / n as f64;
+    assert!((got - p).abs() < 4.0 * se, "P(g = 0) {got} vs {p} ± {se}");
+    // without replacement: k distinct gaps
+    let g = weighted_without_replacement(&mut rng, &gap_weights(10, 1.0), 10);
+    let mut s = g.clone();
+    s.sort_unstable();
+    assert_eq!(s, (0..10).collect::<Vec<_>>());
+}
+
+#[test]
+fn zoologys_asserts_are_config_errors() {
+    for (c, field) in [
+        (mqar(63, 4, 128, 0.01), "seq_len"),
+        (mqar(64, 4, 64, 0.01), "vocab_size"),
+        (mqar(64, 17, 128, 0.01), "num_kv_pairs"),
+        (mqar(64, 0, 128, 0.01), "num_kv_pairs"),
+        (mqar(64, 4, 128, 0.0), "power_a"),
+        (mqar(64, 4, 128, f64::NAN), "power_a"),
+    ] {
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains(field), "{e}");
+    }
+}
+
+fn write_set(path: &Path, inputs: &[i64], labels: &[i64], n: usize, l: usize, dtype: Dtype) {
+    let enc = |x: &[i64]| -> Vec<u8> {
+        match dtype {
+            Dtype::I32 => x.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
+            Dtype::F32 => x.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
+            _ => x.iter().flat_map(|&v| v.to_le_bytes()).collect(),
+        }
+    };
+    let (a, b) = (enc(inputs), enc(labels));
+    let views = vec![
+        ("inputs", TensorView::new(dtype, vec![n, l], &a).unwrap()),
+        ("labels", TensorView::new(dtype, vec![n, l], &b).unwrap()),
+    ];
+    std::fs::write(path, safetensors::serialize(views, &None).unwrap()).unwrap();
+}
+
+/// A file in Zoology's format is read as the generator's sequences, with the same lags; every
+/// malformed file is one typed error naming what is wrong.
+#[test]
+fn zoology_files_round_trip_and_bad_ones_are_refused() {
+    let d = tmp("files");
+    let c = mqar(32, 3, 64, 0.5);
+    let samples: Vec<_> = (0..5).map(|i| c.sample(2, Stream::Eval, i)).collect();
+    let inputs: Vec<i64> = samples
+        .iter()
+        .flat_map(|s| s.tokens.iter().map(|&x| i64::from(x)))
+        .collect();
+    let labels: Vec<i64> = samples
+        .iter()
+        .flat_map(|s| {
+            s.targets
+                .iter()
+                .zip(&s.mask)
+                .map(|(&t, &m)| if m { i64::from(t) } else { -100 })
+        })
+        .collect();
+    for dtype in [Dtype::I64, Dtype::I32] {
+        let f = d.join(format!("ok-{dtype:?}.safetensors"));
+        write_set(&f, &inputs, &labels, 5, 32, dtype);
+        let set = LabelledSet::load(&f, 64).unwrap();
+        assert_eq!((set.n, set.l), (5, 32));
+        for (i, s) in samples.iter().enumerate() {
+            let r = set.sample(i as u64);
+            assert_eq!(r.tokens, s.tokens);
+            assert_eq!(r.mask, s.mask);
+            assert_eq!(r.lags, s.lags, "lags recovered from the pairs");
+        }
+    }
+    let f = d.join("bad.safetensors");
+    let expect = |msg: &str, vocab: usize| {
+        let e = LabelledSet::load(&f, vocab).unwrap_err();
+        assert!(matches!(e, TaskError::Invalid(_)), "{e:?}");
+        assert!(e.to_string().contains(msg), "{e} lacks {msg}");
+        assert_eq!(e.to_string().lines().count(), 1);
+    };
+    write_set(&f, &inputs, &labels, 5, 32, Dtype::F32);
+    expect("integer tensor", 64);
+    write_set(&f, &inputs, &labels, 5, 32, Dtype::I64);
+    expect("outside the model's vocabulary", 32);
+    let mut big = labels.clone();
+    big[8] = 64;
+    write_set(&f, &inputs, &big, 5, 32, Dtype::I64);
+    expect("neither -100", 64);
+    write_set(&f, &inputs, &labels, 10, 16, Dtype::I64);
+    let st = std::fs::read(&f).unwrap();
+    assert!(!st.is_empty());
+    // mismatched shapes
+    let a: Vec<u8> = inputs.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let b: Vec<u8> = labels[..4 * 32]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let views = vec![
+        (
+            "inputs",
+            TensorView::new(Dtype::I64, vec![5, 32], &a).unwrap(),
+        ),
+        (
+            "labels",
+            TensorView::new(Dtype::I64, vec![4, 32], &b).unwrap(),
+        ),
+    ];
+    std::fs::write(&f, safetensors::serialize(views, &None).unwrap()).unwrap();
+    expect("but `labels` is [4, 32]", 64);
+    // a missing tensor; an empty one
+    let views = vec![(
+        "inputs",
+        TensorView::new(Dtype::I64, vec![5, 32], &a).unwrap(),
+    )];
+    std::fs::write(&f, safetensors::serialize(views, &None).unwrap()).unwrap();
+    expect("no tensor `labels`", 64);
+    let views = vec![
+        (
+            "inputs",
+            TensorView::new(Dtype::I64, vec![0, 32], &[]).unwrap(),
+        ),
+        (
+            "labels",
+            TensorView::new(Dtype::I64, vec![0, 32], &[]).unwrap(),
+        ),
+    ];
+    std::fs::write(&f, safetensors::serialize(views, &None).unwrap()).unwrap();
+    expect("empty", 64);
+    std::fs::write(&f, b"not safetensors").unwrap();
+    expect("not a safetensors file", 64);
+    // a training file of another length than the run's is refused when the source opens
+    let ok = d.join("ok-I64.safetensors");
+    let mut other = mqar(64, 3, 128, 0.5);
+    other.train_data = ok.display().to_string();
+    let e = Source::open(&other).unwrap_err().to_string();
+    assert!(e.contains("seq_len is 64"), "{e}");
+}
+
+fn tiny_model(memory: MemoryKind, conv: usize) -> ModelConfig {
+    ModelConfig {
+        memory,
+        d_model: 16,
+        layers: 2,
+        heads: 2,
+        head_dim: 8,
+        features: 8,
+        chunk: 8,
+        mlp_mult: 0,
+        token_shift: false,
+        short_conv: conv,
+        ..ModelConfig::default()
+    }
+}
+
+/// The short convolution is causal (a change at position p moves nothing before p) and a
+/// stream fed in pieces carries its window: pieces give the one-pass hidden states.
+#[test]
+fn short_convolution_is_causal_and_streams() {
+    let dev = Device::Cpu;
+    for memory in [MemoryKind::Retnet, MemoryKind::Vort, MemoryKind::Softmax] {
+        let cfg = tiny_model(memory, 4);
+        let vm = VarMap::new();
+        let model = Model::new(&cfg, 50, 40, 3, &vm, &dev).unwrap();
+        let toks: Vec<u32> = (0..40).map(|i| (i * 7 % 50) as u32).collect();
+        let t = Tensor::from_vec(toks.clone(), (1, 40), &dev).unwrap();
+        let full: Vec<f32> = model
+            .forward(&t)
+            .unwrap()
+            .hidden
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let mut changed = toks.clone();
+        changed[25] = 49;
+        let t2 = Tensor::from_vec(changed, (1, 40), &dev).unwrap();
+        let h2: Vec<f32> = model
+            .forward(&t2)
+            .unwrap()
+            .hidden
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(&full[..25 * 16], &h2[..25 * 16], "{memory}: causal");
+        assert_ne!(&full[25 * 16..26 * 16], &h2[25 * 16..26 * 16]);
+        let mut st = model.new_state();
+        let mut pieces = Vec::new();
+        for (lo, len) in [(0, 3), (3, 1), (4, 17), (21, 19)] {
+            let p = t.narrow(1, lo, len).unwrap();
+            let h: Vec<f32> = model
+                .forward_with_state(&p, &mut st)
+                .unwrap()
+                .hidden
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            pieces.extend(h);
+        }
+        let worst = full
+            .iter()
+            .zip(&pieces)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            worst < 2e-4,
+            "{memory}: pieces differ from one pass by {worst}"
+        );
+    }
+    assert!(tiny_model(MemoryKind::Vort, 1).validate().is_err());
+    assert!(tiny_model(MemoryKind::Vort, 17).validate().is_err());
+}
+
+/// RetNet's decays are fixed: γ_h = 1 - 2^(-5-h), no parameter of its own, one node per head.
+#[test]
+fn retnet_decays_are_fixed_per_head() {
+    let dev = Device::Cpu;
+    let vm = VarMap::new();
+    let model = Model::new(&tiny_model(MemoryKind::Retnet, 0), 20, 16, 1, &vm, &dev).unwrap();
+    assert_eq!(model.blocks()[0].nodes(), 1);
+    let names: Vec<String> = train::named_vars(&vm).into_iter().map(|(n, _)| n).collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("decay_rho") || n.contains("mix_logits")),
+        "{names:?}"
+    );
+    // the rates themselves are checked in vort's block tests (retnet_rates_are_retnets)
+    let t = Tensor::from_vec((0..16u32).collect(), (1, 16), &dev).unwrap();
+    let h: Vec<f32> = model
+        .forward(&t)
+        .unwrap()
+        .hidden
+        .to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    assert!(h.iter().all(|x| x.is_finite()));
+}
+
+fn tiny_run(memory: MemoryKind, steps: u64) -> RunConfig {
+    let mut c = RunConfig {
+        seed: 0,
+        task: TaskConfig {
+            test_examples: 64,
+            train_examples: 0,
+            ..mqar(32, 2, 40, 1.0)
+        },
+        model: tiny_model(memory, 3),
+        train: TrainConfig {
+            steps,
+            batch_size: 16,
+            lr: 1e-2,
+            warmup_steps: 0,
+            min_lr_ratio: 0.0,
+            weight_decay: 0.1,
+            decay_matrices_only: true,
+            checkpoint_every: 1000,
+            log_every: 10,
+            entity_aux_weight: 0.0,
+            ..TrainConfig::default()
+        },
+    };
+    c.model.qk_scale_init = 4.0;
+    c
+}
+
+/// With decay on matrices only, a parameter that gets no gradient keeps its value unless it is
+/// a matrix: norms and convolution taps are untouched by the decay.
+#[test]
+fn weight_decay_skips_everything_but_matrices() {
+    assert!(train::is_weight_matrix("blocks.0.mix.wq", &[16, 16]));
+    assert!(train::is_weight_matrix("emb", &[40, 16]));
+    assert!(!train::is_weight_matrix("blocks.0.norm1", &[16]));
+    assert!(!train::is_weight_matrix("blocks.0.conv", &[3, 16]));
+    assert!(!train::is_weight_matrix("blocks.0.mix.router.g", &[16, 2]));
+    assert!(!train::is_weight_matrix("blocks.0.mix.decay_rho", &[2, 1]));
+    assert!(!train::is_weight_matrix("blocks.0.mix.mix_logits", &[2, 5]));
+    let c = tiny_run(MemoryKind::Softmax, 1);
+    let vm = VarMap::new();
+    let _model = train::run_model(&c, &vm, &Device::Cpu).unwrap();
+    let opt = train::optimizer(&c, &vm).unwrap();
+    for s in &opt.slots {
+        assert_eq!(
+            s.decays,
+            train::is_weight_matrix(&s.name, s.var.as_tensor().dims()),
+            "{}",
+            s.name
+        );
+    }
+    assert!(opt.slots.iter().any(|s| s.decays) && opt.slots.iter().any(|s| !s.decays));
+}
+
+/// Softmax attention with Zoology's recipe solves a tiny MQAR, and stops early once the
+/// validation accuracy reaches the target: the run is finished (evaluated) at that step.
+#[test]
+fn softmax_learns_tiny_mqar_and_stops_early() {
+    let d = tmp("early");
+    let mut c = tiny_run(MemoryKind::Softmax, 600);
+    c.train.eval_every = 25;
+    c.train.val_sequences = 64;
+    c.train.early_stop_accuracy = 0.95;
+    let s = train::run_with(&c, &d, false, &RunOptions::default()).unwrap();
+    let e = s.eval.expect("an early-stopped run is evaluated");
+    assert!(s.steps < 600, "stopped at {}", s.steps);
+    assert_eq!(s.steps % 25, 0);
+    assert_eq!(e.step, s.steps);
+    assert!(e.accuracy > 0.85, "test accuracy {}", e.accuracy);
+    assert_eq!(e.positions, 64 * 2);
+    let metrics = std::fs::read_to_string(d.join(train::METRICS_FILE)).unwrap();
+    let last: train::Metrics = serde_json::from_str(metrics.lines().last().unwrap()).unwrap();
+    assert!(last.val_acc.unwrap() >= 0.95);
+    // the same model scored on a file of its own test sequences gives the same accuracy
+    let samples: Vec<_> = (0..64)
+        .map(|i| c.task.sample(c.seed, Stream::Eval, i))
+        .collect();
+    let inputs: Vec<i64> = samples
+        .iter()
+        .flat_map(|s| s.tokens.iter().map(|&x| i64::from(x)))
+        .collect();
+    let labels: Vec<i64> = samples
+        .iter()
+        .flat_map(|s| {
+            s.targets
+                .iter()
+                .zip(&s.mask)
+                .map(|(&t, &m)| if m { i64::from(t) } else { -100 })
+        })
+        .collect();
+    let f = d.join("test.safetensors");
+    write_set(&f, &inputs, &labels, 64, 32, Dtype::I32);
+    let r = train::eval::run_on_file(&d, &f).unwrap();
+    assert_eq!(r.positions, e.positions);
+    assert!(
+        (r.accuracy - e.accuracy).abs() < 1e-12,
+        "{} vs {}",
+        r.accuracy,
+        e.accuracy
+    );
+    let counts = |b: &[vort_lab::train::eval::LagAccuracy]| -> Vec<(usize, usize)> {
+        b.iter().map(|x| (x.n, x.correct)).collect()
+    };
+    assert_eq!(counts(&r.buckets), counts(&e.buckets));
+}

@@ -67,6 +67,8 @@ pub struct MixerSpec {
     /// `[train]` fields of this mixer.
     #[serde(default)]
     pub train: toml::Table,
+    /// Learning rates swept for this mixer (default: the preset's; a cell's own list wins).
+    pub lrs: Option<Vec<f64>>,
 }
 
 /// One cell of the experiment.
@@ -93,6 +95,23 @@ pub struct CellSpec {
     pub seeds: Option<Vec<u64>>,
     /// Learning rates swept (default: the preset's).
     pub lrs: Option<Vec<f64>>,
+    /// Lengths at which every trained model of the cell is also scored, streamed in pieces of
+    /// the training length with the state carried, node tables certified for the length, and
+    /// softmax restricted to a window of the training length (length extrapolation; the gaps,
+    /// so the lags, grow with the length).
+    #[serde(default)]
+    pub extrapolate: Vec<usize>,
+    /// Test sequences per extrapolation length.
+    #[serde(default = "default_extrapolate_examples")]
+    pub extrapolate_examples: usize,
+    /// Write the first seed's trained weights (`weights.safetensors`, no optimizer state)
+    /// beside its config, for release: `vort eval --run DIR --data F` re-scores them.
+    #[serde(default)]
+    pub release_weights: bool,
+}
+
+fn default_extrapolate_examples() -> usize {
+    16
 }
 
 /// A recall experiment (one preset file).
@@ -145,6 +164,24 @@ impl RecallPreset {
         if p.seeds.is_empty() || p.lrs.is_empty() || p.cells.is_empty() || p.mixers.is_empty() {
             return Err(bad("seeds, lrs, cells and mixers must be non-empty".into()));
         }
+        let lists = p
+            .cells
+            .iter()
+            .filter_map(|c| c.lrs.as_ref())
+            .chain(p.mixers.iter().filter_map(|m| m.lrs.as_ref()))
+            .chain([&p.lrs]);
+        for l in lists {
+            if l.is_empty() || l.iter().any(|&x| !(x > 0.0 && x.is_finite())) {
+                return Err(bad(format!(
+                    "learning-rate lists must be non-empty and positive: {l:?}"
+                )));
+            }
+        }
+        for c in &p.cells {
+            if c.seeds.as_ref().is_some_and(Vec::is_empty) {
+                return Err(bad(format!("cell {}: seeds must be non-empty", c.name)));
+            }
+        }
         for cell in &p.cells {
             for m in &cell.mixers {
                 if !p.mixers.iter().any(|x| &x.name == m) {
@@ -173,6 +210,15 @@ impl RecallPreset {
                     message: "unknown recall preset (quick|medium|full)".into(),
                 })?;
         Self::from_toml(text, &format!("configs/recall/{name}.toml"))
+    }
+
+    /// The learning rates swept for (cell, mixer): the cell's list, else the mixer's, else
+    /// the preset's.
+    pub fn lrs_of(&self, cell: &CellSpec, mixer: &MixerSpec) -> Vec<f64> {
+        cell.lrs
+            .clone()
+            .or_else(|| mixer.lrs.clone())
+            .unwrap_or_else(|| self.lrs.clone())
     }
 
     /// The mixers of a cell.
@@ -220,8 +266,9 @@ impl RecallPreset {
             .iter()
             .map(|c| {
                 let seeds = c.seeds.as_ref().unwrap_or(&self.seeds).len();
-                let lrs = c.lrs.as_ref().unwrap_or(&self.lrs).len();
-                self.mixers_of(c).count() * (lrs + seeds - 1)
+                self.mixers_of(c)
+                    .map(|m| self.lrs_of(c, m).len() + seeds - 1)
+                    .sum::<usize>()
             })
             .sum()
     }
@@ -256,6 +303,73 @@ pub struct RunResult {
     pub learned: bool,
     /// Mean α on the pair tokens and on the rest (VORT), and a sample of each.
     pub alpha: Option<crate::train::eval::AlphaSample>,
+    /// Scores at the cell's extrapolation lengths.
+    #[serde(default)]
+    pub extrapolation: Vec<Extrapolation>,
+}
+
+/// A trained model scored at another sequence length.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Extrapolation {
+    /// Sequence length L of the scored sequences.
+    pub seq_len: usize,
+    /// Accuracy over every answer.
+    pub accuracy: f64,
+    /// Correct answers.
+    pub correct: usize,
+    /// Answers.
+    pub answers: usize,
+    /// By lag bucket.
+    pub buckets: Vec<LagAccuracy>,
+}
+
+/// Scores the model of the run in `dir` (config `c`) at length `seq_len` (see
+/// [`CellSpec::extrapolate`]); the result is cached as `extrapolate-L<len>.json` in `dir`.
+fn extrapolate(
+    dir: &Path,
+    c: &RunConfig,
+    seq_len: usize,
+    examples: usize,
+    step: u64,
+) -> Result<Extrapolation, TrainError> {
+    let cache = dir.join(format!("extrapolate-L{seq_len}.json"));
+    if let Some(e) = std::fs::read_to_string(&cache)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Extrapolation>(&t).ok())
+    {
+        return Ok(e);
+    }
+    let mut cx = c.clone();
+    cx.task.seq_len = seq_len;
+    cx.task.test_examples = examples;
+    if cx.model.horizon != 0 && cx.model.horizon < seq_len as u64 {
+        cx.model.horizon = seq_len as u64;
+    }
+    if cx.model.memory == MemoryKind::Softmax && cx.model.softmax_window == 0 {
+        cx.model.softmax_window = c.task.seq_len;
+    }
+    let (model, _vm) = crate::train::eval::load_params_as(dir, &cx)?;
+    let source = crate::tasks::Source::open(&cx.task)?;
+    let e = crate::train::eval::evaluate_stream(
+        &model,
+        &source,
+        &cx,
+        step,
+        crate::tasks::Stream::Eval,
+        examples,
+        Some(c.task.seq_len),
+        &train::device(),
+    )?;
+    let x = Extrapolation {
+        seq_len,
+        accuracy: e.accuracy,
+        correct: e.buckets.iter().map(|b| b.correct).sum(),
+        answers: e.buckets.iter().map(|b| b.n).sum(),
+        buckets: e.buckets,
+    };
+    let json = serde_json::to_string_pretty(&x).map_err(|e| TrainError::Serialise(e.to_string()))?;
+    checkpoint::write_atomic(&cache, json.as_bytes())?;
+    Ok(x)
 }
 
 /// One (cell, mixer): the sweep and the seeds at the chosen rate.
@@ -415,6 +529,11 @@ fn one(
     };
     let answers: usize = eval.buckets.iter().map(|b| b.n).sum();
     let correct: usize = eval.buckets.iter().map(|b| b.correct).sum();
+    let extrapolation = cell
+        .extrapolate
+        .iter()
+        .map(|&l| extrapolate(&dir, &c, l, cell.extrapolate_examples, eval.step))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok((
         RunResult {
             seed,
@@ -430,6 +549,7 @@ fn one(
             tokens: eval.step * (c.train.batch_size * c.task.seq_len) as u64,
             learned: eval.accuracy >= preset.learned_accuracy,
             alpha: eval.alpha.clone(),
+            extrapolation,
         },
         reused,
     ))
@@ -479,8 +599,8 @@ pub fn run(
     };
     for cell in &preset.cells {
         let seeds = cell.seeds.clone().unwrap_or_else(|| preset.seeds.clone());
-        let lrs = cell.lrs.clone().unwrap_or_else(|| preset.lrs.clone());
         for mixer in preset.mixers_of(cell) {
+            let lrs = preset.lrs_of(cell, mixer);
             let mut sweep = Vec::new();
             for &lr in &lrs {
                 let ts = Instant::now();
@@ -527,6 +647,14 @@ pub fn run(
                 );
                 step(&r, was, &what, ts.elapsed().as_secs_f64());
                 runs.push(r);
+            }
+            if cell.release_weights {
+                let dir = run_dir(out_dir, cell, mixer, best_lr, seeds[0]);
+                let weights = dir.join(train::WEIGHTS_FILE);
+                if !weights.exists() {
+                    let ck = checkpoint::Checkpoint::load(&dir.join(train::CHECKPOINT_FILE))?;
+                    ck.weights_only().save(&weights)?;
+                }
             }
             let c = preset.run_config(cell, mixer, best_lr, seeds[0])?;
             let model_nodes = nodes_of(&c)?;
@@ -757,6 +885,50 @@ fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
     if !panels.is_empty() {
         panels_plot(&out.join("acc_by_lag.png"), &panels)?;
     }
+    // length extrapolation: accuracy against the scored length, the training length first
+    let mut panels = Vec::new();
+    let mut ext_cells: Vec<&str> = rep
+        .cells
+        .iter()
+        .filter(|c| c.seeds.iter().any(|r| !r.extrapolation.is_empty()))
+        .map(|c| c.cell.as_str())
+        .collect();
+    ext_cells.dedup();
+    for cell in ext_cells {
+        let series: Vec<Series> = rep
+            .cells
+            .iter()
+            .filter(|c| c.cell == cell)
+            .map(|c| {
+                let ci = names.iter().position(|n| n == &c.mixer).unwrap_or(0);
+                let mut pts = vec![(c.seq_len as f64, c.mean_sd().0)];
+                let nx = c.seeds[0].extrapolation.len();
+                for i in 0..nx {
+                    let (n, k) = c
+                        .seeds
+                        .iter()
+                        .filter_map(|r| r.extrapolation.get(i))
+                        .fold((0, 0), |(n, k), x| (n + x.answers, k + x.correct));
+                    if n > 0 {
+                        let l = c.seeds[0].extrapolation[i].seq_len as f64;
+                        pts.push((l, k as f64 / n as f64));
+                    }
+                }
+                Series::line(c.mixer.clone(), pts).with_color(ci)
+            })
+            .collect();
+        panels.push(Panel {
+            title: format!("{cell}: test accuracy against sequence length (trained at the first)"),
+            x_label: "sequence length L".into(),
+            y_label: "accuracy".into(),
+            log_x: true,
+            log_y: false,
+            series,
+        });
+    }
+    if !panels.is_empty() {
+        panels_plot(&out.join("extrapolation.png"), &panels)?;
+    }
     // learned α of VORT: pair tokens against the rest
     let mut pair = Vec::new();
     let mut rest = Vec::new();
@@ -802,25 +974,26 @@ fn pct(x: f64) -> String {
 
 fn markdown(rep: &RecallReport) -> String {
     let p = &rep.preset;
+    let default_lrs = p
+        .lrs
+        .iter()
+        .map(|&x| lr_label(x))
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut s = format!(
-        "# MQAR recall ({})\n\nGenerated by `vort reproduce recall --{}`. {}\n\n\
+        "# MQAR recall ({name})\n\nGenerated by `vort reproduce recall --{name}`. {description}\n\n\
          Every run is Zoology's MQAR (keys from [1, V/2), values from [V/2, V), K pairs first, \
          queries at gaps drawn from p(g) ∝ (g+1)^(a−1)); loss and accuracy only at the query \
-         positions. A seed *learned* the task when its test accuracy is >= {:.0}%. Intervals \
-         are 95% Wilson intervals over the test answers of one seed; ± is the sample sd over \
-         seeds. Learning rates: {} swept on seed {} (best validation accuracy kept), then \
-         seeds {:?} at that rate.\n\n",
-        p.name,
-        p.name,
-        p.description,
-        100.0 * p.learned_accuracy,
-        p.lrs
-            .iter()
-            .map(|&x| lr_label(x))
-            .collect::<Vec<_>>()
-            .join(", "),
-        p.seeds[0],
-        p.seeds,
+         positions. A seed *learned* the task when its test accuracy is >= {learned:.0}%. \
+         Intervals are 95% Wilson intervals over the test answers of one seed; ± is the sample \
+         sd over seeds. Learning rates are swept per (cell, mixer) on seed {first} (default \
+         list: {default_lrs}; the sweep table below lists each), the best validation accuracy \
+         is kept, and seeds {seeds:?} run at that rate.\n\n",
+        name = p.name,
+        description = p.description,
+        learned = 100.0 * p.learned_accuracy,
+        first = p.seeds[0],
+        seeds = p.seeds,
     );
     match rep.gate_passed {
         Some(true) => s.push_str(&format!(
@@ -832,7 +1005,7 @@ fn markdown(rep: &RecallReport) -> String {
              training stack or the recipe is broken, and no comparison below means anything.\n\n",
             100.0 * p.gate_accuracy
         )),
-        None => s.push_str("No gate cell in this preset.\n\n"),
+        None => s.push_str("No softmax run in a gate cell of this preset: no gate.\n\n"),
     }
     for section in [Section::Gate, Section::Grid, Section::Lags] {
         let rows: Vec<&CellResult> = rep.cells.iter().filter(|c| c.section == section).collect();
@@ -924,6 +1097,60 @@ fn markdown(rep: &RecallReport) -> String {
             s.push('\n');
         }
     }
+    let extra: Vec<&CellResult> = rep
+        .cells
+        .iter()
+        .filter(|c| c.seeds.iter().any(|r| !r.extrapolation.is_empty()))
+        .collect();
+    if !extra.is_empty() {
+        s.push_str(
+            "## Length extrapolation (beyond the paper)\n\nModels trained at the cell's L, \
+             scored on longer sequences of the same task (gaps, so lags, grow with the length), \
+             streamed in pieces of the training length with the state carried; node tables \
+             certified for the scored length; softmax restricted to a window of the training \
+             length. Accuracy over all seeds pooled (correct / answers), then by lag bucket.\n\n\
+             | cell | mixer | scored L | accuracy % | ",
+        );
+        for (label, _, _) in BUCKETS {
+            s.push_str(&format!("lags {label} | "));
+        }
+        s.push_str("\n|---|---|---|---|");
+        for _ in BUCKETS {
+            s.push_str("---|");
+        }
+        s.push('\n');
+        for c in &extra {
+            let lengths: Vec<usize> = c.seeds[0].extrapolation.iter().map(|x| x.seq_len).collect();
+            for (i, l) in lengths.iter().enumerate() {
+                let (n, k) = c.seeds.iter().filter_map(|r| r.extrapolation.get(i)).fold(
+                    (0, 0),
+                    |(n, k), x| (n + x.answers, k + x.correct),
+                );
+                s.push_str(&format!(
+                    "| {} | {} | {l} | {} ({k}/{n}) |",
+                    c.cell,
+                    c.mixer,
+                    pct(k as f64 / n.max(1) as f64)
+                ));
+                for b in 0..BUCKETS.len() {
+                    let (n, k) = c
+                        .seeds
+                        .iter()
+                        .filter_map(|r| r.extrapolation.get(i))
+                        .fold((0, 0), |(n, k), x| {
+                            (n + x.buckets[b].n, k + x.buckets[b].correct)
+                        });
+                    if n == 0 {
+                        s.push_str(" - |");
+                    } else {
+                        s.push_str(&format!(" {} ({n}) |", pct(k as f64 / n as f64)));
+                    }
+                }
+                s.push('\n');
+            }
+        }
+        s.push('\n');
+    }
     s.push_str("## Learning-rate sweeps (seed 0: validation accuracy at the end of each run)\n\n");
     s.push_str("| cell | mixer | lr: val acc % (steps) |\n|---|---|---|\n");
     for c in &rep.cells {
@@ -992,6 +1219,18 @@ mod tests {
                 "{name}: no gate cell"
             );
         }
+    }
+
+    /// The README's single-run example config is a valid MQAR run.
+    #[test]
+    fn example_config_is_valid() {
+        let c = RunConfig::from_toml(
+            include_str!("../../../../configs/example-mqar.toml"),
+            "configs/example-mqar.toml",
+        )
+        .unwrap();
+        assert_eq!(c.task.kind, crate::tasks::TaskKind::Mqar);
+        assert_eq!(c.model.short_conv, 4);
     }
 
     #[test]

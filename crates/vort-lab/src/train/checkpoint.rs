@@ -63,6 +63,21 @@ fn checksum(tensors: &BTreeMap<String, HostTensor>) -> u64 {
 }
 
 impl Checkpoint {
+    /// The same checkpoint without the optimizer moments: the trained weights to release
+    /// (`weights.safetensors`, about a third of the size). Enough to evaluate or generate,
+    /// not to resume.
+    pub fn weights_only(&self) -> Checkpoint {
+        Checkpoint {
+            tensors: self
+                .tensors
+                .iter()
+                .filter(|(k, _)| k.starts_with("param/"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            ..self.clone()
+        }
+    }
+
     /// Refuses a checkpoint written with another config than `mine` (TOML), naming up to
     /// three differing lines.
     ///

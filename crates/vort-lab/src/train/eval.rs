@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use candle_core::{Device, Tensor, D};
+use candle_core::{DType, Device, Tensor, D};
 use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
@@ -208,13 +208,59 @@ pub fn evaluate(
         _ => cfg.train.eval_sequences,
     };
     let n_seq = source.eval_len().map_or(wanted, |n| n.min(wanted));
-    evaluate_stream(model, source, cfg, step, Stream::Eval, n_seq, device)
+    evaluate_stream(model, source, cfg, step, Stream::Eval, n_seq, None, device)
 }
 
-/// Scores `model` on the first `n_seq` sequences of `stream` (held-out test or validation).
+/// Logits [P, V] at the flat answer positions `pos` of `tokens` [B, T], computed by
+/// streaming the sequences in pieces of `piece` tokens with the state carried
+/// ([`Model::forward_with_state`]): memory flat in T for the retention memories.
+fn streamed_logits(
+    model: &Model,
+    tokens: &Tensor,
+    pos: &[usize],
+    piece: usize,
+) -> Result<Tensor, TrainError> {
+    let (_, t) = tokens.dims2()?;
+    let mut state = model.new_state();
+    let mut parts = Vec::new();
+    let mut order = Vec::new(); // index into pos of each row of `parts`, in piece order
+    let mut lo = 0;
+    while lo < t {
+        let len = piece.min(t - lo);
+        let out = model.forward_with_state(&tokens.narrow(1, lo, len)?, &mut state)?;
+        let mut local = Vec::new();
+        for (k, &p) in pos.iter().enumerate() {
+            let (i, j) = (p / t, p % t);
+            if (lo..lo + len).contains(&j) {
+                local.push(i * len + (j - lo));
+                order.push(k);
+            }
+        }
+        if !local.is_empty() {
+            parts.push(model.logits_at(&out.hidden, &local)?);
+        }
+        lo += len;
+    }
+    if parts.is_empty() {
+        return Ok(Tensor::zeros((0, model.vocab), DType::F32, tokens.device())?);
+    }
+    let all = Tensor::cat(&parts, 0)?;
+    // back to the order of `pos`
+    let mut inverse = vec![0u32; order.len()];
+    for (row, &k) in order.iter().enumerate() {
+        inverse[k] = row as u32;
+    }
+    let idx = Tensor::from_vec(inverse, order.len(), all.device())?;
+    Ok(all.index_select(&idx, 0)?)
+}
+
+/// Scores `model` on the first `n_seq` sequences of `stream` (held-out test or validation),
+/// in one forward pass per batch, or streamed in pieces of `piece` tokens with the state
+/// carried (long sequences; no α sample then).
 ///
 /// # Errors
 /// candle errors.
+#[allow(clippy::too_many_arguments)]
 pub fn evaluate_stream(
     model: &Model,
     source: &Source,
@@ -222,6 +268,7 @@ pub fn evaluate_stream(
     step: u64,
     stream: Stream,
     n_seq: usize,
+    piece: Option<usize>,
     device: &Device,
 ) -> Result<EvalResult, TrainError> {
     let bs = cfg.train.eval_batch();
@@ -245,9 +292,15 @@ pub fn evaluate_stream(
             .map(|i| source.sample(cfg.seed, stream, (done + i) as u64))
             .collect();
         let batch = crate::tasks::Batch::from_samples(&samples);
-        let out = model.forward(&tokens_tensor(&batch, device)?)?;
+        let tokens = tokens_tensor(&batch, device)?;
         let pos = batch.answer_positions();
-        let logits = model.logits_at(&out.hidden, &pos)?;
+        let (logits, alphas) = match piece {
+            None => {
+                let out = model.forward(&tokens)?;
+                (model.logits_at(&out.hidden, &pos)?, out.alphas)
+            }
+            Some(len) => (streamed_logits(model, &tokens, &pos, len)?, Vec::new()),
+        };
         let pred: Vec<u32> = logits.argmax(D::Minus1)?.to_vec1()?;
         let targets: Vec<u32> = pos.iter().map(|&p| batch.targets[p]).collect();
         let nll = row_nll(&logits, &targets)?;
@@ -282,7 +335,7 @@ pub fn evaluate_stream(
             }
         }
         let t = batch.t;
-        for a in &out.alphas {
+        for a in &alphas {
             let (bb, h, tt) = a.dims3()?;
             let v: Vec<f32> = a.flatten_all()?.to_vec1()?;
             for i in 0..bb {
@@ -389,7 +442,7 @@ pub fn run_on_file(run_dir: &Path, data: &Path) -> Result<EvalResult, TrainError
     let source = Source::with_test_set(&cfg.task, set);
     let mut cfg = cfg;
     cfg.task.seq_len = source.config().seq_len;
-    let step = checkpoint::Checkpoint::load(&run_dir.join(CHECKPOINT_FILE))?.step;
+    let step = inference_checkpoint(run_dir)?.0.step;
     evaluate_stream(
         &model,
         &source,
@@ -397,8 +450,26 @@ pub fn run_on_file(run_dir: &Path, data: &Path) -> Result<EvalResult, TrainError
         step,
         Stream::Eval,
         n,
+        None,
         &super::device(),
     )
+}
+
+/// The trained parameters of `run_dir` in a model built from `cfg` instead of the run's own
+/// config: the same parameters under another length or horizon (a longer node table, a
+/// sliding window for softmax). Every parameter must be in the checkpoint with its shape.
+///
+/// # Errors
+/// A missing or corrupt checkpoint; a parameter missing or of another shape.
+pub fn load_params_as(run_dir: &Path, cfg: &RunConfig) -> Result<(Model, VarMap), TrainError> {
+    let (ck, ck_path) = inference_checkpoint(run_dir)?;
+    let vm = VarMap::new();
+    let dev = super::device();
+    let model = super::run_model(cfg, &vm, &dev)?;
+    for (name, var) in super::named_vars(&vm) {
+        var.set(&ck.tensor(&format!("param/{name}"), var.dims(), &dev, &ck_path)?)?;
+    }
+    Ok((model, vm))
 }
 
 /// Loads only the parameters of a run into a fresh model (for inspection).
@@ -414,6 +485,24 @@ pub fn load_model(run_dir: &Path) -> Result<(RunConfig, Model, VarMap), TrainErr
     Ok((cfg, tr.model, tr.vm))
 }
 
+/// The parameters of a run for inference: its checkpoint, or its released weights
+/// (`weights.safetensors`) when it has no checkpoint.
+///
+/// # Errors
+/// Neither file; a corrupt one.
+pub fn inference_checkpoint(
+    run_dir: &Path,
+) -> Result<(checkpoint::Checkpoint, std::path::PathBuf), TrainError> {
+    let ck_path = run_dir.join(CHECKPOINT_FILE);
+    let w_path = run_dir.join(super::WEIGHTS_FILE);
+    let path = if !ck_path.exists() && w_path.exists() {
+        w_path
+    } else {
+        ck_path
+    };
+    Ok((checkpoint::Checkpoint::load(&path)?, path))
+}
+
 /// A run's trained model for inference only: built from the run's config and the checkpoint's
 /// parameters, without opening the task's data (a run directory is enough to generate from).
 ///
@@ -423,8 +512,7 @@ pub fn load_model(run_dir: &Path) -> Result<(RunConfig, Model, VarMap), TrainErr
 pub fn load_inference_model(run_dir: &Path) -> Result<(RunConfig, Model, VarMap), TrainError> {
     let cfg = RunConfig::load(&run_dir.join(CONFIG_FILE))?;
     cfg.validate()?;
-    let ck_path = run_dir.join(CHECKPOINT_FILE);
-    let ck = checkpoint::Checkpoint::load(&ck_path)?;
+    let (ck, ck_path) = inference_checkpoint(run_dir)?;
     ck.check_config(&cfg.to_toml()?, &ck_path)?;
     let vm = VarMap::new();
     let dev = super::device();

@@ -40,6 +40,10 @@ pub const METRICS_FILE: &str = "metrics.jsonl";
 pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
 /// Held-out evaluation.
 pub const EVAL_FILE: &str = "eval.json";
+/// Released weights (the checkpoint without optimizer state; see
+/// [`checkpoint::Checkpoint::weights_only`]): evaluation and generation read it when the run
+/// has no checkpoint.
+pub const WEIGHTS_FILE: &str = "weights.safetensors";
 
 /// Why training (or evaluation) stopped.
 #[derive(Debug, thiserror::Error)]
@@ -778,6 +782,7 @@ pub fn run_with(
                 tr.step,
                 Stream::Valid,
                 t.val_sequences,
+                None,
                 &dev,
             )?;
             m.val_acc = Some(v.accuracy);

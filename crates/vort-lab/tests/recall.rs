@@ -1,0 +1,131 @@
+//! `reproduce recall` end to end on a tiny preset: every run trains through the one training
+//! path, the report and plots are written, the gate verdict is stated, the learning rate is
+//! chosen on validation, and a second call reuses every finished run.
+
+use vort_lab::reproduce::recall::{self, RecallPreset, Section};
+
+const PRESET: &str = r#"
+name = "tiny"
+description = "A tiny preset for the tests."
+seeds = [0, 1]
+lrs = [1e-3, 1e-2]
+gate_accuracy = 0.9
+learned_accuracy = 0.5
+
+[base]
+seed = 0
+[base.task]
+kind = "mqar"
+seq_len = 24
+vocab_size = 40
+num_kv_pairs = 2
+power_a = 1.0
+random_non_queries = false
+train_examples = 0
+test_examples = 32
+[base.model]
+d_model = 16
+layers = 2
+heads = 2
+head_dim = 8
+features = 8
+mlp_mult = 0
+chunk = 8
+token_shift = false
+short_conv = 3
+[base.train]
+steps = 40
+batch_size = 16
+warmup_steps = 0
+min_lr_ratio = 0.0
+decay_matrices_only = true
+weight_decay = 0.1
+checkpoint_every = 1000
+log_every = 10
+eval_every = 20
+val_sequences = 32
+entity_aux_weight = 0.0
+
+[[mixers]]
+name = "softmax"
+model = { memory = "softmax", qk_scale_init = 4.0 }
+[[mixers]]
+name = "retnet"
+model = { memory = "retnet" }
+lrs = [1e-2]
+
+[[cells]]
+name = "gate"
+section = "gate"
+
+[[cells]]
+name = "long"
+section = "lags"
+task = { seq_len = 48 }
+mixers = ["retnet"]
+seeds = [0]
+extrapolate = [96]
+extrapolate_examples = 4
+release_weights = true
+"#;
+
+#[test]
+fn tiny_recall_reproduction_runs_reports_and_reuses() {
+    let out = std::env::temp_dir().join(format!("vort-recall-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let preset = RecallPreset::from_toml(PRESET, "tiny").unwrap();
+    let rep = recall::run(&preset, &out, false).unwrap();
+    // gate: softmax (2 lrs + 1 more seed) and retnet (1 lr + 1 seed); long: retnet (1)
+    assert_eq!(rep.cells.len(), 3);
+    let soft = &rep.cells[0];
+    assert_eq!((soft.mixer.as_str(), soft.section), ("softmax", Section::Gate));
+    assert_eq!(soft.sweep.len(), 2);
+    assert_eq!(soft.seeds.len(), 2);
+    let best = soft
+        .sweep
+        .iter()
+        .map(|r| r.val_accuracy)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let chosen = soft.sweep.iter().find(|r| r.lr == soft.best_lr).unwrap();
+    assert_eq!(chosen.val_accuracy, best, "the best validation accuracy is kept");
+    assert_eq!(soft.seeds[0].seed, 0);
+    assert_eq!(soft.seeds[1].seed, 1);
+    for r in soft.seeds.iter().chain(&soft.sweep) {
+        assert_eq!(r.answers, 32 * 2, "every test answer is scored");
+        assert!(r.accuracy.is_finite());
+    }
+    assert!(rep.gate_passed.is_some());
+    let long = &rep.cells[2];
+    assert_eq!(long.seeds[0].extrapolation.len(), 1);
+    assert_eq!(long.seeds[0].extrapolation[0].seq_len, 96);
+    assert_eq!(long.seeds[0].extrapolation[0].answers, 4 * 2);
+    assert!(long.state_floats > 0 && soft.state_floats == 2 * 2 * 2 * 24 * 8);
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("Gate: passed") || md.contains("Gate: FAILED"), "{md}");
+    assert!(md.contains("Length extrapolation"));
+    assert!(md.contains("Wilson"));
+    for f in [
+        "results.json",
+        "acc_vs_width.png",
+        "acc_vs_state.png",
+        "lr_sweep.png",
+        "acc_by_lag.png",
+        "extrapolation.png",
+    ] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let w = out
+        .join("runs/long/retnet")
+        .join(format!("lr{:.1e}", long.best_lr))
+        .join("seed0/weights.safetensors");
+    assert!(w.is_file(), "{} missing", w.display());
+    // a second call trains nothing and reports the same numbers
+    let again = recall::run(&preset, &out, false).unwrap();
+    assert_eq!(again.reused, 6);
+    for (a, b) in rep.cells.iter().zip(&again.cells) {
+        assert_eq!(a.best_lr, b.best_lr);
+        let acc = |c: &recall::CellResult| -> Vec<usize> { c.seeds.iter().map(|r| r.correct).collect() };
+        assert_eq!(acc(a), acc(b));
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -471,11 +471,18 @@ fn softmax_learns_tiny_mqar_and_stops_early() {
     let (one, streamed) = (score(None), score(Some(7)));
     assert_eq!(counts(&one.buckets), counts(&e.buckets));
     assert_eq!(counts(&streamed.buckets), counts(&one.buckets));
-    assert!((streamed.loss - one.loss).abs() < 1e-4, "{} vs {}", streamed.loss, one.loss);
+    assert!(
+        (streamed.loss - one.loss).abs() < 1e-4,
+        "{} vs {}",
+        streamed.loss,
+        one.loss
+    );
     // released weights alone (no optimizer state, no checkpoint) score the same
     let ck_path = d.join(train::CHECKPOINT_FILE);
     let ck = vort_lab::train::checkpoint::Checkpoint::load(&ck_path).unwrap();
-    ck.weights_only().save(&d.join(train::WEIGHTS_FILE)).unwrap();
+    ck.weights_only()
+        .save(&d.join(train::WEIGHTS_FILE))
+        .unwrap();
     std::fs::remove_file(&ck_path).unwrap();
     let w = train::eval::run_on_file(&d, &f).unwrap();
     assert_eq!(counts(&w.buckets), counts(&r.buckets));

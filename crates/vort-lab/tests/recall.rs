@@ -78,7 +78,10 @@ fn tiny_recall_reproduction_runs_reports_and_reuses() {
     // gate: softmax (2 lrs + 1 more seed) and retnet (1 lr + 1 seed); long: retnet (1)
     assert_eq!(rep.cells.len(), 3);
     let soft = &rep.cells[0];
-    assert_eq!((soft.mixer.as_str(), soft.section), ("softmax", Section::Gate));
+    assert_eq!(
+        (soft.mixer.as_str(), soft.section),
+        ("softmax", Section::Gate)
+    );
     assert_eq!(soft.sweep.len(), 2);
     assert_eq!(soft.seeds.len(), 2);
     let best = soft
@@ -87,7 +90,10 @@ fn tiny_recall_reproduction_runs_reports_and_reuses() {
         .map(|r| r.val_accuracy)
         .fold(f64::NEG_INFINITY, f64::max);
     let chosen = soft.sweep.iter().find(|r| r.lr == soft.best_lr).unwrap();
-    assert_eq!(chosen.val_accuracy, best, "the best validation accuracy is kept");
+    assert_eq!(
+        chosen.val_accuracy, best,
+        "the best validation accuracy is kept"
+    );
     assert_eq!(soft.seeds[0].seed, 0);
     assert_eq!(soft.seeds[1].seed, 1);
     for r in soft.seeds.iter().chain(&soft.sweep) {
@@ -101,7 +107,10 @@ fn tiny_recall_reproduction_runs_reports_and_reuses() {
     assert_eq!(long.seeds[0].extrapolation[0].answers, 4 * 2);
     assert!(long.state_floats > 0 && soft.state_floats == 2 * 2 * 2 * 24 * 8);
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(md.contains("Gate: passed") || md.contains("Gate: FAILED"), "{md}");
+    assert!(
+        md.contains("Gate: passed") || md.contains("Gate: FAILED"),
+        "{md}"
+    );
     assert!(md.contains("Length extrapolation"));
     assert!(md.contains("Wilson"));
     for f in [
@@ -124,7 +133,8 @@ fn tiny_recall_reproduction_runs_reports_and_reuses() {
     assert_eq!(again.reused, 6);
     for (a, b) in rep.cells.iter().zip(&again.cells) {
         assert_eq!(a.best_lr, b.best_lr);
-        let acc = |c: &recall::CellResult| -> Vec<usize> { c.seeds.iter().map(|r| r.correct).collect() };
+        let acc =
+            |c: &recall::CellResult| -> Vec<usize> { c.seeds.iter().map(|r| r.correct).collect() };
         assert_eq!(acc(a), acc(b));
     }
     let _ = std::fs::remove_dir_all(&out);

@@ -106,7 +106,9 @@ fn answers_are_recoverable_by_lookup() {
                         assert!(s.entity[a] && s.entity[p]);
                         assert_eq!(a - (p + 1), lag);
                     }
-                    TaskKind::Books => unreachable!("only the synthetic tasks are generated here"),
+                    TaskKind::Books | TaskKind::Mqar => {
+                        unreachable!("only the sparse synthetic tasks are generated here")
+                    }
                 }
                 assert!(lag >= 1 && lag <= c.max_lag);
                 // exactly two occurrences of the key

@@ -367,7 +367,8 @@ fn extrapolate(
         answers: e.buckets.iter().map(|b| b.n).sum(),
         buckets: e.buckets,
     };
-    let json = serde_json::to_string_pretty(&x).map_err(|e| TrainError::Serialise(e.to_string()))?;
+    let json =
+        serde_json::to_string_pretty(&x).map_err(|e| TrainError::Serialise(e.to_string()))?;
     checkpoint::write_atomic(&cache, json.as_bytes())?;
     Ok(x)
 }
@@ -793,7 +794,8 @@ fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
             .filter(|p| p.0 == *label)
             .map(|p| (p.1, p.2))
             .collect();
-        series.push(Series::dashed(*label, pts).with_color(names.len() + i));
+        // markers: a single published point (GLA) would not show as a line
+        series.push(Series::points(*label, pts).with_color(names.len() + i));
     }
     panels_plot(
         &out.join("acc_vs_state.png"),
@@ -1122,10 +1124,11 @@ fn markdown(rep: &RecallReport) -> String {
         for c in &extra {
             let lengths: Vec<usize> = c.seeds[0].extrapolation.iter().map(|x| x.seq_len).collect();
             for (i, l) in lengths.iter().enumerate() {
-                let (n, k) = c.seeds.iter().filter_map(|r| r.extrapolation.get(i)).fold(
-                    (0, 0),
-                    |(n, k), x| (n + x.answers, k + x.correct),
-                );
+                let (n, k) = c
+                    .seeds
+                    .iter()
+                    .filter_map(|r| r.extrapolation.get(i))
+                    .fold((0, 0), |(n, k), x| (n + x.answers, k + x.correct));
                 s.push_str(&format!(
                     "| {} | {} | {l} | {} ({k}/{n}) |",
                     c.cell,

@@ -242,7 +242,11 @@ fn streamed_logits(
         lo += len;
     }
     if parts.is_empty() {
-        return Ok(Tensor::zeros((0, model.vocab), DType::F32, tokens.device())?);
+        return Ok(Tensor::zeros(
+            (0, model.vocab),
+            DType::F32,
+            tokens.device(),
+        )?);
     }
     let all = Tensor::cat(&parts, 0)?;
     // back to the order of `pos`

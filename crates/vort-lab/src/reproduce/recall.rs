@@ -299,6 +299,9 @@ pub struct RunResult {
     pub tokens_per_s: f64,
     /// Training tokens seen.
     pub tokens: u64,
+    /// Training wall time (s) of the run's last call (its metrics' last `elapsed_s`).
+    #[serde(default)]
+    pub train_s: f64,
     /// Whether it reached the preset's `learned_accuracy`.
     pub learned: bool,
     /// Mean α on the pair tokens and on the rest (VORT), and a sample of each.
@@ -548,6 +551,7 @@ fn one(
             steps: eval.step,
             tokens_per_s,
             tokens: eval.step * (c.train.batch_size * c.task.seq_len) as u64,
+            train_s: metrics.last().map_or(0.0, |m| m.elapsed_s),
             learned: eval.accuracy >= preset.learned_accuracy,
             alpha: eval.alpha.clone(),
             extrapolation,
@@ -1193,15 +1197,24 @@ fn markdown(rep: &RecallReport) -> String {
         }
         s.push_str("\nHistograms: `alpha_hist.png` (pair tokens), `alpha_hist_other.png`.\n\n");
     }
+    // every run once: the sweep, then the seeds past the first (which is a sweep run)
+    let runs: Vec<&RunResult> = rep
+        .cells
+        .iter()
+        .flat_map(|c| c.sweep.iter().chain(c.seeds.iter().skip(1)))
+        .collect();
     s.push_str(&format!(
         "Plots: `acc_vs_width.png`, `acc_vs_state.png` (with Zoology's published points), \
-         `lr_sweep.png`{}. Wall time of this call: {:.0} s ({} of the runs reused from an \
-         earlier call). Every run's config, metrics and evaluation: `runs/`.\n",
+         `lr_sweep.png`{}. Training time summed over the {} runs: {:.0} s. Wall time of this \
+         call: {:.0} s ({} of the runs reused from an earlier call). Every run's config, \
+         metrics and evaluation: `runs/`.\n",
         if rep.cells.iter().any(|c| c.section == Section::Lags) {
             ", `acc_by_lag.png`"
         } else {
             ""
         },
+        runs.len(),
+        runs.iter().map(|r| r.train_s).sum::<f64>(),
         rep.wall_s,
         rep.reused
     ));

@@ -286,6 +286,61 @@ impl ModelConfig {
                 self.delta
             )));
         }
+        let finite = |name: &str, x: f64, ok: bool, domain: &str| -> Result<(), ModelError> {
+            if x.is_finite() && ok {
+                Ok(())
+            } else {
+                Err(ModelError::Invalid(format!(
+                    "{name} = {x} must be {domain}"
+                )))
+            }
+        };
+        finite("router_bias_init", self.router_bias_init, true, "finite")?;
+        finite(
+            "qk_scale_init",
+            self.qk_scale_init,
+            self.qk_scale_init > 0.0,
+            "finite and > 0",
+        )?;
+        finite(
+            "eps_den",
+            self.eps_den,
+            self.eps_den > 0.0,
+            "finite and > 0",
+        )?;
+        let (lo, hi) = (
+            vort::vort_math::limits::MIN_EPS,
+            vort::vort_math::limits::MAX_EPS,
+        );
+        finite(
+            "soe_eps",
+            self.soe_eps,
+            (lo..=hi).contains(&self.soe_eps),
+            &format!("in [{lo:e}, {hi}]"),
+        )?;
+        finite(
+            "mixture_min_rate",
+            self.mixture_min_rate,
+            self.mixture_min_rate > 0.0 && self.mixture_min_rate <= 1.0,
+            "in (0, 1]",
+        )?;
+        if self.mixture_m == 0 {
+            return Err(ModelError::Invalid("mixture_m must be >= 1".into()));
+        }
+        if self.horizon > vort::vort_math::limits::MAX_HORIZON {
+            return Err(ModelError::Invalid(format!(
+                "horizon = {} must be <= {} (0 = the sequence length)",
+                self.horizon,
+                vort::vort_math::limits::MAX_HORIZON
+            )));
+        }
+        if self.memory == MemoryKind::Vort && self.vort_mode == MemoryMode::Banks && self.banks < 2
+        {
+            return Err(ModelError::Invalid(format!(
+                "banks = {} must be >= 2 in banks mode (one bank is a fixed order δ)",
+                self.banks
+            )));
+        }
         if !(self.power_law_alpha > 0.0 && self.power_law_alpha <= 1.0) {
             return Err(ModelError::Invalid(format!(
                 "power_law_alpha = {} must be in (0, 1]",

@@ -306,3 +306,75 @@ fn bigram_learning_rate_scale_is_validated() {
         assert!(err.to_string().contains("bigram_lr_scale"), "{bad}: {err}");
     }
 }
+
+/// Out-of-domain settings are refused with a message naming the field (issue 11, item 5):
+/// each of these used to train with exit 0 or fail later without naming the field.
+#[test]
+fn out_of_domain_config_fields_are_refused_by_name() {
+    for (section, field, value) in [
+        ("train", "adam_eps", "-1.0"),
+        ("train", "weight_decay", "-5.0"),
+        ("train", "bigram_weight", "-1.0"),
+        ("train", "grad_clip", "nan"),
+        ("train", "grad_clip", "-1.0"),
+        ("train", "entity_aux_weight", "nan"),
+        ("model", "eps_den", "-1.0"),
+        ("model", "router_bias_init", "inf"),
+        ("model", "qk_scale_init", "0.0"),
+        ("model", "soe_eps", "0.0"),
+        ("model", "horizon", "1000000000000000"),
+        ("model", "mixture_min_rate", "0.0"),
+        ("model", "short_conv", "1"),
+        ("train", "early_stop_accuracy", "1.5"),
+    ] {
+        let text = format!("[{section}]\n{field} = {value}\n");
+        let e = RunConfig::from_toml(&text, "bad.toml")
+            .expect_err(&text)
+            .to_string();
+        assert!(e.contains(field), "{text}: {e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+    // a horizon below the training length
+    let e = RunConfig::from_toml(
+        "[task]\nseq_len = 64\nmax_lag = 32\nqueries = 4\n[model]\nhorizon = 1\n",
+        "h",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("model.horizon") && e.contains("seq_len"), "{e}");
+}
+
+/// The checksum covers the metadata (issue 11, item 1): editing the step or the optimizer
+/// counter in place, at the same length, makes the checkpoint corrupt instead of resuming a
+/// finished model as if it were at an earlier step.
+#[test]
+fn edited_checkpoint_metadata_fails_the_checksum() {
+    let dir = tmp("edited-meta");
+    let c = tiny(TaskKind::Zipf, MemoryKind::Exponential, 12);
+    train::run_with(&c, &dir, false, &quiet()).unwrap();
+    let path = dir.join(train::CHECKPOINT_FILE);
+    let good = std::fs::read(&path).unwrap();
+    assert!(Checkpoint::load(&path).is_ok());
+    for (from, to) in [
+        ("\"step\":\"12\"", "\"step\":\"06\""),
+        ("\"adam_t\":\"12\"", "\"adam_t\":\"06\""),
+    ] {
+        let at = good
+            .windows(from.len())
+            .position(|w| w == from.as_bytes())
+            .expect(from);
+        let mut bad = good.clone();
+        bad[at..at + to.len()].copy_from_slice(to.as_bytes());
+        std::fs::write(&path, &bad).unwrap();
+        let err = Checkpoint::load(&path).unwrap_err();
+        assert!(
+            matches!(&err, TrainError::CheckpointCorrupt { reason, .. } if reason.contains("checksum")),
+            "{from}: {err}"
+        );
+        assert!(err.is_bad_input());
+    }
+    // and --resume on it refuses, leaving the files alone
+    let before = std::fs::read(&path).unwrap();
+    assert!(train::run_with(&c, &dir, true, &quiet()).is_err());
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}

@@ -6,7 +6,10 @@
 //!
 //! Tensors: `param/<name>`, `adam_m/<name>`, `adam_v/<name>` (f32, little-endian).
 //! Metadata: `format` = [`FORMAT`], `step` (steps completed), `adam_t`, `config` (TOML of the
-//! run config), `checksum`.
+//! run config), `checksum`. The checksum covers the metadata too (format, step, adam_t,
+//! config): an edited step or config is a corrupt checkpoint, not a silently wrong resume.
+//! Files of the previous format ([`FORMAT_V1`], checksum over the tensors only) are still
+//! read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -17,7 +20,9 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use super::TrainError;
 
 /// Format tag in the metadata.
-pub const FORMAT: &str = "vort-lab-checkpoint-v1";
+pub const FORMAT: &str = "vort-lab-checkpoint-v2";
+/// The previous format: its checksum covers the tensors only.
+pub const FORMAT_V1: &str = "vort-lab-checkpoint-v1";
 
 /// A host tensor: shape and f32 data.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,15 +46,41 @@ pub struct Checkpoint {
     pub tensors: BTreeMap<String, HostTensor>,
 }
 
-/// FNV-1a 64 over (name, shape, data) of every tensor in name order.
+/// FNV-1a 64 over (name, shape, data) of every tensor in name order ([`FORMAT_V1`]).
 fn checksum(tensors: &BTreeMap<String, HostTensor>) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for &b in bytes {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    };
+    fnv_tensors(0xcbf2_9ce4_8422_2325, tensors)
+}
+
+/// FNV-1a 64 over the format, step, adam_t and config (each length-prefixed), then every
+/// tensor ([`FORMAT`]).
+fn checksum_v2(
+    step: u64,
+    adam_t: u64,
+    config: &str,
+    tensors: &BTreeMap<String, HostTensor>,
+) -> u64 {
+    let mut h = fnv(0xcbf2_9ce4_8422_2325, FORMAT.as_bytes());
+    for field in [
+        &step.to_le_bytes()[..],
+        &adam_t.to_le_bytes()[..],
+        config.as_bytes(),
+    ] {
+        h = fnv(h, &(field.len() as u64).to_le_bytes());
+        h = fnv(h, field);
+    }
+    fnv_tensors(h, tensors)
+}
+
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn fnv_tensors(mut h: u64, tensors: &BTreeMap<String, HostTensor>) -> u64 {
+    let mut eat = |bytes: &[u8]| h = fnv(h, bytes);
     for (name, t) in tensors {
         eat(name.as_bytes());
         for &d in &t.shape {
@@ -164,7 +195,10 @@ impl Checkpoint {
             ("config".to_string(), self.config.clone()),
             (
                 "checksum".to_string(),
-                format!("{:016x}", checksum(&self.tensors)),
+                format!(
+                    "{:016x}",
+                    checksum_v2(self.step, self.adam_t, &self.config, &self.tensors)
+                ),
             ),
         ]
         .into_iter()
@@ -198,11 +232,9 @@ impl Checkpoint {
                 .cloned()
                 .ok_or_else(|| corrupt(path, format!("metadata `{k}` missing")))
         };
-        if get("format")? != FORMAT {
-            return Err(corrupt(
-                path,
-                format!("format `{}` is not {FORMAT}", get("format")?),
-            ));
+        let format = get("format")?;
+        if format != FORMAT && format != FORMAT_V1 {
+            return Err(corrupt(path, format!("format `{format}` is not {FORMAT}")));
         }
         let num = |k: &str| -> Result<u64, TrainError> {
             get(k)?
@@ -231,7 +263,12 @@ impl Checkpoint {
                 },
             );
         }
-        let got = format!("{:016x}", checksum(&tensors));
+        let got = if format == FORMAT {
+            checksum_v2(step, adam_t, &config, &tensors)
+        } else {
+            checksum(&tensors)
+        };
+        let got = format!("{got:016x}");
         if got != want {
             return Err(corrupt(
                 path,

@@ -303,6 +303,27 @@ impl RunConfig {
         if !(t.lr > 0.0 && t.lr.is_finite() && (0.0..=1.0).contains(&t.min_lr_ratio)) {
             return bad("train.lr must be > 0 and min_lr_ratio in [0, 1]");
         }
+        // every real field of [train], by name: finite, and >= 0 or > 0
+        for (name, x, positive) in [
+            ("weight_decay", t.weight_decay, false),
+            ("adam_eps", t.adam_eps, true),
+            ("grad_clip", t.grad_clip, false),
+            ("entity_aux_weight", t.entity_aux_weight, false),
+            ("bigram_weight", t.bigram_weight, false),
+        ] {
+            let ok = x.is_finite() && if positive { x > 0.0 } else { x >= 0.0 };
+            if !ok {
+                let domain = if positive { "> 0" } else { ">= 0" };
+                return bad(&format!("train.{name} = {x} must be finite and {domain}"));
+            }
+        }
+        if self.model.horizon != 0 && self.model.horizon < self.task.seq_len as u64 {
+            return bad(&format!(
+                "model.horizon = {} is below task.seq_len = {}: every training sequence would \
+                 run past the certified kernel (0 = the sequence length)",
+                self.model.horizon, self.task.seq_len
+            ));
+        }
         if !(t.bigram_lr_scale > 0.0 && t.bigram_lr_scale.is_finite()) {
             return bad("train.bigram_lr_scale must be a finite number > 0");
         }

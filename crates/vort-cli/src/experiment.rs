@@ -98,6 +98,21 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
         PathBuf::from("runs").join(format!("{}-{}-s{}", a.task, a.memory, config.seed))
     });
     if a.resume {
+        let given: Vec<&str> = [
+            ("--config", a.config.is_some()),
+            ("--seed", a.seed.is_some()),
+            ("--train-data", a.train_data.is_some()),
+            ("--test-data", a.test_data.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, set)| set.then_some(flag))
+        .collect();
+        if !given.is_empty() {
+            return Err(CliError::Usage(format!(
+                "--resume continues with the config saved in the run directory; drop {}",
+                given.join(", ")
+            )));
+        }
         if !dir.join(CONFIG_FILE).is_file() {
             return Err(CliError::Usage(format!(
                 "nothing to resume in {} (no {CONFIG_FILE})",

@@ -174,3 +174,88 @@ fn books_without_data_and_conflicting_scales_are_refused() {
     assert_one_line_error(&vort(&["reproduce", "--medium", "--full"]), 2);
     assert_one_line_error(&vort(&["reproduce", "everything"]), 2);
 }
+
+/// Writes a Zoology-format file: `inputs`, `labels` [n, l] as I64.
+fn zoology_file(path: &std::path::Path, inputs: &[i64], labels: &[i64], n: usize, l: usize) {
+    use safetensors::tensor::{Dtype, TensorView};
+    let a: Vec<u8> = inputs.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let b: Vec<u8> = labels.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let views = vec![
+        (
+            "inputs",
+            TensorView::new(Dtype::I64, vec![n, l], &a).unwrap(),
+        ),
+        (
+            "labels",
+            TensorView::new(Dtype::I64, vec![n, l], &b).unwrap(),
+        ),
+    ];
+    std::fs::write(path, safetensors::serialize(views, &None).unwrap()).unwrap();
+}
+
+/// MQAR through the CLI: training on a Zoology-format file, scoring a run on one with
+/// `eval --data --json`, bad files refused with one line and exit 2, and `--resume` with
+/// flags that it would ignore refused.
+#[test]
+fn mqar_with_zoology_files() {
+    const MQAR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tiny_mqar.toml");
+    let dir = tmp("mqar");
+    std::fs::create_dir_all(&dir).unwrap();
+    // 4 sequences: pairs (1, 20) (2, 21), queried at 10 and 20
+    let (n, l) = (4, 32);
+    let mut inputs = vec![0i64; n * l];
+    let mut labels = vec![-100i64; n * l];
+    for s in 0..n {
+        let row = &mut inputs[s * l..(s + 1) * l];
+        row[..4].copy_from_slice(&[1, 20, 2, 21]);
+        row[10] = 2;
+        row[20] = 1;
+        labels[s * l + 10] = 21;
+        labels[s * l + 20] = 20;
+    }
+    let data = dir.join("mqar.safetensors");
+    zoology_file(&data, &inputs, &labels, n, l);
+    let run = dir.join("run");
+    let (d, f) = (run.to_str().unwrap(), data.to_str().unwrap());
+    let o = vort(&[
+        "train",
+        "--task",
+        "mqar",
+        "--memory",
+        "retnet",
+        "--config",
+        MQAR,
+        "--out",
+        d,
+        "--train-data",
+        f,
+        "--test-data",
+        f,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = vort(&["eval", "--run", d, "--data", f, "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(e["positions"], 8);
+    assert!(e["accuracy"].as_f64().unwrap() >= 0.0);
+    // lags: 10 - 3 = 7 and 20 - 1 = 19, both in the first bucket
+    assert_eq!(e["buckets"][0]["n"], 8);
+    // bad files: a token outside the vocabulary, a float tensor, a missing file
+    let mut bad = inputs.clone();
+    bad[5] = 40;
+    let badf = dir.join("bad.safetensors");
+    zoology_file(&badf, &bad, &labels, n, l);
+    let b = badf.to_str().unwrap();
+    let err = assert_one_line_error(&vort(&["eval", "--run", d, "--data", b]), 2);
+    assert!(err.contains("vocabulary"), "{err}");
+    assert_one_line_error(&vort(&["eval", "--run", d, "--data", "/nonexistent.st"]), 2);
+    // --resume takes the saved config: flags it would ignore are refused
+    let err = assert_one_line_error(
+        &vort(&[
+            "train", "--task", "mqar", "--memory", "retnet", "--resume", "--out", d, "--seed", "3",
+        ]),
+        2,
+    );
+    assert!(err.contains("--seed"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -178,6 +178,9 @@ struct SoeJson {
 }
 
 fn soe(args: SoeArgs) -> Result<(), CliError> {
+    if let Some(path) = &args.plot {
+        plot::check_path(path)?;
+    }
     let start = Instant::now();
     let soe = with_spinner("building and certifying the SOE", || {
         Soe::build(args.alpha, args.horizon, args.eps)
@@ -356,6 +359,9 @@ struct SharedJson {
 }
 
 fn shared(args: SharedArgs) -> Result<(), CliError> {
+    if let Some(path) = &args.plot {
+        plot::check_path(path)?;
+    }
     let start = Instant::now();
     let shared = with_spinner("building and certifying the shared node set", || {
         SharedSoe::build(args.delta, args.horizon, args.eps)

@@ -90,6 +90,16 @@ pub fn run_retention(a: RetentionArgs) -> Result<(), CliError> {
     };
     // the recipe is checked before the input is read or anything is written
     opts.node_spec(1).validate()?;
+    let same = match (a.input.canonicalize(), a.output.canonicalize()) {
+        (Ok(i), Ok(o)) => i == o,
+        _ => a.input == a.output,
+    };
+    if same {
+        return Err(CliError::Usage(format!(
+            "--output {} is the input file: choose another path (the input would be overwritten)",
+            a.output.display()
+        )));
+    }
     let report = retention_from_safetensors(&a.input, &a.output, &opts)?;
     if a.json {
         return emit_json(&report);

@@ -113,9 +113,9 @@ fn plot_drift(r: &StreamDriftResult, path: &Path) -> Result<(), CliError> {
         "f32 recurrent vs f64: relative RMS of y per window, {} tokens, F = {}, D = {}, δ = {}",
         r.tokens, r.options.f, r.options.d, r.options.delta
     );
-    let tmp = path.with_extension("tmp.png");
+    // line_plot writes through the project's atomic writer
     plot::line_plot(
-        &tmp,
+        path,
         &title,
         "tokens streamed (end of window)",
         "relative RMS (f32 vs f64)",
@@ -123,10 +123,7 @@ fn plot_drift(r: &StreamDriftResult, path: &Path) -> Result<(), CliError> {
         true,
         true,
     )?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        CliError::Io(format!("cannot write {}: {e}", path.display()))
-    })
+    Ok(())
 }
 
 fn render(r: &StreamDriftResult) -> String {

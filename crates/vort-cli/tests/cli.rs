@@ -597,6 +597,31 @@ fn unwritable_plot_exits_1() {
     );
 }
 
+/// A plot path of another format is refused before anything is computed, and an existing
+/// file of that name is left as it was (it used to be truncated to 0 bytes).
+#[test]
+fn non_png_plot_path_is_refused_and_the_file_kept() {
+    let p = tmp_path("keep-me.txt");
+    std::fs::write(&p, b"x\n").unwrap();
+    assert_fails(
+        &[
+            "kernel",
+            "soe",
+            "--alpha",
+            "0.5",
+            "--horizon",
+            "100",
+            "--eps",
+            "1e-3",
+            "--plot",
+            p.to_str().unwrap(),
+        ],
+        2,
+    );
+    assert_eq!(std::fs::read(&p).unwrap(), b"x\n");
+    let _ = std::fs::remove_file(p);
+}
+
 #[test]
 fn theory_quick_writes_the_report_and_figures() {
     let dir = tmp_path("theory-quick");

@@ -210,6 +210,16 @@ fn bad_retention_files_exit_2_with_one_line() {
         "fast",
     ]);
     assert_one_line_error(&o, 2);
+
+    // --output naming the input is refused, and the input is left as it was
+    let input = tmp("same.safetensors");
+    write(&input, &good);
+    let before = std::fs::read(&input).unwrap();
+    let p = input.to_str().unwrap();
+    let err = assert_one_line_error(&vort(&["retention", "--input", p, "--output", p]), 2);
+    assert!(err.contains("input"), "{err}");
+    assert_eq!(std::fs::read(&input).unwrap(), before);
+    let _ = std::fs::remove_file(input);
 }
 
 #[test]

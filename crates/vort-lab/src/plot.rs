@@ -173,19 +173,56 @@ pub fn two_panel_plot(path: &Path, top: &Panel, bottom: &Panel) -> Result<(), Pl
     panels_plot(path, &[top.clone(), bottom.clone()])
 }
 
+/// Refuses a plot path that does not end in `.png` (the only format drawn), before anything
+/// is computed or written.
+///
+/// # Errors
+/// [`PlotError::Invalid`] naming the path.
+pub fn check_path(path: &Path) -> Result<(), PlotError> {
+    let png = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    if png {
+        Ok(())
+    } else {
+        Err(PlotError::Invalid(format!(
+            "plot {}: the file name must end in .png (plots are PNG images)",
+            path.display()
+        )))
+    }
+}
+
 /// Draws `panels` stacked vertically, each [`PANEL_WIDTH`] x [`PANEL_HEIGHT`] pixels.
 pub fn panels_plot(path: &Path, panels: &[Panel]) -> Result<(), PlotError> {
     if panels.is_empty() {
         return Err(PlotError::Invalid("no panels to draw".into()));
     }
+    check_path(path)?;
     ensure_font();
+    // drawn into a temporary file and renamed over `path` only when complete: a failed
+    // plot leaves an existing file as it was
+    vort::fsio::write_with(
+        path,
+        |tmp| draw_panels(tmp, path, panels),
+        |e| io_err(path, e),
+    )
+}
+
+fn io_err(path: &Path, e: std::io::Error) -> PlotError {
+    PlotError::Draw {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// Draws into `target` (errors name `path`, the file the user asked for).
+fn draw_panels(target: &Path, path: &Path, panels: &[Panel]) -> Result<(), PlotError> {
     let draw_err = |e: &dyn std::fmt::Display| PlotError::Draw {
         path: path.to_path_buf(),
         message: e.to_string(),
     };
-    check_writable(path)?;
     let height = PANEL_HEIGHT * panels.len() as u32;
-    let root = BitMapBackend::new(path, (PANEL_WIDTH, height)).into_drawing_area();
+    let root = BitMapBackend::new(target, (PANEL_WIDTH, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_err(&e))?;
     let areas = root.split_evenly((panels.len(), 1));
     for (area, panel) in areas.iter().zip(panels) {
@@ -194,7 +231,7 @@ pub fn panels_plot(path: &Path, panels: &[Panel]) -> Result<(), PlotError> {
     root.present().map_err(|e| draw_err(&e))?;
     drop(root);
     // The bitmap backend reports some write failures only on drop; check the file is there.
-    match std::fs::metadata(path) {
+    match std::fs::metadata(target) {
         Ok(m) if m.len() > 0 => Ok(()),
         Ok(_) => Err(draw_err(&"the file is empty")),
         Err(e) => Err(draw_err(&e)),
@@ -215,12 +252,27 @@ pub fn histogram(
             "a histogram needs at least one bin".into(),
         ));
     }
+    check_path(path)?;
     ensure_font();
+    vort::fsio::write_with(
+        path,
+        |tmp| draw_histogram(tmp, path, title, x_label, values, bins),
+        |e| io_err(path, e),
+    )
+}
+
+fn draw_histogram(
+    target: &Path,
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    values: &[f64],
+    bins: usize,
+) -> Result<(), PlotError> {
     let draw_err = |e: &dyn std::fmt::Display| PlotError::Draw {
         path: path.to_path_buf(),
         message: e.to_string(),
     };
-    check_writable(path)?;
     let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     // pad = 0: exactly [min, max] when they differ, a placeholder range otherwise.
     let (lo, hi) = padded_range(finite.iter().copied(), false, 0.0);
@@ -232,7 +284,7 @@ pub fn histogram(
     }
     let max_count = counts.iter().copied().max().unwrap_or(0).max(1) as f64;
 
-    let root = BitMapBackend::new(path, (PANEL_WIDTH, PANEL_HEIGHT)).into_drawing_area();
+    let root = BitMapBackend::new(target, (PANEL_WIDTH, PANEL_HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_err(&e))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, (FAMILY, 22))
@@ -262,22 +314,11 @@ pub fn histogram(
         .map_err(|e| draw_err(&e))?;
     root.present().map_err(|e| draw_err(&e))?;
     drop(root);
-    match std::fs::metadata(path) {
+    match std::fs::metadata(target) {
         Ok(m) if m.len() > 0 => Ok(()),
         Ok(_) => Err(draw_err(&"the file is empty")),
         Err(e) => Err(draw_err(&e)),
     }
-}
-
-/// Creates (truncates) the output file first, so an unwritable path is reported as the plain
-/// I/O error rather than as a backend error after drawing.
-fn check_writable(path: &Path) -> Result<(), PlotError> {
-    std::fs::File::create(path)
-        .map(drop)
-        .map_err(|e| PlotError::Draw {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })
 }
 
 /// Log-spaced integer lags 1 = j_0 < j_1 < ... <= `t`, about `per_decade` per decade (plus

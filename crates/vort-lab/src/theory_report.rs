@@ -256,10 +256,10 @@ pub fn run(
     progress("report");
     let md = render_markdown(&results, &g);
     let md_path = out.join("report.md");
-    fs::write(&md_path, md).map_err(io(&md_path))?;
+    vort::fsio::write_atomic(&md_path, md.as_bytes()).map_err(io(&md_path))?;
     let json_path = out.join("theory.json");
     let json = serde_json::to_string_pretty(&thinned_json(&results)).expect("results serialise");
-    fs::write(&json_path, json).map_err(io(&json_path))?;
+    vort::fsio::write_atomic(&json_path, json.as_bytes()).map_err(io(&json_path))?;
     Ok(results)
 }
 

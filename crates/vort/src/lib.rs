@@ -35,6 +35,7 @@ pub mod block;
 pub mod dims;
 pub mod error;
 pub mod features;
+pub mod fsio;
 pub mod io;
 pub mod nodes;
 pub mod retention;

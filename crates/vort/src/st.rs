@@ -140,5 +140,9 @@ pub fn write(
     } else {
         Some(metadata)
     };
-    safetensors::tensor::serialize_to_file(views, &meta, path).map_err(st_err)
+    let bytes = safetensors::tensor::serialize(views, &meta).map_err(st_err)?;
+    crate::fsio::write_atomic(path, &bytes).map_err(|e| VortError::Io {
+        path: path.display().to_string(),
+        source: e,
+    })
 }

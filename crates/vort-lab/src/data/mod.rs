@@ -432,12 +432,10 @@ pub(crate) fn gunzip(what: &str, bytes: &[u8]) -> Result<Vec<u8>, DataError> {
     Ok(out)
 }
 
-/// Writes `bytes` to `path` through a temporary file and a rename, so a reader never sees a
-/// half-written file.
+/// Writes `bytes` to `path` through the project's one atomic writer ([`vort::fsio`]), so a
+/// reader never sees a half-written file.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(|e| DataError::io("write", &tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| DataError::io("rename", path, e))
+    vort::fsio::write_atomic(path, bytes).map_err(|e| DataError::io("write", path, e))
 }
 
 /// What `vort data fetch books` does: sources, cache, output.

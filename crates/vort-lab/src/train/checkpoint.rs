@@ -12,7 +12,6 @@
 //! read.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 use std::path::Path;
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
@@ -298,19 +297,12 @@ pub(crate) fn io(path: &Path, source: std::io::Error) -> TrainError {
     }
 }
 
-/// Writes `bytes` to `path` through `path.tmp` + fsync + rename.
+/// Writes `bytes` to `path` through the project's one atomic writer ([`vort::fsio`]).
 ///
 /// # Errors
 /// I/O errors (the old `path`, if any, is untouched).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| io(&tmp, e))?;
-    f.sync_all().map_err(|e| io(&tmp, e))?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| io(path, e))
+    vort::fsio::write_atomic(path, bytes).map_err(|e| io(path, e))
 }
 
 /// A checkpoint that does not belong to the run.

@@ -1174,26 +1174,42 @@ fn markdown(rep: &RecallReport) -> String {
         ));
     }
     s.push('\n');
-    let alpha: Vec<(String, f64, f64)> = rep
+    let alpha: Vec<(String, &crate::train::eval::AlphaSample)> = rep
         .cells
         .iter()
         .filter(|c| c.mixer.starts_with("vort"))
         .filter_map(|c| {
-            let a = c.seeds.first()?.alpha.as_ref()?;
             Some((
                 format!("{} {}", c.cell, c.mixer),
-                a.mean_memorable,
-                a.mean_other,
+                c.seeds.first()?.alpha.as_ref()?,
             ))
         })
         .collect();
     if !alpha.is_empty() {
         s.push_str(
-            "## Learned orders α (VORT, seed 0, test set)\n\n| cell | mean α on key-value \
-             pair tokens | mean α on queries and filler |\n|---|---|---|\n",
+            "## Learned orders α (VORT, seed 0, test set, mean over layers and heads)\n\n\
+             The paper's router gives what must be remembered a high α (slow power-law decay) \
+             and the rest a low one. Here the pair tokens are the keys and values, the query is \
+             the repeated key, the filler is everything else.\n\n\
+             | cell | key | value | query | filler | pairs (key, value) | the rest |\n\
+             |---|---|---|---|---|---|---|\n",
         );
-        for (n, a, b) in alpha {
-            s.push_str(&format!("| {n} | {a:.3} | {b:.3} |\n"));
+        for (n, a) in alpha {
+            let role = |r: &str| {
+                a.mean_by_role
+                    .iter()
+                    .find(|(name, _)| name == r)
+                    .map_or("-".to_string(), |(_, x)| format!("{x:.3}"))
+            };
+            s.push_str(&format!(
+                "| {n} | {} | {} | {} | {} | {:.3} | {:.3} |\n",
+                role("key"),
+                role("value"),
+                role("query"),
+                role("filler"),
+                a.mean_memorable,
+                a.mean_other
+            ));
         }
         s.push_str("\nHistograms: `alpha_hist.png` (pair tokens), `alpha_hist_other.png`.\n\n");
     }

@@ -72,7 +72,13 @@ pub struct AlphaSample {
     /// Up to [`ALPHA_SAMPLES`] α values on function-word bytes (books only).
     #[serde(default)]
     pub function: Vec<f32>,
+    /// MQAR: mean α by role of the token, in the order key, value (the pairs), query, filler.
+    #[serde(default)]
+    pub mean_by_role: Vec<(String, f64)>,
 }
+
+/// Roles of MQAR tokens for the α table: pair keys, pair values, queries, filler.
+pub const MQAR_ROLES: [&str; 4] = ["key", "value", "query", "filler"];
 
 /// Result of [`evaluate`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -289,6 +295,7 @@ pub fn evaluate_stream(
         AlphaClass::default(),
         AlphaClass::default(),
     );
+    let mut roles = [(0.0f64, 0usize); 4];
     let mut done = 0;
     while done < n_seq {
         let b = bs.min(n_seq - done);
@@ -339,6 +346,8 @@ pub fn evaluate_stream(
             }
         }
         let t = batch.t;
+        let mqar_pairs =
+            (cfg.task.kind == crate::tasks::TaskKind::Mqar).then_some(2 * cfg.task.num_kv_pairs);
         for a in &alphas {
             let (bb, h, tt) = a.dims3()?;
             let v: Vec<f32> = a.flatten_all()?.to_vec1()?;
@@ -349,6 +358,16 @@ pub fn evaluate_stream(
                         let f = i * t + j;
                         // keep a spread-out subset of the (many) frequent-class tokens
                         let spread = (j + 7 * hh) % 16 == 0;
+                        if let Some(pairs) = mqar_pairs {
+                            let role = match (j < pairs, j % 2 == 0, batch.mask[f]) {
+                                (true, true, _) => 0,
+                                (true, false, _) => 1,
+                                (false, _, true) => 2,
+                                (false, _, false) => 3,
+                            };
+                            roles[role].0 += f64::from(x);
+                            roles[role].1 += 1;
+                        }
                         if batch.memorable[f] {
                             mem.add(x, true);
                         } else if batch.function[f] {
@@ -390,6 +409,12 @@ pub fn evaluate_stream(
                 memorable: mem.sample,
                 other: oth.sample,
                 function: func.sample,
+                mean_by_role: MQAR_ROLES
+                    .iter()
+                    .zip(roles)
+                    .filter(|(_, (_, n))| *n > 0)
+                    .map(|(name, (sum, n))| (name.to_string(), sum / n as f64))
+                    .collect(),
             })
         } else {
             None

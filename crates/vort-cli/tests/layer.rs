@@ -211,6 +211,34 @@ fn bad_retention_files_exit_2_with_one_line() {
     ]);
     assert_one_line_error(&o, 2);
 
+    // finite inputs whose products overflow f32 inside the chunked form: refused, nothing
+    // written (it used to write NaN with status 0)
+    let mut huge = good.clone();
+    for item in huge.iter_mut().take(2) {
+        // phi_q, phi_k
+        item.1.iter_mut().for_each(|x| *x *= 1e19);
+    }
+    // v near f32's largest value
+    huge[2].1.iter_mut().for_each(|x| *x = 3e38);
+    let input = tmp("huge.safetensors");
+    write(&input, &huge);
+    let _ = std::fs::remove_file(&out);
+    let err = assert_one_line_error(
+        &vort(&[
+            "retention",
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+            "--form",
+            "chunked",
+        ]),
+        2,
+    );
+    assert!(err.contains("not finite"), "{err}");
+    assert!(!out.exists(), "no non-finite output is written");
+    let _ = std::fs::remove_file(input);
+
     // --output naming the input is refused, and the input is left as it was
     let input = tmp("same.safetensors");
     write(&input, &good);

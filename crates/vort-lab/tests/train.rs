@@ -218,6 +218,13 @@ fn bad_checkpoints_are_typed_errors_and_nothing_is_overwritten() {
     let err = train::run_with(&cfg, &empty, true, &quiet()).unwrap_err();
     assert!(matches!(err, TrainError::NoCheckpoint(_)), "{err}");
     assert!(!empty.exists());
+    // a run killed before its first checkpoint (only config.toml written) resumes from step 0
+    let early = tmp("killed-early");
+    std::fs::create_dir_all(&early).unwrap();
+    std::fs::write(early.join(train::CONFIG_FILE), cfg.to_toml().unwrap()).unwrap();
+    let s = train::run_with(&cfg, &early, true, &quiet()).unwrap();
+    assert_eq!(s.steps, cfg.train.steps);
+    let _ = std::fs::remove_dir_all(&early);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

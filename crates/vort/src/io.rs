@@ -321,6 +321,35 @@ pub fn retention_head(x: &HeadInputs, opts: &RetentionOpts) -> Result<(Vec<f64>,
     Ok((y, report))
 }
 
+/// Refuses an output that is not finite in f32, the precision it is written in: finite inputs
+/// whose products overflow (the chunked form computes in f32, so φ near 1e19 or v near 3e38
+/// overflow inside it; the f64 forms can still produce values past f32's range). Nothing is
+/// written then.
+///
+/// # Errors
+/// [`VortError::InvalidArgument`] naming the first bad element and what to do.
+fn check_finite_f32(y: &[f64], d: usize, form: Form) -> Result<()> {
+    let bad = y
+        .iter()
+        .position(|&v| !v.is_finite() || v.abs() > f64::from(f32::MAX));
+    match bad {
+        None => Ok(()),
+        Some(i) => Err(VortError::InvalidArgument(format!(
+            "y[{}, {}] = {} is not finite in f32 (form {form:?}): the inputs' magnitudes \
+             overflow the computation; rescale phi_q, phi_k or v (the normalised output does \
+             not change under scaling of phi_q or phi_k){}",
+            i / d.max(1),
+            i % d.max(1),
+            y[i],
+            if form == Form::Chunked {
+                ", or use --form recurrent (f64)"
+            } else {
+                ""
+            }
+        ))),
+    }
+}
+
 /// `vort retention`: reads `input`, computes y with `opts`, writes `output` (`y` [T, D], f32).
 ///
 /// # Errors
@@ -333,6 +362,7 @@ pub fn retention_from_safetensors(
 ) -> Result<RetentionReport> {
     let x = HeadInputs::read(input)?;
     let (y, report) = retention_head(&x, opts)?;
+    check_finite_f32(&y, x.d, opts.form)?;
     let mut meta = HashMap::new();
     meta.insert("opts".into(), opts_string(opts));
     meta.insert("nodes".into(), report.nodes.to_string());

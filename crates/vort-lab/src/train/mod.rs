@@ -742,6 +742,17 @@ pub fn run_with(
     let dev = device();
     let mut tr = Trainer::new(config, &dev)?;
     let ck_path = run_dir.join(CHECKPOINT_FILE);
+    // a run killed before its first checkpoint has only its config: resuming it starts over
+    let resume = if resume && !ck_path.exists() && run_dir.join(CONFIG_FILE).is_file() {
+        eprintln!(
+            "{}: no checkpoint yet (killed before the first one): starting from step 0 with \
+             the config given",
+            run_dir.display()
+        );
+        false
+    } else {
+        resume
+    };
     if resume {
         let ck = Checkpoint::load(&ck_path)?;
         tr.restore(&ck, &ck_path)?;

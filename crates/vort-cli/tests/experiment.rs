@@ -125,6 +125,19 @@ fn bad_names_configs_and_runs_exit_2() {
         2,
     );
     assert!(!out.exists(), "nothing is created for a bad config");
+    // a config that is missing, a directory or not text: the user's to fix
+    let binary = dir.join("binary.toml");
+    std::fs::write(&binary, [0xffu8, 0xfe, 0x00, 0x01]).unwrap();
+    for c in [
+        "/nonexistent/config.toml",
+        dir.to_str().unwrap(),
+        binary.to_str().unwrap(),
+    ] {
+        assert_one_line_error(
+            &vort(&["train", "--task", "zipf", "--memory", "vort", "--config", c]),
+            2,
+        );
+    }
     assert_one_line_error(&vort(&["eval", "--run", out.to_str().unwrap()]), 2);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -224,6 +224,22 @@ fn bad_checkpoints_are_typed_errors_and_nothing_is_overwritten() {
     std::fs::write(early.join(train::CONFIG_FILE), cfg.to_toml().unwrap()).unwrap();
     let s = train::run_with(&cfg, &early, true, &quiet()).unwrap();
     assert_eq!(s.steps, cfg.train.steps);
+    // metrics are a log: a line of bytes that are not UTF-8 does not block a resume
+    let mut stopped = cfg.clone();
+    stopped.train.checkpoint_every = 5;
+    let torn = tmp("torn-metrics");
+    let opts = RunOptions {
+        stop_at: Some(10),
+        ..quiet()
+    };
+    train::run_with(&stopped, &torn, false, &opts).unwrap();
+    let m = torn.join(train::METRICS_FILE);
+    let mut bytes = std::fs::read(&m).unwrap();
+    bytes.extend_from_slice(b"\xff\xfe torn line\n");
+    std::fs::write(&m, bytes).unwrap();
+    let s = train::run_with(&stopped, &torn, true, &quiet()).unwrap();
+    assert_eq!(s.steps, stopped.train.steps);
+    let _ = std::fs::remove_dir_all(&torn);
     let _ = std::fs::remove_dir_all(&early);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -58,9 +58,17 @@ pub enum VortError {
     /// Any other argument out of its domain (the message names it).
     #[error("{0}")]
     InvalidArgument(String),
-    /// Reading or writing a file failed.
+    /// Reading a file failed (a path the user can fix: exit status 2).
     #[error("{path}: {source}")]
     Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing a file failed (the environment: a full disk, a read-only directory; exit
+    /// status 1). The old file, if any, is untouched.
+    #[error("cannot write {path}: {source}")]
+    Write {
         path: String,
         #[source]
         source: std::io::Error,
@@ -77,6 +85,6 @@ impl VortError {
     /// True for errors caused by the caller's input (a bad file, tensor, option or argument),
     /// as opposed to an internal failure; the CLI maps these to exit status 2.
     pub fn is_input_error(&self) -> bool {
-        !matches!(self, VortError::Candle(_))
+        !matches!(self, VortError::Candle(_) | VortError::Write { .. })
     }
 }

@@ -141,7 +141,7 @@ pub fn write(
         Some(metadata)
     };
     let bytes = safetensors::tensor::serialize(views, &meta).map_err(st_err)?;
-    crate::fsio::write_atomic(path, &bytes).map_err(|e| VortError::Io {
+    crate::fsio::write_atomic(path, &bytes).map_err(|e| VortError::Write {
         path: path.display().to_string(),
         source: e,
     })

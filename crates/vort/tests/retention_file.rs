@@ -184,4 +184,29 @@ fn bad_files_are_typed_errors() {
     // absent file
     let e = retention_from_safetensors(&tmp("nope"), &out, &opts).unwrap_err();
     assert!(matches!(e, VortError::Io { .. }), "{e}");
+    assert!(e.is_input_error(), "a missing input is the user's to fix");
+}
+
+/// A write that fails (here: the output's directory does not exist) is the environment's
+/// error (exit status 1), names the path, and leaves no file behind.
+#[test]
+fn a_failed_write_is_an_environment_error() {
+    let (t, f, d) = (6, 2, 2);
+    let input = tmp("write-fail-in");
+    let g = good(t, f, d);
+    write(
+        &input,
+        &[
+            ("phi_q", &g.q, vec![t, f]),
+            ("phi_k", &g.k, vec![t, f]),
+            ("v", &g.v, vec![t, d]),
+            ("alpha", &g.a, vec![t]),
+        ],
+    );
+    let out = std::env::temp_dir().join("vort-no-such-dir-xyz/y.safetensors");
+    let e = retention_from_safetensors(&input, &out, &RetentionOpts::default()).unwrap_err();
+    assert!(matches!(e, VortError::Write { .. }), "{e}");
+    assert!(!e.is_input_error());
+    assert!(e.to_string().contains("y.safetensors"), "{e}");
+    let _ = std::fs::remove_file(input);
 }

@@ -271,7 +271,11 @@ impl RunConfig {
     /// # Errors
     /// I/O errors, [`TrainError::Config`].
     pub fn load(path: &Path) -> Result<RunConfig, TrainError> {
-        let text = std::fs::read_to_string(path).map_err(|e| checkpoint::io(path, e))?;
+        // a missing file, a directory or a binary file is the user's to fix (exit status 2)
+        let text = std::fs::read_to_string(path).map_err(|e| TrainError::Config {
+            path: path.display().to_string(),
+            message: format!("cannot read it as a TOML text file ({e})"),
+        })?;
         Self::from_toml(&text, &path.display().to_string())
     }
 
@@ -871,11 +875,22 @@ pub fn run_with(
 
 /// Keeps only the metrics lines with step <= `step` (rewritten atomically).
 fn truncate_metrics(path: &PathBuf, step: u64) -> Result<(), TrainError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
+    // a log: bytes that are not UTF-8 (a torn or edited line) must not block a resume
+    let text = match std::fs::read(path) {
+        Ok(t) => String::from_utf8_lossy(&t).into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(checkpoint::io(path, e)),
     };
+    let unreadable = text
+        .lines()
+        .filter(|l| serde_json::from_str::<Metrics>(l).is_err())
+        .count();
+    if unreadable > 0 {
+        eprintln!(
+            "{}: {unreadable} unreadable line(s) dropped on resume",
+            path.display()
+        );
+    }
     let kept: String = text
         .lines()
         .filter(|l| {

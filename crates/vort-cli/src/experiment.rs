@@ -56,6 +56,10 @@ pub struct TrainArgs {
     /// Validate and test on the sequences of FILE (same format) instead of generated ones.
     #[arg(long, value_name = "FILE")]
     test_data: Option<PathBuf>,
+    /// Refuse the run if its memory estimate exceeds BYTES (default: the machine's available
+    /// memory). Accepts 8e9, 8_000_000_000.
+    #[arg(long, value_name = "BYTES", value_parser = parse_count)]
+    max_memory: Option<u64>,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -133,7 +137,13 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
         }
         config = saved;
     }
-    let summary = train::run(&config, &dir, a.resume)?;
+    let opts = train::RunOptions {
+        progress: true,
+        print_config: true,
+        max_memory: a.max_memory,
+        ..train::RunOptions::default()
+    };
+    let summary = train::run_with(&config, &dir, a.resume, &opts)?;
     if a.json {
         return emit_json(&summary);
     }

@@ -239,6 +239,41 @@ fn bad_retention_files_exit_2_with_one_line() {
     assert!(!out.exists(), "no non-finite output is written");
     let _ = std::fs::remove_file(input);
 
+    // sizes refused up front: a billion banks; the O(T²) naive form past its limit
+    let err = assert_one_line_error(
+        &vort(&[
+            "retention",
+            "--input",
+            "x",
+            "--output",
+            "y",
+            "--memory",
+            "banks",
+            "--banks",
+            "1e9",
+        ]),
+        2,
+    );
+    assert!(err.contains("banks"), "{err}");
+    let long_t = 16_385;
+    let input = tmp("long.safetensors");
+    write(&input, &inputs(long_t, 1, 1));
+    let err = assert_one_line_error(
+        &vort(&[
+            "retention",
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+            "--form",
+            "naive",
+        ]),
+        2,
+    );
+    assert!(err.contains("naive"), "{err}");
+    assert!(!out.exists());
+    let _ = std::fs::remove_file(input);
+
     // --output naming the input is refused, and the input is left as it was
     let input = tmp("same.safetensors");
     write(&input, &good);

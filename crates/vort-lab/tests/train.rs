@@ -401,3 +401,69 @@ fn edited_checkpoint_metadata_fails_the_checksum() {
     assert!(train::run_with(&c, &dir, true, &quiet()).is_err());
     assert_eq!(std::fs::read(&path).unwrap(), before);
 }
+
+/// Absurd sizes are refused up front with one line naming the fields and the estimate
+/// (issue 11, item 4), while every shipped preset fits comfortably.
+#[test]
+fn absurd_sizes_are_refused_before_allocation() {
+    let base = tiny(TaskKind::Zipf, MemoryKind::Vort, 5);
+    let limit = Some(8_000_000_000u64);
+    assert!(base.check_memory(limit).is_ok());
+    let mut wide = base.clone();
+    wide.model.d_model = 1_000_000;
+    let mut long = base.clone();
+    long.task.seq_len = 1_000_000_000;
+    long.task.max_lag = 1000;
+    let mut big_batch = base.clone();
+    big_batch.train.batch_size = 1_000_000_000;
+    let mut heads = base.clone();
+    heads.model.heads = 4096;
+    heads.model.head_dim = 4096;
+    for (c, field) in [
+        (wide, "d_model"),
+        (long, "seq_len"),
+        (big_batch, "batch_size"),
+        (heads, "head_dim"),
+    ] {
+        let e = c.check_memory(limit).unwrap_err().to_string();
+        assert!(e.contains(field) && e.contains("GB"), "{e}");
+        assert_eq!(e.lines().count(), 1);
+        // and the run refuses before writing anything
+        let dir = tmp(&format!("absurd-{field}"));
+        let opts = RunOptions {
+            max_memory: limit,
+            ..quiet()
+        };
+        assert!(train::run_with(&c, &dir, false, &opts).is_err());
+        assert!(!dir.exists(), "{field}: nothing written");
+    }
+    let e = RunConfig::from_toml("[train]\neval_sequences = 1000000000\n", "e")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("eval_sequences"), "{e}");
+    // the recall presets fit in 2 GB
+    for (name, _) in vort_lab::reproduce::recall::PRESETS {
+        let p = vort_lab::reproduce::recall::RecallPreset::embedded(name).unwrap();
+        for cell in &p.cells {
+            for mixer in p.mixers_of(cell) {
+                let c = p.run_config(cell, mixer, 1e-3, 0).unwrap();
+                let gb = c.estimate_memory().total() / 1e9;
+                assert!(gb < 2.0, "{name} {} {}: {gb:.2} GB", cell.name, mixer.name);
+            }
+        }
+    }
+    // the books and synthetic presets (all measured to run on a 24 GB machine) fit in 8 GB
+    use vort_lab::reproduce::{self, Scale};
+    for scale in [Scale::Quick, Scale::Medium] {
+        for memory in MemoryKind::ALL {
+            let c = reproduce::books::preset(scale, memory, 0, "data/books");
+            let gb = c.estimate_memory().total() / 1e9;
+            assert!(gb < 8.0, "books {scale:?} {memory}: {gb:.2} GB");
+            for task in TaskKind::SYNTHETIC {
+                let c = reproduce::preset(scale, task, memory, 0);
+                let gb = c.estimate_memory().total() / 1e9;
+                assert!(gb < 8.0, "{task} {scale:?} {memory}: {gb:.2} GB");
+            }
+        }
+    }
+}

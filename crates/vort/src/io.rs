@@ -20,6 +20,9 @@ use crate::retention::recurrent::recurrent;
 use crate::retention::State;
 use crate::st::{self, Precision};
 
+/// Longest input the naive (O(T²) memory) form accepts: its T x T f64 kernel is 2.1 GB here.
+pub const NAIVE_MAX_T: usize = 16_384;
+
 /// Which form computes the retention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -249,6 +252,16 @@ pub fn retention_head(x: &HeadInputs, opts: &RetentionOpts) -> Result<(Vec<f64>,
             context: x.t as u64,
             horizon: spec.horizon,
         });
+    }
+    if opts.form == Form::Naive && x.t > NAIVE_MAX_T {
+        // the O(T²) reference keeps a T x T kernel: 34 GB at T = 65,536
+        return Err(VortError::InvalidArgument(format!(
+            "the naive form keeps a T x T kernel ({:.1} GB at T = {}); it is refused above \
+             T = {NAIVE_MAX_T} ({:.1} GB): use --form recurrent or chunked",
+            (x.t as f64).powi(2) * 8.0 / 1e9,
+            x.t,
+            (NAIVE_MAX_T as f64).powi(2) * 8.0 / 1e9
+        )));
     }
     let table = spec.build()?;
     let lo = table.grid.first().copied().unwrap_or(0.0).min(opts.delta);

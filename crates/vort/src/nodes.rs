@@ -59,6 +59,10 @@ impl std::str::FromStr for MemoryMode {
 /// with a table built for 2^20 (a few more nodes: S = 21 against 16 at δ = 0.1, eps = 1e-3).
 pub const STREAM_HORIZON: u64 = 1 << 20;
 
+/// Most banks a node table may have (each is an SOE built and certified on its own; 1e9 of
+/// them used to run until killed).
+pub const MAX_BANKS: usize = 1024;
+
 /// The recipe of a VORT node table: every table of a memory mode is built from one of these
 /// (the model config, `vort retention` and the benches all go through it).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -103,6 +107,12 @@ impl NodeSpec {
                 self.eps,
                 vort_math::limits::MIN_EPS,
                 vort_math::limits::MAX_EPS
+            ));
+        }
+        if self.mode == MemoryMode::Banks && self.banks > MAX_BANKS {
+            return bad(format!(
+                "banks = {} must be <= {MAX_BANKS} (each bank is a certified SOE of its own)",
+                self.banks
             ));
         }
         if self.mode == MemoryMode::Banks && self.banks < 2 {

@@ -334,8 +334,11 @@ impl RunConfig {
         if !(0.0..1.0).contains(&t.beta1) || !(0.0..1.0).contains(&t.beta2) {
             return bad("train.beta1 and beta2 must be in [0, 1)");
         }
-        if t.eval_sequences == 0 {
-            return bad("train.eval_sequences must be >= 1");
+        if t.eval_sequences == 0 || t.eval_sequences > 10_000_000 {
+            return bad("train.eval_sequences must be in [1, 10^7]");
+        }
+        if self.task.test_examples > 10_000_000 || t.val_sequences > 10_000_000 {
+            return bad("task.test_examples and train.val_sequences must be <= 10^7");
         }
         if t.eval_every > 0 && t.val_sequences == 0 {
             return bad("train.val_sequences must be >= 1 when eval_every > 0");
@@ -362,6 +365,9 @@ pub struct RunOptions {
     pub print_config: bool,
     /// Skip the final evaluation.
     pub skip_eval: bool,
+    /// Refuse a run whose memory estimate exceeds this many bytes (None: the machine's
+    /// available memory).
+    pub max_memory: Option<u64>,
 }
 
 /// What a finished (or stopped) run reports.
@@ -743,6 +749,9 @@ pub fn run_with(
     resume: bool,
     opts: &RunOptions,
 ) -> Result<TrainSummary, TrainError> {
+    config.validate()?;
+    // before anything is allocated: an absurd size is one line, not an abort
+    config.check_memory(opts.max_memory)?;
     let dev = device();
     let mut tr = Trainer::new(config, &dev)?;
     let ck_path = run_dir.join(CHECKPOINT_FILE);
@@ -901,4 +910,109 @@ fn truncate_metrics(path: &PathBuf, step: u64) -> Result<(), TrainError> {
         .map(|l| format!("{l}\n"))
         .collect();
     checkpoint::write_atomic(path, kept.as_bytes())
+}
+
+/// A coarse estimate of the memory a training run needs, for refusing absurd configs before
+/// anything is allocated (it errs high: every activation of the step kept for the backward
+/// pass). Bytes, f32 throughout.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MemoryEstimate {
+    /// Parameters with their gradients and both AdamW moments (4 copies).
+    pub parameters: f64,
+    /// Activations of one step kept for the backward pass.
+    pub activations: f64,
+}
+
+impl MemoryEstimate {
+    /// Total bytes.
+    pub fn total(&self) -> f64 {
+        self.parameters + self.activations
+    }
+}
+
+impl RunConfig {
+    /// The memory estimate of one training step of this run (see [`MemoryEstimate`]).
+    pub fn estimate_memory(&self) -> MemoryEstimate {
+        let m = &self.model;
+        let (v, dm) = (self.task.vocab() as f64, m.d_model as f64);
+        let (l, h, dh) = (m.layers as f64, m.heads as f64, m.head_dim as f64);
+        let hd = h * dh;
+        let mlp = (m.mlp_mult as f64) * dm;
+        let mut params = v * dm * 2.0 + l * (4.0 * dm * hd + 2.0 * dm * mlp + 4.0 * dm);
+        if m.token_shift {
+            params += v * dm;
+        }
+        if m.uses_entropy() {
+            params += v * v;
+        }
+        let (b, t) = (self.train.batch_size as f64, self.task.seq_len as f64);
+        let feats = match m.feature_map {
+            vort::features::FeatureMap::Elu => dh,
+            _ => m.features as f64,
+        };
+        // per layer: the residual stream and its norms, projections, the feature maps, the
+        // node weights (VORT: up to ~32 nodes), the MLP, softmax's T x window scores
+        let nodes = 32.0;
+        let window = match m.softmax_window {
+            0 => t,
+            w => (w as f64).min(t),
+        };
+        let mixer = if m.memory == crate::model::MemoryKind::Softmax {
+            4.0 * h * t * window
+        } else {
+            h * t * (4.0 * feats + 3.0 * (dh + 1.0) + 2.0 * nodes)
+        };
+        let per_layer = b * (t * (12.0 * dm + 6.0 * hd + 3.0 * mlp) + mixer);
+        let mut act = l * per_layer + b * t * dm * 4.0;
+        if m.uses_entropy() {
+            act += 3.0 * b * t * v;
+        }
+        MemoryEstimate {
+            parameters: 4.0 * 4.0 * params,
+            activations: 4.0 * act,
+        }
+    }
+
+    /// Refuses a run whose [`RunConfig::estimate_memory`] exceeds `limit` bytes (default: the
+    /// machine's available memory), naming the sizes that drive it.
+    ///
+    /// # Errors
+    /// [`TrainError::Config`] with the estimate, the limit and the fields involved.
+    pub fn check_memory(&self, limit: Option<u64>) -> Result<(), TrainError> {
+        let Some(limit) = limit.or_else(available_memory) else {
+            return Ok(());
+        };
+        let e = self.estimate_memory();
+        if e.total() <= limit as f64 {
+            return Ok(());
+        }
+        let gb = |x: f64| x / 1e9;
+        Err(TrainError::Config {
+            path: "<config>".into(),
+            message: format!(
+                "this run needs about {:.1} GB (parameters and optimizer state {:.1} GB from \
+                 vocabulary, d_model = {}, layers = {}, heads x head_dim = {} x {}; activations \
+                 {:.1} GB from batch_size = {} x seq_len = {}), more than the {:.1} GB limit \
+                 (the available memory; --max-memory overrides)",
+                gb(e.total()),
+                gb(e.parameters),
+                self.model.d_model,
+                self.model.layers,
+                self.model.heads,
+                self.model.head_dim,
+                gb(e.activations),
+                self.train.batch_size,
+                self.task.seq_len,
+                gb(limit as f64)
+            ),
+        })
+    }
+}
+
+/// The machine's available memory in bytes (`MemAvailable` of /proc/meminfo; None elsewhere).
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }

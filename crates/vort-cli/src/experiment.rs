@@ -147,6 +147,17 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
     if a.json {
         return emit_json(&summary);
     }
+    if summary.already_finished {
+        let mut s = format!(
+            "{} is already finished at step {} (nothing to resume)\n",
+            dir.display(),
+            summary.steps
+        );
+        if let Some(e) = &summary.eval {
+            s += &eval_lines(e);
+        }
+        return emit(&s);
+    }
     let mut s = format!(
         "{} steps in {:.1} s ({:.0} tokens/s), final loss {:.4}; run directory {}\n",
         summary.steps,

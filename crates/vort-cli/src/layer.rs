@@ -35,8 +35,9 @@ pub struct RetentionArgs {
     /// Where to write `y` [T, D] (f32).
     #[arg(long, value_name = "OUT.safetensors")]
     output: PathBuf,
-    /// naive (exact GL kernel, O(T²), f64), recurrent (one token at a time, f64) or chunked
-    /// (the training form, f32).
+    /// naive (the formula with the exact kernel: GL weights for shared memory, the bank split
+    /// for banks; O(T²), f64, T <= 16,384), recurrent (one token at a time, f64) or chunked
+    /// (the training form, f32); the last two use the certified SOE.
     #[arg(long, default_value = "chunked", value_parser = parse_form)]
     form: Form,
     /// banks (K orders on [δ, 1], the paper) or shared (one node set, continuous α).

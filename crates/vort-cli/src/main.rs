@@ -44,17 +44,32 @@ enum Command {
     /// Numerical checks of the paper's theorems: DIR/report.md plus PNG plots.
     Theory(theory::TheoryArgs),
     /// The layer's retention core on one head read from a safetensors file.
+    ///
+    /// For every position t (0-based, causal, lag 0 included):
+    ///
+    ///   y_t = Σ_{i<=t} K_i(t-i) (φq_t·φk_i) v_i / (Σ_{i<=t} K_i(t-i) (φq_t·φk_i) + eps_den)
+    ///
+    ///   K_i(j) = w_j(max(α_i, δ)), w_0 = 1, w_j(a) = w_(j-1)(a) (j - 1 + a) / j
+    ///
+    /// eps_den = 1e-6; orders below δ are clamped to δ and their count is printed. naive
+    /// computes this exactly (f64, O(T²)); recurrent (f64) and chunked (f32) use the certified
+    /// SOE of w_j, within --eps on lags 1..=H. Banks memory uses the linear split between
+    /// the two bank orders around α_i instead of w_j(α_i). A NumPy version:
+    /// docs/retention_reference.py.
+    #[command(verbatim_doc_comment)]
     Retention(layer::RetentionArgs),
     /// Benchmarks, as ratios against a baseline measured in the same run.
     #[command(subcommand)]
     Bench(layer::BenchCommand),
-    /// Train one model on a synthetic task, with checkpoints (--resume continues a run).
+    /// Train one model (MQAR, books, or the superseded sparse tasks), with checkpoints
+    /// (--resume continues a run).
     Train(experiment::TrainArgs),
     /// Evaluate a trained run: accuracy by lag bucket.
     Eval(experiment::EvalArgs),
     /// Sample bytes from a trained books model (streamed: flat memory at any length).
     Generate(generate::GenerateArgs),
-    /// Train every model on both synthetic tasks with 3 seeds and write the report.
+    /// Reproduce an experiment with every memory and write its report: recall (MQAR, the
+    /// main one), books, or the superseded synthetic tasks.
     Reproduce(experiment::ReproduceArgs),
     /// Fetch and prepare real data: `vort data fetch books` (pinned, checksum-verified).
     #[command(subcommand)]

@@ -40,6 +40,20 @@ fn tiny_run_trains_evaluates_and_refuses_to_overwrite() {
     assert_eq!(eval["step"], 20);
     assert_eq!(eval["accuracy"], summary["eval"]["accuracy"]);
 
+    // resuming a finished run says so and changes nothing
+    let before = std::fs::read(dir.join("checkpoint.safetensors")).unwrap();
+    let o = vort(&[
+        "train", "--task", "zipf", "--memory", "vort", "--resume", "--out", d,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("already finished at step 20"), "{text}");
+    assert!(!text.contains("NaN"), "{text}");
+    assert_eq!(
+        std::fs::read(dir.join("checkpoint.safetensors")).unwrap(),
+        before
+    );
+
     // `generate` needs a books model, at least one byte, and a run directory
     for args in [
         &["generate", "--run", d, "--bytes", "5"][..],

@@ -314,3 +314,53 @@ fn bench_train_refuses_an_unknown_model() {
     let err = assert_one_line_error(&o, 2);
     assert!(err.contains("no-such-model"), "{err}");
 }
+
+/// The README's formulas, executable: docs/retention_reference.py (NumPy, written from the
+/// README alone) reproduces `vort retention --form naive` on a committed input/output pair
+/// (tests/data/retention_pair: T = 37, F = 3, D = 2, four orders below δ) to 1e-6. The
+/// binary's output on that input is also checked to equal the committed one, so the pair
+/// cannot drift. The Python check runs where python3 with NumPy is installed, and says
+/// that it was skipped otherwise.
+#[test]
+fn numpy_reference_reproduces_the_committed_pair() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/retention_pair");
+    let input = format!("{data}/in.safetensors");
+    let committed = format!("{data}/out.safetensors");
+    let out = tmp("pair-out.safetensors");
+    let o = vort(&[
+        "retention",
+        "--input",
+        &input,
+        "--output",
+        out.to_str().unwrap(),
+        "--form",
+        "naive",
+        "--memory",
+        "shared",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(read_y(&out), read_y(Path::new(&committed)));
+    let _ = std::fs::remove_file(&out);
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/retention_reference.py"
+    );
+    let numpy = std::process::Command::new("python3")
+        .args(["-c", "import numpy"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !numpy {
+        eprintln!("python3 with numpy not found: the NumPy reference check is skipped");
+        return;
+    }
+    let o = std::process::Command::new("python3")
+        .args([script, &input, &committed])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -381,8 +381,12 @@ pub struct TrainSummary {
     pub tokens_per_s: f64,
     /// Wall time of this call (s).
     pub wall_s: f64,
-    /// Held-out evaluation (None when skipped or stopped early).
+    /// Held-out evaluation (None when skipped or interrupted).
     pub eval: Option<eval::EvalResult>,
+    /// The run was already finished (all steps, or stopped early and evaluated): a resume
+    /// had nothing to do.
+    #[serde(default)]
+    pub already_finished: bool,
 }
 
 /// One metrics line.
@@ -769,6 +773,30 @@ pub fn run_with(
     if resume {
         let ck = Checkpoint::load(&ck_path)?;
         tr.restore(&ck, &ck_path)?;
+        // finished: every step done, or stopped early and evaluated at the checkpoint's step
+        let evaluated = std::fs::read_to_string(run_dir.join(EVAL_FILE))
+            .ok()
+            .and_then(|t| serde_json::from_str::<eval::EvalResult>(&t).ok())
+            .filter(|e| e.step == tr.step);
+        if tr.step >= config.train.steps || evaluated.is_some() {
+            let last = std::fs::read(run_dir.join(METRICS_FILE))
+                .ok()
+                .and_then(|b| {
+                    String::from_utf8_lossy(&b)
+                        .lines()
+                        .rev()
+                        .find_map(|l| serde_json::from_str::<Metrics>(l).ok())
+                })
+                .map_or(f64::NAN, |m| m.loss);
+            return Ok(TrainSummary {
+                steps: tr.step,
+                final_loss: last,
+                tokens_per_s: 0.0,
+                wall_s: 0.0,
+                eval: evaluated,
+                already_finished: true,
+            });
+        }
     } else if ck_path.exists() {
         return Err(TrainError::RunExists(run_dir.display().to_string()));
     }
@@ -873,6 +901,7 @@ pub fn run_with(
         },
         wall_s: wall,
         eval: None,
+        already_finished: false,
     };
     if !opts.skip_eval && (tr.step == config.train.steps || stopped_early) {
         let res = eval::evaluate(&tr.model, &tr.source, config, tr.step, &dev)?;

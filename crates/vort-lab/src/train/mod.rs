@@ -837,6 +837,7 @@ pub fn run_with(
     );
     bar.set_position(tr.step);
     let tokens_per_step = (config.train.batch_size * config.task.seq_len) as f64;
+    let plain_log = opts.progress && !std::io::IsTerminal::is_terminal(&std::io::stderr());
     let t0 = Instant::now();
     let start_step = tr.step;
     let mut last_loss = f64::NAN;
@@ -876,6 +877,22 @@ pub fn run_with(
             m.val_acc.map_or(String::new(), |v| format!(" val {v:.3}")),
             m.tokens_per_s
         ));
+        if plain_log && (tr.step % config.train.log_every == 0 || tr.step == end) {
+            // nobody watches a bar in a log file: one plain line per logged step
+            let done = (tr.step - start_step) as f64;
+            let eta = t0.elapsed().as_secs_f64() / done.max(1.0) * (end - tr.step) as f64;
+            eprintln!(
+                "{}: step {}/{} loss {:.4} acc {:.3}{} {:.0} tok/s ETA {:.0} s",
+                run_dir.display(),
+                tr.step,
+                end,
+                m.loss,
+                m.acc,
+                m.val_acc.map_or(String::new(), |v| format!(" val {v:.3}")),
+                m.tokens_per_s,
+                eta
+            );
+        }
         if tr.step % config.train.log_every == 0 || tr.step == end || m.val_acc.is_some() {
             let line =
                 serde_json::to_string(&m).map_err(|e| TrainError::Serialise(e.to_string()))?;

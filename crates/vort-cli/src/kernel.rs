@@ -91,9 +91,22 @@ pub struct SharedArgs {
     /// Write a PNG: exact vs shared-node kernel for five orders and their relative errors.
     #[arg(long, value_name = "FILE.png")]
     plot: Option<PathBuf>,
+    /// Also print the weights c_s(A) at order A (closed form, as the layer uses them) and
+    /// that order's own certificate (JSON: "at_alpha").
+    #[arg(long, value_name = "A", value_parser = parse_real)]
+    alpha: Option<f64>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// The weights of one order on the shared nodes, with that order's certificate.
+#[derive(Serialize)]
+struct AtAlphaJson {
+    alpha: f64,
+    c: Vec<f64>,
+    max_rel_error: f64,
+    argmax_lag: u64,
 }
 
 pub fn run(cmd: KernelCommand) -> Result<(), CliError> {
@@ -347,6 +360,8 @@ struct SharedJson {
     step: f64,
     nodes: Vec<NodeJson>,
     grid: Vec<GridJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at_alpha: Option<AtAlphaJson>,
     #[serde(rename = "single_order_S_min")]
     single_order_s_min: Option<usize>,
     #[serde(rename = "single_order_S_max")]
@@ -362,6 +377,14 @@ fn shared(args: SharedArgs) -> Result<(), CliError> {
     if let Some(path) = &args.plot {
         plot::check_path(path)?;
     }
+    if let Some(a) = args.alpha {
+        if !(a.is_finite() && a >= args.delta && a <= 1.0) {
+            return Err(CliError::Usage(format!(
+                "--alpha {a} must be in [delta = {}, 1]",
+                args.delta
+            )));
+        }
+    }
     let start = Instant::now();
     let shared = with_spinner("building and certifying the shared node set", || {
         SharedSoe::build(args.delta, args.horizon, args.eps)
@@ -370,6 +393,19 @@ fn shared(args: SharedArgs) -> Result<(), CliError> {
     if let Some(path) = &args.plot {
         with_spinner("plotting", || plot_shared(&shared, path))?;
     }
+    let at_alpha = match args.alpha {
+        Some(a) => {
+            let terms = shared.terms_at(a);
+            let cert = vort_math::soe::certify(&terms, a, shared.horizon)?;
+            Some(AtAlphaJson {
+                alpha: a,
+                c: terms.iter().map(|t| t.c).collect(),
+                max_rel_error: cert.max_rel_error,
+                argmax_lag: cert.argmax_lag,
+            })
+        }
+        None => None,
+    };
     let c = &shared.certificate;
     let s_min = shared.single_order_s.iter().copied().min();
     let s_max = shared.single_order_s.iter().copied().max();
@@ -403,6 +439,7 @@ fn shared(args: SharedArgs) -> Result<(), CliError> {
                     single_order_s: shared.single_order_s.get(i).copied(),
                 })
                 .collect(),
+            at_alpha,
             single_order_s_min: s_min,
             single_order_s_max: s_max,
             max_rel_error: c.max_rel_error,
@@ -454,6 +491,16 @@ fn shared(args: SharedArgs) -> Result<(), CliError> {
                 .map_or("n/a".into(), |v| v.to_string()),
             shared.len()
         );
+    }
+    if let Some(at) = &at_alpha {
+        s += &format!(
+            "weights at a = {} (closed form; this order alone certified to {:.2e}, worst at lag \
+             {}):\n{:>4}  {:>24}  {:>24}\n",
+            at.alpha, at.max_rel_error, at.argmax_lag, "s", "u_s", "c_s(a)"
+        );
+        for (i, (&u, &cs)) in shared.nodes_u.iter().zip(&at.c).enumerate() {
+            s += &format!("{:>4}  {:>24}  {:>24}\n", i + 1, sci(u), sci(cs));
+        }
     }
     s += &certificate_lines(c, shared.eps);
     s += &format!("built and certified in {seconds:.2} s\n");

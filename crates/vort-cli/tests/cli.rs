@@ -660,3 +660,68 @@ fn theory_into_an_unwritable_directory_exits_1() {
     let out = file.join("report");
     assert_fails(&["theory", "--out", out.to_str().unwrap(), "--quick"], 1);
 }
+
+/// `kernel shared --alpha A` gives what a user needs to rebuild the kernel at any order: the
+/// weights c_s(A), which with the nodes u_s reproduce the GL weights w_j(A) to the
+/// certificate (checked here at a few lags against the recurrence w_j = w_(j-1)(j-1+A)/j).
+#[test]
+fn shared_weights_at_any_order_rebuild_the_kernel() {
+    let text = ok(&[
+        "kernel",
+        "shared",
+        "--delta",
+        "0.2",
+        "--horizon",
+        "1000",
+        "--eps",
+        "1e-3",
+        "--alpha",
+        "0.55",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let at = &v["at_alpha"];
+    let c: Vec<f64> = at["c"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    let u: Vec<f64> = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["u"].as_f64().unwrap())
+        .collect();
+    assert_eq!(c.len(), u.len());
+    assert!(c.iter().all(|&x| x >= 0.0));
+    let cert = at["max_rel_error"].as_f64().unwrap();
+    assert!(cert <= 1e-3, "{cert}");
+    let mut w = 1.0;
+    for j in 1..=1000u32 {
+        w *= (f64::from(j) - 1.0 + 0.55) / f64::from(j);
+        if [1, 7, 100, 999].contains(&j) {
+            let k: f64 = c
+                .iter()
+                .zip(&u)
+                .map(|(c, u)| c * (-u * f64::from(j)).exp())
+                .sum();
+            assert!((k / w - 1.0).abs() <= cert * 1.0001, "lag {j}: {k} vs {w}");
+        }
+    }
+    assert_fails(
+        &[
+            "kernel",
+            "shared",
+            "--delta",
+            "0.2",
+            "--horizon",
+            "100",
+            "--eps",
+            "1e-3",
+            "--alpha",
+            "0.1",
+        ],
+        2,
+    );
+}

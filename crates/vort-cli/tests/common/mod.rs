@@ -1,4 +1,5 @@
 //! Helpers shared by the binary's end-to-end tests.
+#![allow(dead_code)] // each test binary uses its own subset of the helpers
 
 use std::process::{Command, Output};
 

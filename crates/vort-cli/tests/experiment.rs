@@ -286,3 +286,64 @@ fn mqar_with_zoology_files() {
     assert!(err.contains("--seed"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// kill -9 of a real `vort train` process, right after a checkpoint appears and at an
+/// arbitrary moment, then `--resume` to the end: the final parameters and optimizer state are
+/// bit-identical to an uninterrupted run's.
+#[test]
+fn killed_training_resumes_bit_exactly() {
+    const MQAR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tiny_mqar.toml");
+    let dir = tmp("kill");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("long.toml");
+    let text = std::fs::read_to_string(MQAR)
+        .unwrap()
+        .replace("steps = 10", "steps = 300")
+        .replace("checkpoint_every = 10", "checkpoint_every = 25");
+    std::fs::write(&cfg, text).unwrap();
+    let train = |out: &std::path::Path, resume: bool| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_vort"));
+        c.args(["train", "--task", "mqar", "--memory", "vort", "--out"])
+            .arg(out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        if resume {
+            c.arg("--resume");
+        } else {
+            c.arg("--config").arg(&cfg);
+        }
+        c
+    };
+    let reference = dir.join("reference");
+    assert!(train(&reference, false).status().unwrap().success());
+    let load = |d: &std::path::Path| {
+        vort_lab::train::checkpoint::Checkpoint::load(&d.join("checkpoint.safetensors")).unwrap()
+    };
+    let want = load(&reference);
+    for (name, at_checkpoint) in [("boundary", true), ("arbitrary", false)] {
+        let run = dir.join(name);
+        let mut child = train(&run, false).spawn().unwrap();
+        let t0 = std::time::Instant::now();
+        if at_checkpoint {
+            while !run.join("checkpoint.safetensors").exists() && t0.elapsed().as_secs() < 60 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(
+                150 + u64::from(t0.elapsed().subsec_nanos() % 200),
+            ));
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        // resume until finished (a kill before the first checkpoint restarts from step 0)
+        assert!(train(&run, true).status().unwrap().success(), "{name}");
+        let got = load(&run);
+        assert_eq!(got.step, want.step, "{name}");
+        assert_eq!(got.adam_t, want.adam_t, "{name}");
+        assert_eq!(
+            got.tensors, want.tensors,
+            "{name}: parameters and moments differ"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -26,7 +26,7 @@ pub struct GenerateArgs {
     #[arg(long, value_parser = parse_count)]
     bytes: u64,
     /// Softmax temperature (0 = greedy).
-    #[arg(long, default_value = "0.8", value_parser = parse_real)]
+    #[arg(long, default_value = "0.8", value_parser = parse_real, allow_negative_numbers = true)]
     temperature: f64,
     /// Seed of the sampler.
     #[arg(long, default_value = "0", value_parser = parse_count)]

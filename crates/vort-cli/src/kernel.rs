@@ -93,7 +93,7 @@ pub struct SharedArgs {
     plot: Option<PathBuf>,
     /// Also print the weights c_s(A) at order A (closed form, as the layer uses them) and
     /// that order's own certificate (JSON: "at_alpha").
-    #[arg(long, value_name = "A", value_parser = parse_real)]
+    #[arg(long, value_name = "A", value_parser = parse_real, allow_negative_numbers = true)]
     alpha: Option<f64>,
     /// Print JSON instead of a table.
     #[arg(long)]

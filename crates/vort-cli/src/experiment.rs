@@ -294,6 +294,10 @@ pub struct ReproduceArgs {
     /// (same format as configs/recall/quick.toml).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Retrain every run: delete DIR/runs first instead of reusing finished runs and
+    /// resuming interrupted ones.
+    #[arg(long)]
+    fresh: bool,
 }
 
 impl ReproduceArgs {
@@ -324,6 +328,25 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
     let out = a
         .out
         .unwrap_or_else(|| Path::new("runs").join(format!("{name}-{}", scale.name())));
+    // the preset is read (and every run config resolved) before anything is deleted
+    let recall_preset = match (a.what, &a.config) {
+        (Experiments::Recall, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CliError::Usage(format!("--config {}: {e}", path.display())))?;
+            Some(RecallPreset::from_toml(&text, &path.display().to_string())?)
+        }
+        (Experiments::Recall, None) => Some(RecallPreset::embedded(scale.name())?),
+        _ => None,
+    };
+    if a.fresh {
+        let runs = out.join("runs");
+        if runs.is_dir() {
+            std::fs::remove_dir_all(&runs).map_err(|e| {
+                CliError::Io(format!("--fresh: cannot remove {}: {e}", runs.display()))
+            })?;
+            eprintln!("--fresh: removed {}", runs.display());
+        }
+    }
     let n = match a.what {
         Experiments::Synthetic => reproduce::run(scale, &out)?.runs.len(),
         Experiments::Books => {
@@ -333,14 +356,10 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
             reproduce::books::run(scale, data, &out)?.runs.len()
         }
         Experiments::Recall => {
-            let preset = match &a.config {
-                Some(path) => {
-                    let text = std::fs::read_to_string(path).map_err(|e| {
-                        CliError::Usage(format!("--config {}: {e}", path.display()))
-                    })?;
-                    RecallPreset::from_toml(&text, &path.display().to_string())?
-                }
-                None => RecallPreset::embedded(scale.name())?,
+            let Some(preset) = recall_preset else {
+                return Err(CliError::Io(
+                    "internal: the recall preset was not read".into(),
+                ));
             };
             let rep = reproduce::recall::run(&preset, &out, true)?;
             if rep.gate_passed == Some(false) {

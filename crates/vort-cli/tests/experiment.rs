@@ -347,3 +347,47 @@ fn killed_training_resumes_bit_exactly() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `reproduce recall --config FILE`: a report, reuse on a second call, `--fresh` retrains, and
+/// a bad preset with `--fresh` deletes nothing.
+#[test]
+fn recall_reproduction_reuses_and_fresh_retrains() {
+    const PRESET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tiny_recall.toml");
+    let dir = tmp("recall");
+    let d = dir.to_str().unwrap();
+    let args = ["reproduce", "recall", "--config", PRESET, "--out", d];
+    let o = vort(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("## Verdicts") && report.contains("Gate:"),
+        "{report}"
+    );
+    let o = vort(&args);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("reused"));
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "name = 3\n").unwrap();
+    assert_one_line_error(
+        &vort(&[
+            "reproduce",
+            "recall",
+            "--config",
+            bad.to_str().unwrap(),
+            "--out",
+            d,
+            "--fresh",
+        ]),
+        2,
+    );
+    assert!(dir.join("runs").is_dir(), "a refused call deletes nothing");
+    let mut fresh = args.to_vec();
+    fresh.push("--fresh");
+    let o = vort(&fresh);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("--fresh: removed") && !err.contains("reused"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -75,7 +75,7 @@ pub enum TrainError {
         source: std::io::Error,
     },
     /// `resume` was asked but the run has no checkpoint.
-    #[error("no checkpoint at {0} to resume from")]
+    #[error("no checkpoint at {0}: the run has not saved one (train it, or check the directory)")]
     NoCheckpoint(String),
     /// The checkpoint cannot be read or fails its checksum.
     #[error("checkpoint {path} is corrupt: {reason}")]

@@ -52,7 +52,7 @@ model = { memory = "softmax", qk_scale_init = 4.0 }
 [[mixers]]
 name = "retnet"
 model = { memory = "retnet" }
-lrs = [1e-2]
+lrs = [1e-2, 1e30]
 
 [[cells]]
 name = "gate"
@@ -101,6 +101,11 @@ fn tiny_recall_reproduction_runs_reports_and_reuses() {
         assert!(r.accuracy.is_finite());
     }
     assert!(rep.gate_passed.is_some());
+    // a learning rate that diverges is a result of the sweep, not the end of the experiment
+    let ret = &rep.cells[1];
+    assert_eq!(ret.sweep.len(), 2);
+    assert!(ret.sweep[1].diverged_at.is_some(), "lr 1e30 diverges");
+    assert_eq!(ret.best_lr, 1e-2, "a diverged rate is never chosen");
     let long = &rep.cells[2];
     assert_eq!(long.seeds[0].extrapolation.len(), 1);
     assert_eq!(long.seeds[0].extrapolation[0].seq_len, 96);
@@ -130,7 +135,7 @@ fn tiny_recall_reproduction_runs_reports_and_reuses() {
     assert!(w.is_file(), "{} missing", w.display());
     // a second call trains nothing and reports the same numbers
     let again = recall::run(&preset, &out, false).unwrap();
-    assert_eq!(again.reused, 6);
+    assert_eq!(again.reused, 8, "the diverged runs are reused too");
     for (a, b) in rep.cells.iter().zip(&again.cells) {
         assert_eq!(a.best_lr, b.best_lr);
         let acc =

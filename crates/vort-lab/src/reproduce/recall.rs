@@ -309,6 +309,9 @@ pub struct RunResult {
     /// Scores at the cell's extrapolation lengths.
     #[serde(default)]
     pub extrapolation: Vec<Extrapolation>,
+    /// The step at which the loss became non-finite (the run is then not evaluated).
+    #[serde(default)]
+    pub diverged_at: Option<u64>,
 }
 
 /// A trained model scored at another sequence length.
@@ -485,6 +488,42 @@ fn metrics_of(dir: &Path) -> Vec<Metrics> {
         .collect()
 }
 
+/// Marker of a run whose loss became non-finite (`diverged.json`).
+const DIVERGED_FILE: &str = "diverged.json";
+
+/// What `diverged.json` holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct Diverged {
+    /// The step whose loss was not finite.
+    step: u64,
+    /// That loss, as text (NaN or inf).
+    loss: String,
+}
+
+impl RunResult {
+    /// The result of a run that diverged at `step`: no accuracy, no answers.
+    fn diverged(seed: u64, lr: f64, step: u64, c: &RunConfig) -> RunResult {
+        RunResult {
+            seed,
+            lr,
+            val_accuracy: f64::NAN,
+            accuracy: 0.0,
+            correct: 0,
+            answers: 0,
+            buckets: Vec::new(),
+            lag_bins: Vec::new(),
+            steps: step,
+            tokens_per_s: f64::NAN,
+            tokens: step * (c.train.batch_size * c.task.seq_len) as u64,
+            train_s: 0.0,
+            learned: false,
+            alpha: None,
+            extrapolation: Vec::new(),
+            diverged_at: Some(step),
+        }
+    }
+}
+
 /// Trains (or reuses) one run; returns its result and whether it was reused.
 fn one(
     out: &Path,
@@ -509,6 +548,16 @@ fn one(
         Ok(e) if same_config => serde_json::from_str::<EvalResult>(&e).ok(),
         _ => None,
     };
+    // a run that diverged is a result of the sweep (a learning rate too high), not a reason
+    // to stop the experiment: it is recorded and reused like a finished one
+    let diverged_path = dir.join(DIVERGED_FILE);
+    let diverged_before = std::fs::read_to_string(&diverged_path)
+        .ok()
+        .filter(|_| same_config)
+        .and_then(|t| serde_json::from_str::<Diverged>(&t).ok());
+    if let Some(d) = diverged_before {
+        return Ok((RunResult::diverged(seed, lr, d.step, &c), true));
+    }
     let reused = finished.is_some();
     let eval = match finished {
         Some(e) => e,
@@ -518,10 +567,21 @@ fn one(
                 progress,
                 ..RunOptions::default()
             };
-            let s = train::run_with(&c, &dir, resume, &opts)?;
-            match s.eval {
-                Some(r) => r,
-                None => train::eval::run(&dir)?,
+            match train::run_with(&c, &dir, resume, &opts) {
+                Ok(s) => match s.eval {
+                    Some(r) => r,
+                    None => train::eval::run(&dir)?,
+                },
+                Err(TrainError::Diverged { step, loss }) => {
+                    let json = serde_json::to_string(&Diverged {
+                        step,
+                        loss: loss.to_string(),
+                    })
+                    .map_err(|e| TrainError::Serialise(e.to_string()))?;
+                    checkpoint::write_atomic(&diverged_path, json.as_bytes())?;
+                    return Ok((RunResult::diverged(seed, lr, step, &c), false));
+                }
+                Err(e) => return Err(e),
             }
         }
     };
@@ -561,6 +621,7 @@ fn one(
             learned: eval.accuracy >= preset.learned_accuracy,
             alpha: eval.alpha.clone(),
             extrapolation,
+            diverged_at: None,
         },
         reused,
     ))
@@ -1163,6 +1224,9 @@ fn markdown(rep: &RecallReport) -> String {
                 .seeds
                 .iter()
                 .map(|r| {
+                    if let Some(step) = r.diverged_at {
+                        return format!("s{}: diverged at step {step}", r.seed);
+                    }
                     let (lo, hi) = wilson(r.correct, r.answers);
                     format!(
                         "s{}: {} [{}, {}] ({}) {}",
@@ -1293,7 +1357,10 @@ fn markdown(rep: &RecallReport) -> String {
         let sw: Vec<String> = c
             .sweep
             .iter()
-            .map(|r| format!("{}: {} ({})", lr_label(r.lr), pct(r.val_accuracy), r.steps))
+            .map(|r| match r.diverged_at {
+                Some(step) => format!("{}: diverged at step {step}", lr_label(r.lr)),
+                None => format!("{}: {} ({})", lr_label(r.lr), pct(r.val_accuracy), r.steps),
+            })
             .collect();
         s.push_str(&format!(
             "| {} | {} | {} |\n",

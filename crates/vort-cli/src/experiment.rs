@@ -56,6 +56,11 @@ pub struct TrainArgs {
     /// Validate and test on the sequences of FILE (same format) instead of generated ones.
     #[arg(long, value_name = "FILE")]
     test_data: Option<PathBuf>,
+    /// Optimiser steps of the run (overrides the config's). With --resume: extend the run to
+    /// N steps (N above its checkpoint's step); later steps follow the schedule of an N-step
+    /// run from the start, so the learning rate jumps back up when a finished run is extended.
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    steps: Option<u64>,
     /// Refuse the run if its memory estimate exceeds BYTES (default: the machine's available
     /// memory). Accepts 8e9, 8_000_000_000.
     #[arg(long, value_name = "BYTES", value_parser = parse_count)]
@@ -124,7 +129,7 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
             )));
         }
         // The saved config is the run's identity: the flags must name the same run.
-        let saved = RunConfig::load(&dir.join(CONFIG_FILE))?;
+        let mut saved = RunConfig::load(&dir.join(CONFIG_FILE))?;
         if saved.task.kind != a.task || saved.model.memory != a.memory {
             return Err(CliError::Usage(format!(
                 "{} holds a {} / {} run, not {} / {}",
@@ -135,7 +140,12 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
                 a.memory
             )));
         }
+        if let Some(steps) = a.steps {
+            saved = train::extend_run(&dir, steps)?;
+        }
         config = saved;
+    } else if let Some(steps) = a.steps {
+        config.train.steps = steps;
     }
     let opts = train::RunOptions {
         progress: true,

@@ -54,6 +54,24 @@ fn tiny_run_trains_evaluates_and_refuses_to_overwrite() {
         before
     );
 
+    // extending a finished run: --steps must be above its step; then it trains on to N
+    assert_one_line_error(
+        &vort(&[
+            "train", "--task", "zipf", "--memory", "vort", "--resume", "--out", d, "--steps", "20",
+        ]),
+        2,
+    );
+    let o = vort(&[
+        "train", "--task", "zipf", "--memory", "vort", "--resume", "--out", d, "--steps", "26",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ext: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(ext["steps"], 26);
+    assert_eq!(ext["eval"]["step"], 26);
+    let cfg = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+    assert!(cfg.contains("steps = 26"), "{cfg}");
+
     // `generate` needs a books model, at least one byte, and a run directory
     for args in [
         &["generate", "--run", d, "--bytes", "5"][..],

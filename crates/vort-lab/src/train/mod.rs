@@ -1062,3 +1062,43 @@ pub fn available_memory() -> Option<u64> {
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }
+
+/// Extends the run in `run_dir` to `steps` optimiser steps (`vort train --resume --steps N`):
+/// its config.toml and the checkpoint's copy of the config get the new `train.steps`, and an
+/// evaluation of the shorter run is removed (the extended run writes its own at the end).
+///
+/// Schedule: the learning rate of every later step is the one of a run configured for
+/// `steps` from the start (warm-up, then cosine to `min_lr_ratio` at `steps`): it is not
+/// restarted, so when a finished run is extended the rate jumps from its final value back up
+/// to the new cosine's value at the resume step. Returns the updated config.
+///
+/// # Errors
+/// No run or checkpoint in `run_dir`; `steps` not above the checkpoint's step (nothing to
+/// add: shortening a run is not resuming it); I/O.
+pub fn extend_run(run_dir: &Path, steps: u64) -> Result<RunConfig, TrainError> {
+    let cfg_path = run_dir.join(CONFIG_FILE);
+    let mut cfg = RunConfig::load(&cfg_path)?;
+    let ck_path = run_dir.join(CHECKPOINT_FILE);
+    let mut ck = Checkpoint::load(&ck_path)?;
+    ck.check_config(&cfg.to_toml()?, &ck_path)?;
+    if steps <= ck.step {
+        return Err(TrainError::Config {
+            path: cfg_path.display().to_string(),
+            message: format!(
+                "--steps {steps} must be above the checkpoint's step {} to extend the run",
+                ck.step
+            ),
+        });
+    }
+    cfg.train.steps = steps;
+    cfg.validate()?;
+    let text = cfg.to_toml()?;
+    ck.config = text.clone();
+    ck.save(&ck_path)?;
+    checkpoint::write_atomic(&cfg_path, text.as_bytes())?;
+    let eval_path = run_dir.join(EVAL_FILE);
+    if eval_path.exists() {
+        std::fs::remove_file(&eval_path).map_err(|e| checkpoint::io(&eval_path, e))?;
+    }
+    Ok(cfg)
+}

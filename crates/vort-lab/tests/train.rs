@@ -467,3 +467,40 @@ fn absurd_sizes_are_refused_before_allocation() {
         }
     }
 }
+
+/// A checkpoint written before a config field existed (its config text lacks the field, which
+/// then means the default) still resumes: configs are compared parsed, not as text.
+#[test]
+fn checkpoint_from_before_a_new_field_resumes() {
+    let dir = tmp("older-config");
+    let mut c = tiny(TaskKind::Zipf, MemoryKind::Exponential, 12);
+    c.train.checkpoint_every = 5;
+    let opts = RunOptions {
+        stop_at: Some(5),
+        ..quiet()
+    };
+    train::run_with(&c, &dir, false, &opts).unwrap();
+    let path = dir.join(train::CHECKPOINT_FILE);
+    let mut ck = Checkpoint::load(&path).unwrap();
+    let older: String = ck
+        .config
+        .lines()
+        .filter(|l| !l.starts_with("early_stop_accuracy"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(older, ck.config);
+    ck.config = older;
+    ck.save(&path).unwrap();
+    let s = train::run_with(&c, &dir, true, &quiet()).unwrap();
+    assert_eq!(s.steps, 12);
+    // a real difference is still refused
+    let mut other = c.clone();
+    other.train.lr *= 2.0;
+    other.train.steps = 20;
+    let err = train::run_with(&other, &dir, true, &quiet()).unwrap_err();
+    assert!(
+        matches!(err, TrainError::CheckpointMismatch { .. }),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -659,12 +659,18 @@ pub fn run(
             } else {
                 String::new()
             };
+            let result = match r.diverged_at {
+                Some(step) => format!("diverged at step {step} (non-finite loss)"),
+                None => format!(
+                    "test {:.1}% (val {:.1}%, {} steps, {:.0} tok/s)",
+                    100.0 * r.accuracy,
+                    100.0 * r.val_accuracy,
+                    r.steps,
+                    r.tokens_per_s
+                ),
+            };
             eprintln!(
-                "[{done}/{total}] {what}: test {:.1}% (val {:.1}%, {} steps, {:.0} tok/s){}{eta}",
-                100.0 * r.accuracy,
-                100.0 * r.val_accuracy,
-                r.steps,
-                r.tokens_per_s,
+                "[{done}/{total}] {what}: {result}{}{eta}",
                 if was_reused { ", reused" } else { "" },
             );
         }

@@ -274,6 +274,36 @@ fn bad_retention_files_exit_2_with_one_line() {
     assert!(!out.exists());
     let _ = std::fs::remove_file(input);
 
+    // sizes checked against the header before reading: /dev/zero, and a file whose header
+    // declares more data than it holds
+    let err = assert_one_line_error(
+        &vort(&[
+            "retention",
+            "--input",
+            "/dev/zero",
+            "--output",
+            out.to_str().unwrap(),
+        ]),
+        2,
+    );
+    assert!(err.contains("regular file"), "{err}");
+    let short = tmp("short.safetensors");
+    write(&short, &good);
+    let full = std::fs::read(&short).unwrap();
+    std::fs::write(&short, &full[..full.len() - 4]).unwrap();
+    let err = assert_one_line_error(
+        &vort(&[
+            "retention",
+            "--input",
+            short.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ]),
+        2,
+    );
+    assert!(err.contains("declares"), "{err}");
+    let _ = std::fs::remove_file(short);
+
     // --output naming the input is refused, and the input is left as it was
     let input = tmp("same.safetensors");
     write(&input, &good);

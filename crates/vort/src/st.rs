@@ -40,15 +40,72 @@ fn st_err(e: impl std::fmt::Display) -> VortError {
     VortError::SafeTensors(e.to_string())
 }
 
+/// Largest safetensors header read (the JSON that lists the tensors).
+const MAX_HEADER: u64 = 100 << 20;
+
+/// The bytes of a safetensors file, read only after its size is checked against what its
+/// header declares: a regular file, a header of at most 100 MB, and exactly 8 + header +
+/// the data its tensors' offsets cover. `/dev/zero`, a FIFO or a file whose header promises
+/// terabytes is refused before anything large is read.
+///
+/// # Errors
+/// [`VortError::Io`] for an unreadable path, [`VortError::SafeTensors`] naming the
+/// mismatch.
+pub fn read_checked(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let io = |source| VortError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let bad = |m: String| VortError::SafeTensors(format!("{}: {m}", path.display()));
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let meta = f.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    let len = meta.len();
+    let mut head = [0u8; 8];
+    f.read_exact(&mut head)
+        .map_err(|_| bad(format!("{len} bytes: too short for a safetensors header")))?;
+    let n = u64::from_le_bytes(head);
+    if n > MAX_HEADER || 8 + n > len {
+        return Err(bad(format!(
+            "header of {n} bytes declared in a file of {len} bytes (at most {MAX_HEADER})"
+        )));
+    }
+    let mut json = vec![0u8; n as usize];
+    f.read_exact(&mut json).map_err(io)?;
+    let header: serde_json::Value =
+        serde_json::from_slice(&json).map_err(|e| bad(format!("header is not JSON ({e})")))?;
+    let end = header
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .filter(|(k, _)| k.as_str() != "__metadata__")
+                .filter_map(|(_, v)| v.get("data_offsets")?.get(1)?.as_u64())
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0);
+    if 8 + n + end != len {
+        return Err(bad(format!(
+            "{len} bytes, but its header declares {} (8 + {n} of header + {end} of data)",
+            8 + n + end
+        )));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    bytes.extend_from_slice(&head);
+    bytes.extend_from_slice(&json);
+    f.read_to_end(&mut bytes).map_err(io)?;
+    Ok(bytes)
+}
+
 /// Reads every F32/F64 tensor of a safetensors file (other dtypes are a typed error).
 ///
 /// # Errors
 /// I/O, parse errors, unsupported dtypes.
 pub fn read(path: &Path) -> Result<File> {
-    let bytes = std::fs::read(path).map_err(|source| VortError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let bytes = read_checked(path)?;
     let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(st_err)?;
     let metadata = meta.metadata().clone().unwrap_or_default();
     let st = SafeTensors::deserialize(&bytes).map_err(st_err)?;

@@ -28,7 +28,7 @@ pub struct LabelledSet {
 }
 
 fn bad(origin: &str, what: impl std::fmt::Display) -> TaskError {
-    TaskError::Invalid(format!("{origin}: {what}"))
+    TaskError::BadFile(format!("{origin}: {what}"))
 }
 
 /// Reads a 2-D integer tensor (I64 or I32) as i64 values and its shape.
@@ -86,11 +86,15 @@ impl LabelledSet {
     /// label −100 or in [0, vocab).
     ///
     /// # Errors
-    /// [`TaskError::Invalid`] with one line naming the file and what is wrong (the CLI's exit
-    /// status 2); an unreadable file is [`TaskError::Data`].
+    /// [`TaskError::BadFile`] with one line naming the file and what is wrong (the CLI's exit
+    /// status 2), an unreadable file included.
     pub fn load(path: &Path, vocab: usize) -> Result<LabelledSet, TaskError> {
         let origin = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|e| TaskError::Data(format!("{origin}: {e}")))?;
+        // sizes checked against the header before the data is read (`/dev/zero` is refused)
+        let bytes = vort::st::read_checked(path).map_err(|e| match e {
+            vort::VortError::Io { source, .. } => TaskError::BadFile(format!("{origin}: {source}")),
+            other => TaskError::BadFile(other.to_string()),
+        })?;
         let st = SafeTensors::deserialize(&bytes)
             .map_err(|e| bad(&origin, format!("not a safetensors file ({e})")))?;
         let (inputs, n, l) = int_matrix(&st, "inputs", &origin)?;

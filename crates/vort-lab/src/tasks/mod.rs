@@ -91,6 +91,10 @@ pub enum TaskError {
     /// The books data is missing or fails its manifest (the message says what to do).
     #[error("books data: {0}")]
     Data(String),
+    /// A data file (Zoology's format) is malformed or does not fit the model; the message
+    /// names the file.
+    #[error("{0}")]
+    BadFile(String),
 }
 
 /// Task configuration (the `[task]` table of a run config).
@@ -549,7 +553,7 @@ impl Source {
             }
             let set = external::LabelledSet::load(std::path::Path::new(path), cfg.vocab())?;
             if set.l != cfg.seq_len {
-                return Err(TaskError::Invalid(format!(
+                return Err(TaskError::BadFile(format!(
                     "{path}: sequences of length {} but the run's seq_len is {}",
                     set.l, cfg.seq_len
                 )));

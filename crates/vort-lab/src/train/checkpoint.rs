@@ -221,12 +221,16 @@ impl Checkpoint {
     /// [`TrainError::NoCheckpoint`] when absent, [`TrainError::CheckpointCorrupt`] when it
     /// cannot be parsed or its checksum does not match.
     pub fn load(path: &Path) -> Result<Checkpoint, TrainError> {
-        let buf = match std::fs::read(path) {
+        // sizes checked against the header before the data is read
+        let buf = match vort::st::read_checked(path) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(vort::VortError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
                 return Err(TrainError::NoCheckpoint(path.display().to_string()))
             }
-            Err(e) => return Err(io(path, e)),
+            Err(vort::VortError::Io { source, .. }) => return Err(io(path, source)),
+            Err(e) => return Err(corrupt(path, e.to_string())),
         };
         let (_, header) =
             SafeTensors::read_metadata(&buf).map_err(|e| corrupt(path, e.to_string()))?;

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 mod common;
 
-use common::{assert_one_line_error, vort};
+use common::{assert_one_line_error, vort, zoology_file};
 
 const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tiny_run.toml");
 
@@ -218,24 +218,6 @@ fn books_without_data_and_conflicting_scales_are_refused() {
     assert_one_line_error(&vort(&["reproduce", "--quick", "--full"]), 2);
     assert_one_line_error(&vort(&["reproduce", "--medium", "--full"]), 2);
     assert_one_line_error(&vort(&["reproduce", "everything"]), 2);
-}
-
-/// Writes a Zoology-format file: `inputs`, `labels` [n, l] as I64.
-fn zoology_file(path: &std::path::Path, inputs: &[i64], labels: &[i64], n: usize, l: usize) {
-    use safetensors::tensor::{Dtype, TensorView};
-    let a: Vec<u8> = inputs.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let b: Vec<u8> = labels.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let views = vec![
-        (
-            "inputs",
-            TensorView::new(Dtype::I64, vec![n, l], &a).unwrap(),
-        ),
-        (
-            "labels",
-            TensorView::new(Dtype::I64, vec![n, l], &b).unwrap(),
-        ),
-    ];
-    std::fs::write(path, safetensors::serialize(views, &None).unwrap()).unwrap();
 }
 
 /// MQAR through the CLI: training on a Zoology-format file, scoring a run on one with

@@ -18,7 +18,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 mod common;
-use common::vort;
+use common::{vort, zoology_file};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
 
@@ -172,7 +172,6 @@ fn tiny_mqar_run(d: &Path) -> (PathBuf, PathBuf) {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // a valid data file: 2 sequences of 32 with two pairs and their queries
-    use safetensors::tensor::{Dtype, TensorView};
     let (n, l) = (2usize, 32usize);
     let mut inputs = vec![0i64; n * l];
     let mut labels = vec![-100i64; n * l];
@@ -181,20 +180,8 @@ fn tiny_mqar_run(d: &Path) -> (PathBuf, PathBuf) {
         inputs[s * l + 10] = 2;
         labels[s * l + 10] = 21;
     }
-    let a: Vec<u8> = inputs.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let b: Vec<u8> = labels.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let views = vec![
-        (
-            "inputs",
-            TensorView::new(Dtype::I64, vec![n, l], &a).unwrap(),
-        ),
-        (
-            "labels",
-            TensorView::new(Dtype::I64, vec![n, l], &b).unwrap(),
-        ),
-    ];
     let data = d.join("data.safetensors");
-    std::fs::write(&data, safetensors::serialize(views, &None).unwrap()).unwrap();
+    zoology_file(&data, &inputs, &labels, n, l);
     (run, data)
 }
 

@@ -131,6 +131,24 @@ fn zoologys_asserts_are_config_errors() {
     }
 }
 
+/// Samples as Zoology's `inputs` and `labels` ([N·L] each, -100 where nothing is scored).
+fn zoology_arrays(samples: &[vort_lab::tasks::Sample]) -> (Vec<i64>, Vec<i64>) {
+    let inputs = samples
+        .iter()
+        .flat_map(|s| s.tokens.iter().map(|&x| i64::from(x)))
+        .collect();
+    let labels = samples
+        .iter()
+        .flat_map(|s| {
+            s.targets
+                .iter()
+                .zip(&s.mask)
+                .map(|(&t, &m)| if m { i64::from(t) } else { -100 })
+        })
+        .collect();
+    (inputs, labels)
+}
+
 fn write_set(path: &Path, inputs: &[i64], labels: &[i64], n: usize, l: usize, dtype: Dtype) {
     let enc = |x: &[i64]| -> Vec<u8> {
         match dtype {
@@ -154,19 +172,7 @@ fn zoology_files_round_trip_and_bad_ones_are_refused() {
     let d = tmp("files");
     let c = mqar(32, 3, 64, 0.5);
     let samples: Vec<_> = (0..5).map(|i| c.sample(2, Stream::Eval, i)).collect();
-    let inputs: Vec<i64> = samples
-        .iter()
-        .flat_map(|s| s.tokens.iter().map(|&x| i64::from(x)))
-        .collect();
-    let labels: Vec<i64> = samples
-        .iter()
-        .flat_map(|s| {
-            s.targets
-                .iter()
-                .zip(&s.mask)
-                .map(|(&t, &m)| if m { i64::from(t) } else { -100 })
-        })
-        .collect();
+    let (inputs, labels) = zoology_arrays(&samples);
     for dtype in [Dtype::I64, Dtype::I32] {
         let f = d.join(format!("ok-{dtype:?}.safetensors"));
         write_set(&f, &inputs, &labels, 5, 32, dtype);
@@ -425,19 +431,7 @@ fn softmax_learns_tiny_mqar_and_stops_early() {
     let samples: Vec<_> = (0..64)
         .map(|i| c.task.sample(c.seed, Stream::Eval, i))
         .collect();
-    let inputs: Vec<i64> = samples
-        .iter()
-        .flat_map(|s| s.tokens.iter().map(|&x| i64::from(x)))
-        .collect();
-    let labels: Vec<i64> = samples
-        .iter()
-        .flat_map(|s| {
-            s.targets
-                .iter()
-                .zip(&s.mask)
-                .map(|(&t, &m)| if m { i64::from(t) } else { -100 })
-        })
-        .collect();
+    let (inputs, labels) = zoology_arrays(&samples);
     let f = d.join("test.safetensors");
     write_set(&f, &inputs, &labels, 64, 32, Dtype::I32);
     let r = train::eval::run_on_file(&d, &f).unwrap();

@@ -33,3 +33,21 @@ pub fn assert_one_line_error(out: &Output, code: i32) -> String {
     }
     stderr
 }
+
+/// Writes a Zoology-format file: `inputs`, `labels` [n, l] as I64.
+pub fn zoology_file(path: &std::path::Path, inputs: &[i64], labels: &[i64], n: usize, l: usize) {
+    use safetensors::tensor::{Dtype, TensorView};
+    let a: Vec<u8> = inputs.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let b: Vec<u8> = labels.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let views = vec![
+        (
+            "inputs",
+            TensorView::new(Dtype::I64, vec![n, l], &a).unwrap(),
+        ),
+        (
+            "labels",
+            TensorView::new(Dtype::I64, vec![n, l], &b).unwrap(),
+        ),
+    ];
+    std::fs::write(path, safetensors::serialize(views, &None).unwrap()).unwrap();
+}

@@ -900,9 +900,7 @@ fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
     )?;
     // the learning-rate sweeps: validation accuracy against lr, one panel per cell
     let mut panels = Vec::new();
-    let mut cell_names: Vec<&str> = rep.cells.iter().map(|c| c.cell.as_str()).collect();
-    cell_names.dedup();
-    for cell in cell_names {
+    for cell in cells_where(rep, |_| true) {
         let series: Vec<Series> = rep
             .cells
             .iter()
@@ -940,23 +938,14 @@ fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
     }
     // accuracy by lag (lags section): doubling bins with >= MIN_BIN answers over seeds
     let mut panels = Vec::new();
-    let mut lag_cells: Vec<&str> = rep
-        .cells
-        .iter()
-        .filter(|c| c.section == Section::Lags)
-        .map(|c| c.cell.as_str())
-        .collect();
-    lag_cells.dedup();
-    for cell in lag_cells {
+    for cell in cells_where(rep, |c| c.section == Section::Lags) {
         let mut series = Vec::new();
         for c in rep.cells.iter().filter(|c| c.cell == cell) {
             let ci = names.iter().position(|n| n == &c.mixer).unwrap_or(0);
             let nb = c.seeds.first().map_or(0, |r| r.lag_bins.len());
             let pts: Vec<(f64, f64)> = (0..nb)
                 .filter_map(|i| {
-                    let (n, k) = c.seeds.iter().fold((0, 0), |(n, k), r| {
-                        (n + r.lag_bins[i].n, k + r.lag_bins[i].correct)
-                    });
+                    let (k, n) = sum_rows(c.seeds.iter().map(|r| &r.lag_bins[i]));
                     let b = &c.seeds[0].lag_bins[i];
                     (n >= MIN_BIN).then(|| (((b.lo * b.hi) as f64).sqrt(), k as f64 / n as f64))
                 })
@@ -979,14 +968,7 @@ fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
     }
     // length extrapolation: accuracy against the scored length, the training length first
     let mut panels = Vec::new();
-    let mut ext_cells: Vec<&str> = rep
-        .cells
-        .iter()
-        .filter(|c| c.seeds.iter().any(|r| !r.extrapolation.is_empty()))
-        .map(|c| c.cell.as_str())
-        .collect();
-    ext_cells.dedup();
-    for cell in ext_cells {
+    for cell in cells_where(rep, |c| c.seeds.iter().any(|r| !r.extrapolation.is_empty())) {
         let series: Vec<Series> = rep
             .cells
             .iter()
@@ -996,11 +978,8 @@ fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
                 let mut pts = vec![(c.seq_len as f64, c.mean_sd().0)];
                 let nx = c.seeds[0].extrapolation.len();
                 for i in 0..nx {
-                    let (n, k) = c
-                        .seeds
-                        .iter()
-                        .filter_map(|r| r.extrapolation.get(i))
-                        .fold((0, 0), |(n, k), x| (n + x.answers, k + x.correct));
+                    let (k, n) = extrapolations(c, i)
+                        .fold((0, 0), |(k, n), x| (k + x.correct, n + x.answers));
                     if n > 0 {
                         let l = c.seeds[0].extrapolation[i].seq_len as f64;
                         pts.push((l, k as f64 / n as f64));
@@ -1064,12 +1043,38 @@ fn pct(x: f64) -> String {
     }
 }
 
+/// (correct, answers) summed over `rows` (one row per seed).
+fn sum_rows<'a>(rows: impl Iterator<Item = &'a LagAccuracy>) -> (usize, usize) {
+    rows.fold((0, 0), |(k, n), r| (k + r.correct, n + r.n))
+}
+
 /// Pooled (correct, answers) over every seed of `c` in lag bucket `b` (None: all answers).
 fn pooled(c: &CellResult, b: Option<usize>) -> (usize, usize) {
-    c.seeds.iter().fold((0, 0), |(k, n), r| match b {
-        Some(i) => (k + r.buckets[i].correct, n + r.buckets[i].n),
-        None => (k + r.correct, n + r.answers),
-    })
+    match b {
+        Some(i) => sum_rows(c.seeds.iter().map(|r| &r.buckets[i])),
+        None => c
+            .seeds
+            .iter()
+            .fold((0, 0), |(k, n), r| (k + r.correct, n + r.answers)),
+    }
+}
+
+/// The extrapolation scores of every seed of `c` at its `i`-th scored length.
+fn extrapolations(c: &CellResult, i: usize) -> impl Iterator<Item = &Extrapolation> {
+    c.seeds.iter().filter_map(move |r| r.extrapolation.get(i))
+}
+
+/// Names of the cells with a result matching `keep`, in report order, once each.
+fn cells_where(rep: &RecallReport, keep: impl Fn(&CellResult) -> bool) -> Vec<&str> {
+    let mut names: Vec<&str> = rep
+        .cells
+        .iter()
+        .filter(|c| keep(c))
+        .map(|c| c.cell.as_str())
+        .collect();
+    // a cell's results are consecutive (one per mixer)
+    names.dedup();
+    names
 }
 
 /// The rule of a comparison: the difference of two pooled accuracies against twice its
@@ -1116,15 +1121,8 @@ fn verdicts(rep: &RecallReport) -> String {
             if acc >= 0.9 { "reaches" } else { "misses" }
         ));
     }
-    let mut lag_cells: Vec<&str> = rep
-        .cells
-        .iter()
-        .filter(|c| c.section == Section::Lags)
-        .map(|c| c.cell.as_str())
-        .collect();
-    lag_cells.dedup();
     let far = BUCKETS.len() - 1;
-    for cell in lag_cells {
+    for cell in cells_where(rep, |c| c.section == Section::Lags) {
         let sane = cell_of(cell, "softmax").map(|c| {
             let (k, n) = pooled(c, None);
             k as f64 / n.max(1) as f64
@@ -1285,9 +1283,7 @@ fn markdown(rep: &RecallReport) -> String {
             for c in &rows {
                 s.push_str(&format!("| {} | {} |", c.cell, c.mixer));
                 for i in 0..BUCKETS.len() {
-                    let (n, k) = c.seeds.iter().fold((0, 0), |(n, k), r| {
-                        (n + r.buckets[i].n, k + r.buckets[i].correct)
-                    });
+                    let (k, n) = pooled(c, Some(i));
                     if n == 0 {
                         s.push_str(" - |");
                     } else {
@@ -1327,11 +1323,8 @@ fn markdown(rep: &RecallReport) -> String {
         for c in &extra {
             let lengths: Vec<usize> = c.seeds[0].extrapolation.iter().map(|x| x.seq_len).collect();
             for (i, l) in lengths.iter().enumerate() {
-                let (n, k) = c
-                    .seeds
-                    .iter()
-                    .filter_map(|r| r.extrapolation.get(i))
-                    .fold((0, 0), |(n, k), x| (n + x.answers, k + x.correct));
+                let (k, n) =
+                    extrapolations(c, i).fold((0, 0), |(k, n), x| (k + x.correct, n + x.answers));
                 s.push_str(&format!(
                     "| {} | {} | {l} | {} ({k}/{n}) |",
                     c.cell,
@@ -1339,13 +1332,7 @@ fn markdown(rep: &RecallReport) -> String {
                     pct(k as f64 / n.max(1) as f64)
                 ));
                 for b in 0..BUCKETS.len() {
-                    let (n, k) = c
-                        .seeds
-                        .iter()
-                        .filter_map(|r| r.extrapolation.get(i))
-                        .fold((0, 0), |(n, k), x| {
-                            (n + x.buckets[b].n, k + x.buckets[b].correct)
-                        });
+                    let (k, n) = sum_rows(extrapolations(c, i).map(|x| &x.buckets[b]));
                     if n == 0 {
                         s.push_str(" - |");
                     } else {

@@ -152,6 +152,9 @@ pub struct BenchLayerArgs {
     /// Print the results as JSON.
     #[arg(long)]
     json: bool,
+    /// Also write the JSON to FILE (atomically).
+    #[arg(long, value_name = "FILE")]
+    out: Option<std::path::PathBuf>,
 }
 
 /// Everything `vort bench layer` measured.
@@ -169,6 +172,10 @@ struct LayerBenchReport {
     decode: Vec<DecodeResult>,
     /// Forward time of causal softmax attention and of the linear (fused) form, B = H = 1.
     crossover: Vec<CrossoverResult>,
+    /// 1-minute load average before and after the run (compare only quiet runs).
+    load_avg_before: Option<f64>,
+    /// See `load_avg_before`.
+    load_avg_after: Option<f64>,
 }
 
 const FLOP_COUNT: &str = "matmul FLOPs only (2·m·n·k per product) of the fused chunked op: \
@@ -201,6 +208,7 @@ pub fn run_bench(cmd: BenchCommand) -> Result<(), CliError> {
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     bar.enable_steady_tick(Duration::from_millis(120));
+    let load_avg_before = bench::load_avg_1min();
     bar.set_message("sgemm 2048³");
     let sgemm = bench::bench_sgemm(2048, options.reps)?;
     bar.set_message(format!(
@@ -229,7 +237,14 @@ pub fn run_bench(cmd: BenchCommand) -> Result<(), CliError> {
         layer,
         decode,
         crossover,
+        load_avg_before,
+        load_avg_after: bench::load_avg_1min(),
     };
+    if let Some(path) = &a.out {
+        let text = serde_json::to_string_pretty(&report)
+            .map_err(|e| CliError::Io(format!("cannot serialise the result: {e}")))?;
+        vort_lab::train::checkpoint::write_atomic(path, (text + "\n").as_bytes())?;
+    }
     if a.json {
         return emit_json(&report);
     }
@@ -239,12 +254,15 @@ pub fn run_bench(cmd: BenchCommand) -> Result<(), CliError> {
 fn render(r: &LayerBenchReport) -> String {
     let o = &r.options;
     let mut s = format!(
-        "sgemm 2048³ (same run): {:.1} ms, {:.1} GFLOP/s\n\n\
+        "sgemm 2048³ (same run): {:.1} ms, {:.1} GFLOP/s; 1-minute load average {} before, {} \
+         after (compare only quiet runs)\n\n\
          fused chunked layer, B={} H={} T={} F={} D={} chunk={} eps={:e} (median of {})\n\
          FLOPs: {}\n\
          {:<8} {:>6} {:>10} {:>10} {:>12} {:>10} {:>14}\n",
         r.sgemm.ms,
         r.sgemm.gflops,
+        r.load_avg_before.map_or("?".into(), |v| format!("{v:.2}")),
+        r.load_avg_after.map_or("?".into(), |v| format!("{v:.2}")),
         o.b,
         o.h,
         o.t,

@@ -117,8 +117,8 @@ pub struct BlockConfig {
     pub qk_scale_init: f64,
     /// Seed of the initialisation and of the random features.
     pub seed: u64,
-    /// Use the fused op (hand-written backward) in [`Block::forward`] for memories with fixed
-    /// rates (all but `Exponential`, whose rates are learned); the plain candle form otherwise.
+    /// Use the fused op (hand-written backward, rate gradient included) in [`Block::forward`]
+    /// and streams for every linear memory; false: the plain candle chunked form (its twin).
     #[serde(default = "default_true")]
     pub fused: bool,
 }
@@ -500,8 +500,7 @@ impl Block {
         Ok((Some(alpha), Some(logit_e.reshape((b, t))?)))
     }
 
-    /// Training forward over T tokens from an empty state (fused op when `cfg.fused` and the
-    /// rates are fixed). x: [B, T, d_model]; entropy: [B, T] (stop-gradient; None = 0); returns
+    /// Training forward over T tokens from an empty state (the fused op when `cfg.fused`). x: [B, T, d_model]; entropy: [B, T] (stop-gradient; None = 0); returns
     /// y [B, T, d_model], α [B, H, T], entity logits [B, T]; `state` is None.
     ///
     /// # Errors
@@ -511,8 +510,7 @@ impl Block {
     }
 
     /// Streaming forward over T tokens continuing from `state` (the fused op with a carried
-    /// state for fixed rates, the plain candle form for learned ones, or the KV cache for
-    /// softmax); returns the state after the last token. Feeding a sequence in
+    /// state when `cfg.fused`, else the plain candle form, or the KV cache for softmax); returns the state after the last token. Feeding a sequence in
     /// pieces of any sizes with the returned state gives the same y as one pass (tested). The
     /// returned state is detached: gradients do not flow from one piece into the previous one
     /// (truncated backpropagation), and memory stays flat however long the stream.
@@ -605,17 +603,15 @@ impl Block {
                 vp: &vp,
                 cw: &cw,
             };
-            // the fused op for fixed rates (training, and streams: its final state comes
-            // without a gradient, which a stream state does not keep anyway); learned rates
-            // train through the plain chunked form. Stream states live on the host, outside
+            // the fused op (training, and streams: its final state comes without a gradient,
+            // which a stream state does not keep anyway). Stream states live on the host, outside
             // the autodiff graph, so a stream's memory stays flat (a state that kept its graph
             // held every earlier piece's activations: ~430 KB per decoded byte for the books
             // model, and an out-of-memory kill on a whole book).
-            let fixed_rates = matches!(rates, Rates::Fixed { .. });
             let chunk = self.cfg.chunk;
             let (o, g) = if pass == Pass::Decode {
                 recurrent_raw(&inputs, &rates, chunk, initial, true)?
-            } else if self.cfg.fused && fixed_rates {
+            } else if self.cfg.fused {
                 fused_raw(&inputs, &rates, chunk, initial, want_state)?
             } else {
                 chunked_raw(&inputs, &rates, chunk, initial, want_state)?

@@ -475,3 +475,157 @@ fn the_four_forms_agree_on_uneven_pieces_with_carried_states() {
         }
     }
 }
+
+/// Learned rates (the exponential baseline's, and any node count): the fused op's
+/// hand-written rate gradient against candle's autodiff of the plain chunked form, with the
+/// gradients of q, k, v' and cw, on awkward shapes (T not a multiple of the chunk, chunk 1,
+/// one rate row for all heads or one per head, N = 1 with unit weights and N = 3 with random
+/// weights), from a zero state and from a carried state (whose readout also depends on u).
+#[test]
+fn fused_rate_gradient_matches_autodiff_of_chunked() {
+    use vort::retention::{Inputs as Call, Rates, State};
+    let cases = [
+        // (B, H, T, F, D, N, rate rows, chunk, dtype)
+        (1, 2, 37, 3, 2, 1, 2, 8, DType::F64),
+        (2, 2, 50, 4, 3, 3, 1, 16, DType::F64),
+        (1, 1, 9, 2, 2, 2, 1, 1, DType::F64),
+        (2, 3, 70, 8, 5, 1, 3, 32, DType::F32),
+    ];
+    for (case, &(b, h, t, f, d, n, hu, chunk, dt)) in cases.iter().enumerate() {
+        let dims = Dims { b, h, t, f, d };
+        let inp = Inputs::new(dims, 0.25, 40 + case as u64);
+        let (q, k, v, _) = inp.tensors(dt);
+        let dev = Device::Cpu;
+        let mut r = Rng::new(90 + case as u64);
+        let rand = |r: &mut Rng, len: usize, lo: f64, hi: f64| -> Vec<f64> {
+            (0..len).map(|_| lo + (hi - lo) * r.unif()).collect()
+        };
+        let var = |x: Vec<f64>, shape: &[usize]| {
+            Var::from_tensor(
+                &Tensor::from_vec(x, shape, &dev)
+                    .unwrap()
+                    .to_dtype(dt)
+                    .unwrap(),
+            )
+            .unwrap()
+        };
+        // rates from fast to slow (u in [0.01, 1.5]); weights of either sign
+        let u = var(rand(&mut r, hu * n, 0.01, 1.5), &[hu, n]);
+        let cw = var(
+            if n == 1 {
+                vec![1.0; b * h * t]
+            } else {
+                rand(&mut r, b * h * t * n, -0.5, 1.0)
+            },
+            &[b, h, t, n],
+        );
+        let vp = with_ones(&v).unwrap();
+        let w = Tensor::from_vec(
+            rand(&mut r, b * h * t * (d + 1), -1.0, 1.0),
+            (b, h, t, d + 1),
+            &dev,
+        )
+        .unwrap()
+        .to_dtype(dt)
+        .unwrap();
+        // a carried state from 11 earlier tokens (f64 state, cast inside the forms)
+        let g0: Vec<f64> = rand(&mut r, b * h * n * f * (d + 1), -0.3, 0.3);
+        let mut s0 = State::<f64>::zeros(b, h, n, f, d);
+        s0.g.copy_from_slice(&g0);
+        s0.pos = 11;
+        let (tg, to) = if dt == DType::F64 {
+            (F64_GRAD_REL, F64_SAME_KERNEL_REL)
+        } else {
+            (F32_GRAD_REL, F32_SAME_KERNEL_REL)
+        };
+        for initial in [None, Some(&s0)] {
+            let rates = Rates::Learned(u.as_tensor().clone());
+            let x = Call {
+                q: q.as_tensor(),
+                k: k.as_tensor(),
+                vp: &vp,
+                cw: cw.as_tensor(),
+            };
+            let run = |fused: bool| {
+                let (o, st) = if fused {
+                    fused_raw::<f64>(&x, &rates, chunk, initial, true).unwrap()
+                } else {
+                    chunked_raw::<f64>(&x, &rates, chunk, initial, true).unwrap()
+                };
+                let gr = (&o * &w).unwrap().sum_all().unwrap().backward().unwrap();
+                let grads: Vec<Vec<f64>> = [&q, &k, &v, &cw, &u]
+                    .iter()
+                    .map(|x| to_f64(gr.get(x.as_tensor()).expect("a gradient")))
+                    .collect();
+                (to_f64(&o), st.unwrap().g, grads)
+            };
+            let (oc, sc, gc) = run(false);
+            let (of, sf, gf) = run(true);
+            let tag = format!("case {case} initial {}", initial.is_some());
+            let e = rel_rms(&of, &oc);
+            assert!(e <= to, "{tag}: o {e:e}");
+            let e = rel_rms(&sf, &sc);
+            assert!(e <= to, "{tag}: final state {e:e}");
+            for (j, name) in ["q", "k", "v", "cw", "u"].iter().enumerate() {
+                let e = rel_rms(&gf[j], &gc[j]);
+                assert!(e <= tg, "{tag}: grad {name} {e:e}");
+            }
+            // the rate gradient is not trivially zero
+            assert!(
+                gf[4].iter().any(|x| x.abs() > 1e-3),
+                "{tag}: du {:?}",
+                gf[4]
+            );
+        }
+    }
+}
+
+/// The fused rate gradient against central finite differences of the fused forward (f64):
+/// an independent check of the hand-written du, not only agreement with autodiff.
+#[test]
+fn fused_rate_gradient_matches_finite_differences() {
+    use vort::retention::{Inputs as Call, Rates};
+    let dims = Dims {
+        b: 1,
+        h: 2,
+        t: 29,
+        f: 3,
+        d: 2,
+    };
+    let inp = Inputs::new(dims, 0.25, 7);
+    let (q, k, v, _) = inp.tensors(DType::F64);
+    let dev = Device::Cpu;
+    let vp = with_ones(&v).unwrap();
+    let cw = Tensor::ones((1, 2, 29, 2), DType::F64, &dev).unwrap();
+    let w = Tensor::randn(0f64, 1.0, (1, 2, 29, 3), &dev).unwrap();
+    let u0 = vec![0.05, 0.7, 0.3, 0.01];
+    let loss = |u: &[f64]| -> (f64, Vec<f64>) {
+        let uv = Var::from_tensor(&Tensor::from_vec(u.to_vec(), (2, 2), &dev).unwrap()).unwrap();
+        let x = Call {
+            q: q.as_tensor(),
+            k: k.as_tensor(),
+            vp: &vp,
+            cw: &cw,
+        };
+        let rates = Rates::Learned(uv.as_tensor().clone());
+        let (o, _) = fused_raw::<f64>(&x, &rates, 8, None, false).unwrap();
+        let l = (&o * &w).unwrap().sum_all().unwrap();
+        let g = l.backward().unwrap();
+        (
+            l.to_scalar::<f64>().unwrap(),
+            to_f64(g.get(uv.as_tensor()).unwrap()),
+        )
+    };
+    let (_, du) = loss(&u0);
+    let step = 1e-6;
+    let fd: Vec<f64> = (0..u0.len())
+        .map(|i| {
+            let (mut p, mut m) = (u0.clone(), u0.clone());
+            p[i] += step;
+            m[i] -= step;
+            (loss(&p).0 - loss(&m).0) / (2.0 * step)
+        })
+        .collect();
+    let e = rel_rms(&du, &fd);
+    assert!(e <= FD_GRAD_REL, "du {du:?} vs fd {fd:?}: {e:e}");
+}

@@ -16,10 +16,19 @@
 //! e^(-u_n(τ+1)) (dO Gᵀ)_n, dK = dPᵀ Q + Σ_n e^(-u_n(L-1-σ)) cw (V Hᵀ)_n, dcw from dM through E
 //! and from V Hᵀ through k; then H <- H - μ_L ∘ H + Qdᵀ dO.
 //!
-//! Inputs: qk [B, H, T, 2F] (φq and φk concatenated on the last dim), vp [B, H, T, D'],
-//! cw [B, H, T, N]; output o [B, H, T, D'] (unnormalised; normalise with
-//! [`crate::retention::normalise`]). Rates are fixed per op (no gradient in u: the learned-decay
-//! baseline uses the plain form).
+//! Rate gradient (learned rates only; the exponential baseline), from the four places u enters:
+//! E (∂E/∂u = -lag·E), Qd (-(τ+1)·Qd), Kd (-(L-1-σ)·Kd) and the chunk decay λ = e^(-u L)
+//! (-L·λ):
+//!
+//! ```text
+//! du_n = -Σ_{lag,σ} dR[lag,σ] lag E[lag,n] cw[σ,n] - Σ_τ (τ+1) (dQd·Qd)_{τ,n}
+//!        - Σ_σ (L-1-σ) (dKd·Kd)_{σ,n} - L λ_n Σ (H ∘ G)_n
+//! ```
+//!
+//! Inputs: qkv [B, H, T, 2F+D'] (φq, φk and v' concatenated on the last dim: one buffer, one
+//! row stride), cw [B, H, T, N] and u [Hu, N] (the rates as a tensor, only for their gradient:
+//! the op computes with the f64 values it was built with); output o [B, H, T, D']
+//! (unnormalised; normalise with [`crate::retention::normalise`]).
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor, WithDType};
 use rayon::prelude::*;
@@ -33,22 +42,28 @@ const FLUSH: f64 = 1e-30;
 /// The fused retention op. `u`: rates [Hu, N] row-major with Hu in {1, H}.
 #[derive(Debug, Clone)]
 pub struct FusedRetention {
-    /// Rates, [Hu, N] row-major.
+    /// Rates, [Hu, N] row-major (f64 values: the op computes its decays from these).
     pub u: Vec<f64>,
     /// Rows of `u` (1: shared by all heads, or H).
     pub hu: usize,
     /// Nodes N.
     pub n: usize,
+    /// Feature dim F (the qkv input is [.., 2F + D']).
+    pub f: usize,
     /// Chunk length L.
     pub chunk: usize,
+    /// Also compute the gradient of the rates (learned rates); fixed rates skip its work.
+    pub rate_grad: bool,
 }
 
 struct Consts<T> {
     l: usize,
-    e: Vec<T>,  // [L, N], lag 0 row zero
-    dq: Vec<T>, // [L, N] e^(-u (τ+1))
-    dk: Vec<T>, // [L, N] e^(-u (L-1-σ))
-    mu: Vec<T>, // [N] 1 - e^(-u L)
+    e: Vec<T>,      // [L, N], lag 0 row zero
+    el: Vec<T>,     // [L, N] lag·e^(-u lag) (-∂E/∂u, for the rate gradient)
+    dq: Vec<T>,     // [L, N] e^(-u (τ+1))
+    dk: Vec<T>,     // [L, N] e^(-u (L-1-σ))
+    mu: Vec<T>,     // [N] 1 - e^(-u L)
+    lambda: Vec<T>, // [N] e^(-u L)
 }
 
 fn flush(x: f64) -> f64 {
@@ -62,12 +77,15 @@ fn flush(x: f64) -> f64 {
 fn consts<T: WithDType>(u: &[f64], l: usize) -> Consts<T> {
     let n = u.len();
     let mut e = vec![T::zero(); l * n];
+    let mut el = vec![T::zero(); l * n];
     let mut dq = vec![T::zero(); l * n];
     let mut dk = vec![T::zero(); l * n];
     for i in 0..l {
         for (s, &us) in u.iter().enumerate() {
             if i > 0 {
-                e[i * n + s] = T::from_f64(flush((-us * i as f64).exp()));
+                let lag = i as f64;
+                e[i * n + s] = T::from_f64(flush((-us * lag).exp()));
+                el[i * n + s] = T::from_f64(flush(lag * (-us * lag).exp()));
             }
             dq[i * n + s] = T::from_f64(flush((-us * (i + 1) as f64).exp()));
             dk[i * n + s] = T::from_f64(flush((-us * (l - 1 - i) as f64).exp()));
@@ -77,7 +95,19 @@ fn consts<T: WithDType>(u: &[f64], l: usize) -> Consts<T> {
         .iter()
         .map(|&us| T::from_f64(-(-us * l as f64).exp_m1()))
         .collect();
-    Consts { l, e, dq, dk, mu }
+    let lambda = u
+        .iter()
+        .map(|&us| T::from_f64(flush((-us * l as f64).exp())))
+        .collect();
+    Consts {
+        l,
+        e,
+        el,
+        dq,
+        dk,
+        mu,
+        lambda,
+    }
 }
 
 /// dst (m×n, row stride dst_rs) = [dst +] lhs (m×k) · rhs (k×n), arbitrary strides.
@@ -153,6 +183,8 @@ struct HeadDims {
     n: usize,
     /// Row stride of the weights input (N).
     cws: usize,
+    /// Row stride of the qkv input (2F + D'): q at 0, k at F, v' at 2F.
+    rs: usize,
 }
 
 /// Chunk starts and which constants (0 main, 1 tail).
@@ -168,6 +200,7 @@ fn chunks(t: usize, l: usize) -> Vec<(usize, usize)> {
 }
 
 struct Work<T> {
+    y: Vec<T>,
     p: Vec<T>,
     m: Vec<T>,
     s: Vec<T>,
@@ -179,9 +212,10 @@ struct Work<T> {
 }
 
 impl<T: WithDType> Work<T> {
-    fn new(l: usize, nf: usize) -> Self {
+    fn new(l: usize, nf: usize, n: usize) -> Self {
         let z = |k: usize| vec![T::zero(); k];
         Work {
+            y: z(l * n),
             p: z(l * l),
             m: z(l * l),
             s: z(l * l),
@@ -196,16 +230,15 @@ impl<T: WithDType> Work<T> {
 
 /// P = Q Kᵀ, M (materialised from R = E cwᵀ), S = M ∘ P for one chunk.
 fn intra<T: WithDType>(
-    qk: &[T],
+    qkv: &[T],
     cwc: &[T],
     hd: HeadDims,
     c: &Consts<T>,
     l: usize,
     w: &mut Work<T>,
 ) {
-    let (f, n, cws) = (hd.f, hd.n, hd.cws);
-    let f2 = 2 * f;
-    mm(l, l, f, &mut w.p, l, qk, f2, 1, &qk[f..], 1, f2, false);
+    let (f, n, cws, rs) = (hd.f, hd.n, hd.cws, hd.rs);
+    mm(l, l, f, &mut w.p, l, qkv, rs, 1, &qkv[f..], 1, rs, false);
     // R[lag][σ] into w.s temporarily: Σ_n E[lag, n] cw[σ, n]
     mm(l, l, n, &mut w.s, l, &c.e, n, 1, cwc, 1, cws, false);
     for tau in 0..l {
@@ -224,10 +257,10 @@ fn intra<T: WithDType>(
     }
 }
 
-fn build_qd<T: WithDType>(qk: &[T], hd: HeadDims, c: &Consts<T>, l: usize, qd: &mut [T]) {
+fn build_qd<T: WithDType>(qkv: &[T], hd: HeadDims, c: &Consts<T>, l: usize, qd: &mut [T]) {
     let (f, n) = (hd.f, hd.n);
     for tau in 0..l {
-        let q = &qk[tau * 2 * f..tau * 2 * f + f];
+        let q = &qkv[tau * hd.rs..tau * hd.rs + f];
         for s in 0..n {
             let dec = c.dq[tau * n + s];
             let row = &mut qd[tau * n * f + s * f..tau * n * f + (s + 1) * f];
@@ -239,7 +272,7 @@ fn build_qd<T: WithDType>(qk: &[T], hd: HeadDims, c: &Consts<T>, l: usize, qd: &
 }
 
 fn build_kd<T: WithDType>(
-    qk: &[T],
+    qkv: &[T],
     cwc: &[T],
     hd: HeadDims,
     c: &Consts<T>,
@@ -248,7 +281,7 @@ fn build_kd<T: WithDType>(
 ) {
     let (f, n) = (hd.f, hd.n);
     for sig in 0..l {
-        let k = &qk[sig * 2 * f + f..sig * 2 * f + 2 * f];
+        let k = &qkv[sig * hd.rs + f..sig * hd.rs + 2 * f];
         for s in 0..n {
             let w = c.dk[sig * n + s] * cwc[sig * hd.cws + s];
             let row = &mut kd[sig * n * f + s * f..sig * n * f + (s + 1) * f];
@@ -259,7 +292,7 @@ fn build_kd<T: WithDType>(
     }
 }
 
-/// G <- G - μ ∘ G (per node block of F rows) + Kdᵀ V.
+/// G <- G - μ ∘ G (per node block of F rows) + Kdᵀ V (`v`: rows of stride `hd.rs`).
 fn state_update<T: WithDType>(
     g: &mut [T],
     kd: &[T],
@@ -275,31 +308,32 @@ fn state_update<T: WithDType>(
             *x -= m * *x;
         }
     }
-    mm(n * f, d1, l, g, d1, kd, 1, n * f, v, d1, 1, true);
+    mm(n * f, d1, l, g, d1, kd, 1, n * f, v, hd.rs, 1, true);
 }
 
 fn fwd_head<T: WithDType>(
-    qk: &[T],
-    vp: &[T],
+    qkv: &[T],
     cw: &[T],
     out: &mut [T],
     hd: HeadDims,
     cm: &Consts<T>,
     ct: &Consts<T>,
 ) {
-    let HeadDims { t, f, d1, n, .. } = hd;
+    let HeadDims {
+        t, f, d1, n, rs, ..
+    } = hd;
     let nf = n * f;
     let mut g = vec![T::zero(); nf * d1];
-    let mut w = Work::new(cm.l, nf);
+    let mut w = Work::new(cm.l, nf, n);
     let list = chunks(t, cm.l);
     for (ci, &(s0, l)) in list.iter().enumerate() {
         let c = if l == cm.l { cm } else { ct };
-        let qkc = &qk[s0 * 2 * f..(s0 + l) * 2 * f];
-        let vc = &vp[s0 * d1..(s0 + l) * d1];
+        let qkc = &qkv[s0 * rs..(s0 + l) * rs];
+        let vc = &qkc[2 * f..];
         let cwc = &cw[s0 * hd.cws..(s0 + l) * hd.cws];
         let oc = &mut out[s0 * d1..(s0 + l) * d1];
         intra(qkc, cwc, hd, c, l, &mut w);
-        mm(l, d1, l, oc, d1, &w.s, l, 1, vc, d1, 1, false);
+        mm(l, d1, l, oc, d1, &w.s, l, 1, vc, rs, 1, false);
         if n == 0 {
             continue;
         }
@@ -312,24 +346,25 @@ fn fwd_head<T: WithDType>(
     }
 }
 
+/// The gradients of one head: dqkv (rows of stride 2F + D', like the input), dcw and, when
+/// `du` is given, the rate gradient du [N] (accumulated in f64).
 #[allow(clippy::too_many_arguments)]
 fn bwd_head<T: WithDType>(
-    qk: &[T],
-    vp: &[T],
+    qkv: &[T],
     cw: &[T],
     dout: &[T],
-    dqk: &mut [T],
-    dvp: &mut [T],
+    dqkv: &mut [T],
     dcw: &mut [T],
+    mut du: Option<&mut [f64]>,
     hd: HeadDims,
     cm: &Consts<T>,
     ct: &Consts<T>,
 ) {
-    let HeadDims { f, d1, n, .. } = hd;
+    let HeadDims { f, d1, n, rs, .. } = hd;
     let nf = n * f;
     let gsz = nf * d1;
     let list = chunks(hd.t, cm.l);
-    let mut w = Work::new(cm.l, nf);
+    let mut w = Work::new(cm.l, nf, n);
     // pass 1: entry state of every chunk
     let mut gs = vec![T::zero(); list.len() * gsz];
     for (ci, &(s0, l)) in list.iter().enumerate().take(list.len().saturating_sub(1)) {
@@ -339,7 +374,7 @@ fn bwd_head<T: WithDType>(
         let c = if l == cm.l { cm } else { ct };
         let (done, next) = gs.split_at_mut((ci + 1) * gsz);
         next[..gsz].copy_from_slice(&done[ci * gsz..]);
-        let qkc = &qk[s0 * 2 * f..(s0 + l) * 2 * f];
+        let qkc = &qkv[s0 * rs..(s0 + l) * rs];
         build_kd(
             qkc,
             &cw[s0 * hd.cws..(s0 + l) * hd.cws],
@@ -348,31 +383,36 @@ fn bwd_head<T: WithDType>(
             l,
             &mut w.kd,
         );
-        state_update(
-            &mut next[..gsz],
-            &w.kd,
-            &vp[s0 * d1..(s0 + l) * d1],
-            hd,
-            c,
-            l,
-        );
+        state_update(&mut next[..gsz], &w.kd, &qkc[2 * f..], hd, c, l);
     }
     // pass 2: reverse
     let mut h = vec![T::zero(); gsz];
     for (ci, &(s0, l)) in list.iter().enumerate().rev() {
         let c = if l == cm.l { cm } else { ct };
-        let qkc = &qk[s0 * 2 * f..(s0 + l) * 2 * f];
-        let vc = &vp[s0 * d1..(s0 + l) * d1];
+        let qkc = &qkv[s0 * rs..(s0 + l) * rs];
+        let vc = &qkc[2 * f..];
         let cwc = &cw[s0 * hd.cws..(s0 + l) * hd.cws];
         let doc = &dout[s0 * d1..(s0 + l) * d1];
-        let dqkc = &mut dqk[s0 * 2 * f..(s0 + l) * 2 * f];
-        let dvc = &mut dvp[s0 * d1..(s0 + l) * d1];
+        let dqkc = &mut dqkv[s0 * rs..(s0 + l) * rs];
         let dcwc = &mut dcw[s0 * hd.cws..(s0 + l) * hd.cws];
         intra(qkc, cwc, hd, c, l, &mut w);
         // dV = Sᵀ dO
-        mm(l, d1, l, dvc, d1, &w.s, 1, l, doc, d1, 1, true);
+        mm(
+            l,
+            d1,
+            l,
+            &mut dqkc[2 * f..],
+            rs,
+            &w.s,
+            1,
+            l,
+            doc,
+            d1,
+            1,
+            true,
+        );
         // dS = dO Vᵀ, lower triangle
-        mm(l, l, d1, &mut w.ds, l, doc, d1, 1, vc, 1, d1, false);
+        mm(l, l, d1, &mut w.ds, l, doc, d1, 1, vc, 1, rs, false);
         // dM (as dR[lag][σ], into w.s) and dP = dS ∘ M (into w.ds)
         w.s[..l * l].fill(T::zero());
         for tau in 0..l {
@@ -389,23 +429,19 @@ fn bwd_head<T: WithDType>(
             }
         }
         // dQ = dP K, dK = dPᵀ Q
-        mm(l, f, l, dqkc, 2 * f, &w.ds, l, 1, &qkc[f..], 2 * f, 1, true);
-        mm(
-            l,
-            f,
-            l,
-            &mut dqkc[f..],
-            2 * f,
-            &w.ds,
-            1,
-            l,
-            qkc,
-            2 * f,
-            1,
-            true,
-        );
+        mm(l, f, l, dqkc, rs, &w.ds, l, 1, &qkc[f..], rs, 1, true);
+        mm(l, f, l, &mut dqkc[f..], rs, &w.ds, 1, l, qkc, rs, 1, true);
         // dcw (intra) = dRᵀ E
         mm(l, n, l, dcwc, hd.cws, &w.s, 1, l, &c.e, n, 1, true);
+        if let Some(du) = du.as_deref_mut() {
+            // du (intra) = -Σ_σ cw[σ, n] (dRᵀ (lag∘E))[σ, n]
+            mm(l, n, l, &mut w.y, n, &w.s, 1, l, &c.el, n, 1, false);
+            for sig in 0..l {
+                for s in 0..n {
+                    du[s] -= (w.y[sig * n + s] * cwc[sig * hd.cws + s]).to_f64();
+                }
+            }
+        }
         if n == 0 {
             continue;
         }
@@ -416,32 +452,67 @@ fn bwd_head<T: WithDType>(
             for s in 0..n {
                 let dec = c.dq[tau * n + s];
                 let src = &w.dqd[tau * nf + s * f..tau * nf + (s + 1) * f];
-                let dst = &mut dqkc[tau * 2 * f..tau * 2 * f + f];
+                let row = &mut dqkc[tau * rs..tau * rs + f];
                 for x in 0..f {
-                    dst[x] += dec * src[x];
+                    row[x] += dec * src[x];
+                }
+                if let Some(du) = du.as_deref_mut() {
+                    // Qd = e^(-u (τ+1)) q: du -= (τ+1) dec (q · dQd)
+                    let q = &qkc[tau * rs..tau * rs + f];
+                    let acc: f64 = (0..f).map(|x| (q[x] * src[x]).to_f64()).sum();
+                    du[s] -= (tau + 1) as f64 * dec.to_f64() * acc;
                 }
             }
         }
         // state contribution of this chunk (H = ∂L/∂G after it; zero for the last chunk)
         if ci + 1 < list.len() {
             build_kd(qkc, cwc, hd, c, l, &mut w.kd);
-            mm(l, nf, d1, &mut w.dkd, nf, vc, d1, 1, &h, 1, d1, false);
-            mm(l, d1, nf, dvc, d1, &w.kd, nf, 1, &h, d1, 1, true);
+            mm(l, nf, d1, &mut w.dkd, nf, vc, rs, 1, &h, 1, d1, false);
+            mm(
+                l,
+                d1,
+                nf,
+                &mut dqkc[2 * f..],
+                rs,
+                &w.kd,
+                nf,
+                1,
+                &h,
+                d1,
+                1,
+                true,
+            );
             for sig in 0..l {
-                let k = &qkc[sig * 2 * f + f..sig * 2 * f + 2 * f];
                 for s in 0..n {
                     let dec = c.dk[sig * n + s];
                     let src = &w.dkd[sig * nf + s * f..sig * nf + (s + 1) * f];
                     let mut acc = T::zero();
-                    for x in 0..f {
-                        acc += k[x] * src[x];
+                    {
+                        let k = &qkc[sig * rs + f..sig * rs + 2 * f];
+                        for x in 0..f {
+                            acc += k[x] * src[x];
+                        }
                     }
                     dcwc[sig * hd.cws + s] += dec * acc;
-                    let wgt = dec * cwc[sig * hd.cws + s];
-                    let dst = &mut dqkc[sig * 2 * f + f..sig * 2 * f + 2 * f];
+                    let cws = cwc[sig * hd.cws + s];
+                    if let Some(du) = du.as_deref_mut() {
+                        // Kd = e^(-u (L-1-σ)) cw k: du -= (L-1-σ) dec cw (k · dKd)
+                        du[s] -= (l - 1 - sig) as f64 * (dec * cws * acc).to_f64();
+                    }
+                    let wgt = dec * cws;
+                    let dst = &mut dqkc[sig * rs + f..sig * rs + 2 * f];
                     for x in 0..f {
                         dst[x] += wgt * src[x];
                     }
+                }
+            }
+            if let Some(du) = du.as_deref_mut() {
+                // G_next = λ G_in + ...: du -= L λ Σ (H ∘ G_in) per node block
+                let blk = (f * d1).max(1);
+                let blocks = h.chunks(blk).zip(gin.chunks(blk));
+                for ((dus, lam), (hb, gb)) in du.iter_mut().zip(&c.lambda).zip(blocks) {
+                    let hg: f64 = hb.iter().zip(gb).map(|(a, b)| (*a * *b).to_f64()).sum();
+                    *dus -= l as f64 * lam.to_f64() * hg;
                 }
             }
         }
@@ -480,55 +551,51 @@ impl FusedRetention {
             .collect()
     }
 
-    fn dims(
-        &self,
-        l1: &Layout,
-        l2: &Layout,
-        l3: &Layout,
-    ) -> candle_core::Result<(usize, usize, HeadDims)> {
-        let (b, h, t, f2) = l1.shape().dims4()?;
-        let (_, _, _, d1) = l2.shape().dims4()?;
-        let (_, _, _, cws) = l3.shape().dims4()?;
-        if f2 % 2 != 0
+    /// (B, H, head sizes) from the qkv and cw layouts.
+    fn dims(&self, l1: &Layout, l2: &Layout) -> candle_core::Result<(usize, usize, HeadDims)> {
+        let (b, h, t, rs) = l1.shape().dims4()?;
+        let (_, _, _, cws) = l2.shape().dims4()?;
+        if rs <= 2 * self.f
             || cws != self.n
             || !(self.hu == 1 || self.hu == h)
             || self.u.len() != self.hu * self.n
             || self.chunk == 0
         {
             candle_core::bail!(
-                "fused retention: qk last dim {f2} must be 2F, cw columns {cws} must be {}, rate rows {} must be 1 or H = {h} with {} rates, chunk {} >= 1",
+                "fused retention: qkv last dim {rs} must be 2F + D' with F = {} and D' >= 1, cw columns {cws} must be {}, rate rows {} must be 1 or H = {h} with {} rates, chunk {} >= 1",
+                self.f,
                 self.n,
                 self.hu,
                 self.u.len(),
                 self.chunk
             );
         }
-        if l2.shape().dims()[..3] != [b, h, t] || l3.shape().dims()[..3] != [b, h, t] {
-            candle_core::bail!("fused retention: qk, vp, cw must share [B, H, T]");
+        if l2.shape().dims()[..3] != [b, h, t] {
+            candle_core::bail!("fused retention: qkv and cw must share [B, H, T]");
         }
         Ok((
             b,
             h,
             HeadDims {
                 t,
-                f: f2 / 2,
-                d1,
+                f: self.f,
+                d1: rs - 2 * self.f,
                 n: self.n,
                 cws,
+                rs,
             },
         ))
     }
 
     fn fwd_typed<T: WithDType>(
         &self,
-        qk: &[T],
-        vp: &[T],
+        qkv: &[T],
         cw: &[T],
         b: usize,
         h: usize,
         hd: HeadDims,
     ) -> Vec<T> {
-        let HeadDims { t, f, d1, cws, .. } = hd;
+        let HeadDims { t, d1, cws, rs, .. } = hd;
         let mut out = vec![T::zero(); b * h * t * d1];
         if t == 0 {
             return out;
@@ -537,8 +604,7 @@ impl FusedRetention {
         out.par_chunks_mut(t * d1).enumerate().for_each(|(bh, o)| {
             let (cm, ct) = &cs[if self.hu == 1 { 0 } else { bh % h }];
             fwd_head(
-                &qk[bh * t * 2 * f..(bh + 1) * t * 2 * f],
-                &vp[bh * t * d1..(bh + 1) * t * d1],
+                &qkv[bh * t * rs..(bh + 1) * t * rs],
                 &cw[bh * t * cws..(bh + 1) * t * cws],
                 o,
                 hd,
@@ -549,23 +615,24 @@ impl FusedRetention {
         out
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// dqkv [B, H, T, 2F+D'], dcw [B, H, T, N] and, with `rate_grad`, du [Hu, N] (f64).
     fn bwd_typed<T: WithDType>(
         &self,
-        qk: &[T],
-        vp: &[T],
+        qkv: &[T],
         cw: &[T],
         dout: &[T],
         b: usize,
         h: usize,
         hd: HeadDims,
-    ) -> (Vec<T>, Vec<T>, Vec<T>) {
-        let HeadDims { t, f, d1, cws, .. } = hd;
-        let mut dqk = vec![T::zero(); b * h * t * 2 * f];
-        let mut dvp = vec![T::zero(); b * h * t * d1];
+    ) -> (Vec<T>, Vec<T>, Vec<f64>) {
+        let HeadDims {
+            t, d1, cws, rs, n, ..
+        } = hd;
+        let mut dqkv = vec![T::zero(); b * h * t * rs];
         let mut dcw = vec![T::zero(); b * h * t * cws];
+        let mut du = vec![0f64; self.hu * n];
         if t == 0 {
-            return (dqk, dvp, dcw);
+            return (dqkv, dcw, du);
         }
         let cs = self.head_consts::<T>(t);
         let dcw_chunks: Vec<&mut [T]> = if cws > 0 {
@@ -573,26 +640,40 @@ impl FusedRetention {
         } else {
             (0..b * h).map(|_| &mut [][..]).collect()
         };
-        dqk.par_chunks_mut(t * 2 * f)
-            .zip(dvp.par_chunks_mut(t * d1))
+        // one rate-gradient row per head, summed into the rate rows afterwards
+        let mut du_heads = vec![0f64; if self.rate_grad { b * h * n } else { 0 }];
+        let du_chunks: Vec<Option<&mut [f64]>> = if self.rate_grad && n > 0 {
+            du_heads.chunks_mut(n).map(Some).collect()
+        } else {
+            (0..b * h).map(|_| None).collect()
+        };
+        dqkv.par_chunks_mut(t * rs)
             .zip(dcw_chunks.into_par_iter())
+            .zip(du_chunks.into_par_iter())
             .enumerate()
-            .for_each(|(bh, ((dq, dv), dc))| {
+            .for_each(|(bh, ((dq, dc), duh))| {
                 let (cm, ct) = &cs[if self.hu == 1 { 0 } else { bh % h }];
                 bwd_head(
-                    &qk[bh * t * 2 * f..(bh + 1) * t * 2 * f],
-                    &vp[bh * t * d1..(bh + 1) * t * d1],
+                    &qkv[bh * t * rs..(bh + 1) * t * rs],
                     &cw[bh * t * cws..(bh + 1) * t * cws],
                     &dout[bh * t * d1..(bh + 1) * t * d1],
                     dq,
-                    dv,
                     dc,
+                    duh,
                     hd,
                     cm,
                     ct,
                 )
             });
-        (dqk, dvp, dcw)
+        if self.rate_grad {
+            for (bh, row) in du_heads.chunks(n.max(1)).enumerate().take(b * h) {
+                let r = if self.hu == 1 { 0 } else { bh % h };
+                for (acc, x) in du[r * n..(r + 1) * n].iter_mut().zip(row) {
+                    *acc += x;
+                }
+            }
+        }
+        (dqkv, dcw, du)
     }
 }
 
@@ -601,39 +682,27 @@ impl CustomOp3 for FusedRetention {
         "vort-fused-retention"
     }
 
+    /// Inputs qkv [B, H, T, 2F+D'], cw [B, H, T, N], u [Hu, N] (read only by the backward's
+    /// shape: the values are `self.u`); output o [B, H, T, D'].
     fn cpu_fwd(
         &self,
         s1: &CpuStorage,
         l1: &Layout,
         s2: &CpuStorage,
         l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
+        _s3: &CpuStorage,
+        _l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (b, h, hd) = self.dims(l1, l2, l3)?;
+        let (b, h, hd) = self.dims(l1, l2)?;
         let shape = Shape::from((b, h, hd.t, hd.d1));
-        let out = match (s1, s2, s3) {
-            (CpuStorage::F32(a), CpuStorage::F32(v), CpuStorage::F32(c)) => {
-                CpuStorage::F32(self.fwd_typed(
-                    contiguous(a, l1)?,
-                    contiguous(v, l2)?,
-                    contiguous(c, l3)?,
-                    b,
-                    h,
-                    hd,
-                ))
+        let out = match (s1, s2) {
+            (CpuStorage::F32(a), CpuStorage::F32(c)) => {
+                CpuStorage::F32(self.fwd_typed(contiguous(a, l1)?, contiguous(c, l2)?, b, h, hd))
             }
-            (CpuStorage::F64(a), CpuStorage::F64(v), CpuStorage::F64(c)) => {
-                CpuStorage::F64(self.fwd_typed(
-                    contiguous(a, l1)?,
-                    contiguous(v, l2)?,
-                    contiguous(c, l3)?,
-                    b,
-                    h,
-                    hd,
-                ))
+            (CpuStorage::F64(a), CpuStorage::F64(c)) => {
+                CpuStorage::F64(self.fwd_typed(contiguous(a, l1)?, contiguous(c, l2)?, b, h, hd))
             }
-            _ => candle_core::bail!("fused retention: qk, vp, cw must all be f32 or all f64"),
+            _ => candle_core::bail!("fused retention: qkv and cw must both be f32 or both f64"),
         };
         Ok((out, shape))
     }
@@ -646,60 +715,45 @@ impl CustomOp3 for FusedRetention {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (b, h, t, f2) = a1.dims4()?;
-        let d1 = a2.dim(3)?;
-        let cws = a3.dim(3)?;
-        let hd = HeadDims {
-            t,
-            f: f2 / 2,
-            d1,
-            n: self.n,
-            cws,
-        };
+        let (b, h, hd) = self.dims(a1.layout(), a2.layout())?;
+        let (t, rs, cws) = (hd.t, hd.rs, hd.cws);
         let dev = a1.device();
         macro_rules! run {
             ($ty:ty) => {{
                 let v = |x: &Tensor| x.flatten_all()?.to_vec1::<$ty>();
-                let (dq, dv, dc) = self.bwd_typed(
-                    &v(a1)?,
-                    &v(a2)?,
-                    &v(a3)?,
-                    &v(&grad.to_dtype(a1.dtype())?)?,
-                    b,
-                    h,
-                    hd,
-                );
+                let (dqkv, dc, du) =
+                    self.bwd_typed(&v(a1)?, &v(a2)?, &v(&grad.to_dtype(a1.dtype())?)?, b, h, hd);
                 (
-                    Tensor::from_vec(dq, (b, h, t, f2), dev)?,
-                    Tensor::from_vec(dv, (b, h, t, d1), dev)?,
+                    Tensor::from_vec(dqkv, (b, h, t, rs), dev)?,
                     Tensor::from_vec(dc, (b, h, t, cws), dev)?,
+                    Tensor::from_vec(du, (self.hu, self.n), dev)?.to_dtype(a3.dtype())?,
                 )
             }};
         }
-        let (dq, dv, dc) = match a1.dtype() {
+        let (dqkv, dc, du) = match a1.dtype() {
             DType::F32 => run!(f32),
             DType::F64 => run!(f64),
             dt => candle_core::bail!("fused retention: unsupported dtype {dt:?}"),
         };
-        Ok((Some(dq), Some(dv), Some(dc)))
+        Ok((Some(dqkv), Some(dc), self.rate_grad.then_some(du)))
     }
 }
 
 /// The fused form under the retention contract (module doc of [`super`]): o [B, H, T, D+1]
 /// unnormalised, and the state after the last token when `output_final_state`.
 ///
-/// Fixed rates only (the op has no rate gradient; learned rates go through the plain chunked
-/// form). The custom op computes the zero-state output, differentiable in q, k, vp and cw by
-/// its hand-written backward, with the SOE kernel inside chunks (the same numbers as
-/// [`super::chunked::chunked_raw`] and the recurrent form). An initial state adds its readout,
-/// o_t += Σ_n e^(-u_n (t+1)) φq_tᵀ G0_n, in plain candle ops (differentiable in q); the final
-/// state, G_T = e^(-u T) G0 + Σ_i e^(-u (T-1-i)) c_i φk_i v'_iᵀ, comes from [`prefill_state`]
-/// on the host and carries no gradient (streams detach their states anyway). Training calls
-/// it with neither state and pays for neither.
+/// Fixed or learned rates. The custom op computes the zero-state output, differentiable in
+/// q, k, vp, cw and (learned) the rates by its hand-written backward, with the SOE kernel
+/// inside chunks (the same numbers as [`super::chunked::chunked_raw`] and the recurrent form).
+/// An initial state adds its readout, o_t += Σ_n e^(-u_n (t+1)) φq_tᵀ G0_n, in plain candle
+/// ops (differentiable in q and learned rates); the final state, G_T = e^(-u T) G0 +
+/// Σ_i e^(-u (T-1-i)) c_i φk_i v'_iᵀ, comes from [`prefill_state`] on the host and carries no
+/// gradient (streams detach their states anyway). Training calls it with neither state and
+/// pays for neither.
 ///
 /// # Errors
-/// Shape or dtype mismatches; chunk = 0; learned rates; a state of other sizes; initial
-/// position + T past the rates' certified horizon.
+/// Shape or dtype mismatches; chunk = 0; a state of other sizes; initial position + T past
+/// the rates' certified horizon.
 pub fn fused_raw<T: WithDType>(
     x: &Inputs,
     rates: &Rates,
@@ -707,29 +761,56 @@ pub fn fused_raw<T: WithDType>(
     initial_state: Option<&State<T>>,
     output_final_state: bool,
 ) -> Result<(Tensor, Option<State<T>>)> {
-    let Rates::Fixed { u, .. } = rates else {
-        return Err(VortError::InvalidArgument(
-            "the fused op takes fixed rates (learned rates train through chunked_raw)".into(),
-        ));
-    };
     let Call {
         b, h, t, f, d1, n, ..
     } = begin(x, rates, initial_state)?;
     let dev = x.q.device();
     let dt = x.q.dtype();
-    let mut o = fused_impl(x.q, x.k, x.vp, x.cw, u, chunk)?;
+    // the rates' values (f64 rows) and, learned, the tensor their gradient flows to
+    let (u, learned): (Vec<Vec<f64>>, Option<&Tensor>) = match rates {
+        Rates::Fixed { u, .. } => (u.clone(), None),
+        Rates::Learned(ut) => {
+            let (hu, nu) = ut.dims2()?;
+            let flat = host::<f64>(ut)?;
+            (
+                (0..hu)
+                    .map(|r| flat[r * nu..(r + 1) * nu].to_vec())
+                    .collect(),
+                Some(ut),
+            )
+        }
+    };
+    let mut o = fused_impl(x.q, x.k, x.vp, x.cw, &u, learned, chunk)?;
     // readout of the initial state: Qd[t, n, :] = e^(-u_n (t+1)) φq_t, then Qd · G0
     if let Some(s) = initial_state.filter(|_| n > 0 && t > 0) {
-        let decay: Vec<f64> = u
-            .iter()
-            .flat_map(|row| {
-                (0..t).flat_map(move |tt| row.iter().map(move |&un| (-un * (tt + 1) as f64).exp()))
-            })
-            .collect();
-        let d = Tensor::from_vec(decay, (1, u.len(), t, n, 1), dev)?.to_dtype(dt)?;
+        let hu = u.len();
+        let decay = match learned {
+            // e^(-u (t+1)) from the tensor, so that the rates get this term's gradient
+            Some(ut) => {
+                let lags = Tensor::arange(1u32, t as u32 + 1, dev)?
+                    .to_dtype(ut.dtype())?
+                    .reshape((1, 1, t, 1, 1))?;
+                ut.reshape((1, hu, 1, n, 1))?
+                    .broadcast_mul(&lags)?
+                    .neg()?
+                    .exp()?
+                    .to_dtype(dt)?
+            }
+            None => {
+                let decay: Vec<f64> = u
+                    .iter()
+                    .flat_map(|row| {
+                        (0..t).flat_map(move |tt| {
+                            row.iter().map(move |&un| (-un * (tt + 1) as f64).exp())
+                        })
+                    })
+                    .collect();
+                Tensor::from_vec(decay, (1, hu, t, n, 1), dev)?.to_dtype(dt)?
+            }
+        };
         let qd =
             x.q.unsqueeze(3)?
-                .broadcast_mul(&d)?
+                .broadcast_mul(&decay)?
                 .reshape((b * h, t, n * f))?;
         let g0 = s
             .to_tensor(dev)?
@@ -746,16 +827,19 @@ pub fn fused_raw<T: WithDType>(
         None => State::zeros(b, h, n, f, d1 - 1),
     };
     let v = x.vp.narrow(3, 0, d1 - 1)?;
-    prefill_state(&mut st, &host(x.k)?, &host(&v)?, &host(x.cw)?, t, u, chunk)?;
+    prefill_state(&mut st, &host(x.k)?, &host(&v)?, &host(x.cw)?, t, &u, chunk)?;
     Ok((o, Some(st)))
 }
 
+/// Runs the op on [φq, φk, v'] (one concatenated buffer), cw and the rates: `u` their values,
+/// `learned` the tensor that receives their gradient (None: fixed rates, no rate gradient).
 fn fused_impl(
     q: &Tensor,
     k: &Tensor,
     vp: &Tensor,
     cw: &Tensor,
     u: &[Vec<f64>],
+    learned: Option<&Tensor>,
     chunk: usize,
 ) -> Result<Tensor> {
     if chunk == 0 || u.is_empty() {
@@ -773,10 +857,17 @@ fn fused_impl(
         u: u.iter().flatten().copied().collect(),
         hu: u.len(),
         n,
+        f: q.dim(3)?,
         chunk,
+        rate_grad: learned.is_some(),
     };
-    let qk = Tensor::cat(&[q, k], 3)?.contiguous()?;
-    Ok(qk.apply_op3(&vp.contiguous()?, &cw.contiguous()?, op)?)
+    let ut = match learned {
+        Some(ut) => ut.to_dtype(q.dtype())?,
+        // fixed rates: a constant tensor (no gradient is tracked or computed for it)
+        None => Tensor::from_vec(op.u.clone(), (op.hu, n), q.device())?.to_dtype(q.dtype())?,
+    };
+    let qkv = Tensor::cat(&[q, k, vp], 3)?.contiguous()?;
+    Ok(qkv.apply_op3(&cw.contiguous()?, &ut, op)?)
 }
 
 /// Advances a recurrent state over T tokens with the chunked state recurrence only (no
@@ -826,12 +917,14 @@ pub fn prefill_state<T: WithDType>(
         .iter()
         .map(|r| (consts(r, chunk), consts(r, tail)))
         .collect();
+    let rs = 2 * f + d1;
     let hd = HeadDims {
         t,
         f,
         d1,
         n,
         cws: n,
+        rs,
     };
     let nf = n * f;
     state
@@ -841,21 +934,19 @@ pub fn prefill_state<T: WithDType>(
         .for_each(|(bh, g)| {
             let (cm, ct) = &cs[if cs.len() == 1 { 0 } else { bh % h }];
             let mut kd = vec![T::zero(); chunk * nf];
-            // k with a zero q half is what build_kd reads: [L, 2F] rows, k in the second half
-            let mut qk = vec![T::zero(); chunk * 2 * f];
-            let mut vp = vec![T::one(); chunk * d1];
+            // the op's row layout [q | k | v'] with q zero (build_kd reads k, the update v')
+            let mut qkv = vec![T::zero(); chunk * rs];
             for (s0, l) in chunks(t, chunk) {
                 let c = if l == cm.l { cm } else { ct };
                 for i in 0..l {
-                    let src = &k[(bh * t + s0 + i) * f..(bh * t + s0 + i + 1) * f];
-                    qk[i * 2 * f + f..i * 2 * f + 2 * f].copy_from_slice(src);
-                    let vs = &v[(bh * t + s0 + i) * d..(bh * t + s0 + i + 1) * d];
-                    vp[i * d1..i * d1 + d].copy_from_slice(vs);
-                    vp[i * d1 + d] = T::one();
+                    let row = &mut qkv[i * rs..(i + 1) * rs];
+                    row[f..2 * f].copy_from_slice(&k[(bh * t + s0 + i) * f..][..f]);
+                    row[2 * f..2 * f + d].copy_from_slice(&v[(bh * t + s0 + i) * d..][..d]);
+                    row[2 * f + d] = T::one();
                 }
                 let cwc = &cw[(bh * t + s0) * n..(bh * t + s0 + l) * n];
-                build_kd(&qk[..l * 2 * f], cwc, hd, c, l, &mut kd);
-                state_update(g, &kd[..l * nf], &vp[..l * d1], hd, c, l);
+                build_kd(&qkv[..l * rs], cwc, hd, c, l, &mut kd);
+                state_update(g, &kd[..l * nf], &qkv[2 * f..l * rs], hd, c, l);
             }
         });
     state.pos += t as u64;

@@ -89,4 +89,12 @@ fn flops_per_token_follows_its_documented_formula() {
     let want = 3.0 * (2.0 * (32768.0 + 32896.0) + head);
     let got = flops_per_token(&s, 0, 256, 8192, 16.0 / 256.0);
     assert!((got - want).abs() < 1e-6 * want, "{got} vs {want}");
+    // a short convolution of width 4 adds 2·4·64 = 512 per layer
+    let c = ModelConfig {
+        short_conv: 4,
+        ..m.clone()
+    };
+    let want = 3.0 * (2.0 * (per_layer + 512.0) + head);
+    let got = flops_per_token(&c, 20, 256, 8192, 16.0 / 256.0);
+    assert!((got - want).abs() < 1e-6 * want, "{got} vs {want}");
 }

@@ -21,6 +21,7 @@
 //!     rayon), and the prefill of a recurrent state.
 //! - [`features`]: FAVOR+ positive orthogonal random features, ELU+1.
 //! - [`attention`]: causal and sliding-window softmax attention (the baseline).
+//! - [`ops`]: elementwise ops fused and parallel where candle's are single-threaded (GELU).
 //! - [`block`]: projections, q/k normalisation, router, VORT and the baselines in one block.
 //! - [`io`]: `vort retention` on safetensors files, with typed input validation.
 //! - [`mod@bench`]: the benchmark functions behind `vort bench layer` and `vort bench stream`.
@@ -38,6 +39,7 @@ pub mod features;
 pub mod fsio;
 pub mod io;
 pub mod nodes;
+pub mod ops;
 pub mod retention;
 pub mod st;
 pub mod tol;

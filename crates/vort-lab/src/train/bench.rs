@@ -73,9 +73,11 @@ pub fn mixers(window: usize) -> Vec<(String, ModelConfig)> {
 }
 
 /// The named reference models of the issue, every mixer each:
-/// - `mqar-d64`: 2 layers, d_model 64 (4 heads × 16, 16 features), no MLP, T = 256,
-///   vocabulary 8192, loss at 16 labelled positions per sequence (MQAR with K = 16), batch 32;
-///   full softmax. (Zoology's short convolution is not in the model yet: issue 13.)
+/// - `mqar-d64`: Zoology's MQAR recipe as the recall presets run it: 2 layers, d_model 64
+///   (4 heads × 16, 16 features), a short causal convolution of width 4 before each mixer, no
+///   MLP, VORT's router on the entity signal only (the full router's bigram entropy table is
+///   V² = 67 M parameters at this vocabulary), T = 256, vocabulary 8192, loss at 16 labelled
+///   positions per sequence (MQAR with K = 16), batch 32; full softmax.
 /// - `books-d256`: byte level, 4 layers, d_model 256 (4 heads × 64, 64 features), MLP 2×,
 ///   T = 2048, batch 4, loss at every position; softmax over a 128-byte window.
 ///
@@ -105,6 +107,8 @@ pub fn references(quick: bool) -> Vec<Reference> {
             head_dim: 16,
             features: 16,
             mlp_mult: 0,
+            short_conv: 4,
+            router: crate::model::RouterKind::EntityOnly,
             ..m
         };
         add(
@@ -150,6 +154,7 @@ pub fn references(quick: bool) -> Vec<Reference> {
 ///               both products, so 2 L (..)), plus the state readout and update
 /// softmax       H · 4 ctx dh                       QKᵀ and AV over ctx = mean keys seen
 /// MLP           2 · 2 d (m d)
+/// short conv    2 w d                              depthwise, width w (0: none)
 /// ```
 ///
 /// plus the unembedding 2 d V at each labelled position (`labelled_fraction` of the tokens).
@@ -184,7 +189,8 @@ pub fn flops_per_token(
             2.0 * 2.0 * dh * f * h + h * (2.0 * l * (f + dh + 1.0) + 4.0 * n * f * (dh + 1.0))
         }
     };
-    let per_layer = proj + mlp + mixer;
+    let conv = 2.0 * m.short_conv as f64 * d;
+    let per_layer = proj + mlp + mixer + conv;
     let head = 2.0 * d * vocab as f64 * labelled_fraction;
     3.0 * (m.layers as f64 * per_layer + head)
 }

@@ -3,7 +3,8 @@
 //! numbers as [`crate::retention::chunked::chunked_raw`] (its autodiff twin, tested against it), without
 //! the per-op autodiff graph.
 //!
-//! Per head, chunk of L tokens, entry state G [N·F, D'] (D' = D + 1, the ones column):
+//! Per head, chunk of L tokens, entry state G [N·F, D'] (D' = D + 1, the ones column; stored
+//! column-major, as are the chunk's outputs before they are copied out: see `mm`):
 //!
 //! ```text
 //! P = Q Kᵀ,  R = E cwᵀ (E[lag, n] = e^(-u_n lag), lag >= 1),  M[τ,σ] = R[τ-σ, σ] (τ>σ), 1 (τ=σ)
@@ -110,7 +111,13 @@ fn consts<T: WithDType>(u: &[f64], l: usize) -> Consts<T> {
     }
 }
 
-/// dst (m×n, row stride dst_rs) = [dst +] lhs (m×k) · rhs (k×n), arbitrary strides.
+/// dst (m×n, row stride dst_rs, column stride dst_cs) = [dst +] lhs (m×k) · rhs (k×n),
+/// arbitrary strides.
+///
+/// gemm's microkernel runs down the rows of a column-major dst in blocks of 64 (AVX-512) and
+/// transposes a row-major one, so an output with D' = D + 1 = 65 columns should be column-major:
+/// row-major, its 65 columns become 64 + 1 rows and the lone row costs a 16-row block (a
+/// quarter more work on every such product; measured ~20% of the op at D = 64).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn mm<T: WithDType>(
@@ -119,6 +126,7 @@ fn mm<T: WithDType>(
     k: usize,
     dst: &mut [T],
     dst_rs: usize,
+    dst_cs: usize,
     lhs: &[T],
     lhs_rs: usize,
     lhs_cs: usize,
@@ -130,16 +138,21 @@ fn mm<T: WithDType>(
     if m == 0 || n == 0 {
         return;
     }
+    // bounds: the last element each operand touches must be inside its slice
+    assert!(
+        (m - 1) * dst_rs + (n - 1) * dst_cs < dst.len(),
+        "mm: dst too short"
+    );
     if k == 0 {
         if !accumulate {
             for i in 0..m {
-                dst[i * dst_rs..i * dst_rs + n].fill(T::zero());
+                for j in 0..n {
+                    dst[i * dst_rs + j * dst_cs] = T::zero();
+                }
             }
         }
         return;
     }
-    // bounds: the last element each operand touches must be inside its slice
-    assert!((m - 1) * dst_rs + n <= dst.len(), "mm: dst too short");
     assert!(
         (m - 1) * lhs_rs + (k - 1) * lhs_cs < lhs.len(),
         "mm: lhs too short"
@@ -155,7 +168,7 @@ fn mm<T: WithDType>(
             n,
             k,
             dst.as_mut_ptr(),
-            1,
+            dst_cs as isize,
             dst_rs as isize,
             accumulate,
             lhs.as_ptr(),
@@ -200,6 +213,9 @@ fn chunks(t: usize, l: usize) -> Vec<(usize, usize)> {
 }
 
 struct Work<T> {
+    ot: Vec<T>,
+    /// Qd or Kd transposed ([N·F, L]): gemm packs an lhs fastest with its rows contiguous.
+    xt: Vec<T>,
     y: Vec<T>,
     p: Vec<T>,
     m: Vec<T>,
@@ -212,9 +228,11 @@ struct Work<T> {
 }
 
 impl<T: WithDType> Work<T> {
-    fn new(l: usize, nf: usize, n: usize) -> Self {
+    fn new(l: usize, nf: usize, n: usize, d1: usize) -> Self {
         let z = |k: usize| vec![T::zero(); k];
         Work {
+            ot: z(l * d1),
+            xt: z(l * nf),
             y: z(l * n),
             p: z(l * l),
             m: z(l * l),
@@ -238,9 +256,9 @@ fn intra<T: WithDType>(
     w: &mut Work<T>,
 ) {
     let (f, n, cws, rs) = (hd.f, hd.n, hd.cws, hd.rs);
-    mm(l, l, f, &mut w.p, l, qkv, rs, 1, &qkv[f..], 1, rs, false);
+    mm(l, l, f, &mut w.p, l, 1, qkv, rs, 1, &qkv[f..], 1, rs, false);
     // R[lag][σ] into w.s temporarily: Σ_n E[lag, n] cw[σ, n]
-    mm(l, l, n, &mut w.s, l, &c.e, n, 1, cwc, 1, cws, false);
+    mm(l, l, n, &mut w.s, l, 1, &c.e, n, 1, cwc, 1, cws, false);
     for tau in 0..l {
         for sig in 0..l {
             w.m[tau * l + sig] = if sig < tau {
@@ -292,7 +310,21 @@ fn build_kd<T: WithDType>(
     }
 }
 
-/// G <- G - μ ∘ G (per node block of F rows) + Kdᵀ V (`v`: rows of stride `hd.rs`).
+/// x <- x - μ ∘ x for a column-major state [N·F, D'] (node n owns rows nF..(n+1)F).
+fn decay_state<T: WithDType>(g: &mut [T], mu: &[T], f: usize) {
+    if f == 0 {
+        return;
+    }
+    for col in g.chunks_mut(mu.len() * f) {
+        for (blk, &m) in col.chunks_mut(f).zip(mu) {
+            for x in blk {
+                *x -= m * *x;
+            }
+        }
+    }
+}
+
+/// G <- G - μ ∘ G + Kdᵀ V for a column-major G [N·F, D'] (`v`: rows of stride `hd.rs`).
 fn state_update<T: WithDType>(
     g: &mut [T],
     kd: &[T],
@@ -302,13 +334,28 @@ fn state_update<T: WithDType>(
     l: usize,
 ) {
     let (f, n, d1) = (hd.f, hd.n, hd.d1);
-    for s in 0..n {
-        let m = c.mu[s];
-        for x in &mut g[s * f * d1..(s + 1) * f * d1] {
-            *x -= m * *x;
+    let nf = n * f;
+    decay_state(g, &c.mu, f);
+    mm(nf, d1, l, g, 1, nf, kd, 1, nf, v, hd.rs, 1, true);
+}
+
+/// dst [cols, rows] = src [rows, cols]ᵀ (both row-major).
+fn transpose<T: WithDType>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
+    for i in 0..rows {
+        for j in 0..cols {
+            dst[j * rows + i] = src[i * cols + j];
         }
     }
-    mm(n * f, d1, l, g, d1, kd, 1, n * f, v, hd.rs, 1, true);
+}
+
+/// dst [L, D'] (rows of stride `dst_rs`) += src, a column-major [L, D'] block.
+fn add_transposed<T: WithDType>(dst: &mut [T], dst_rs: usize, src: &[T], l: usize, d1: usize) {
+    for tau in 0..l {
+        let row = &mut dst[tau * dst_rs..tau * dst_rs + d1];
+        for (j, x) in row.iter_mut().enumerate() {
+            *x += src[j * l + tau];
+        }
+    }
 }
 
 fn fwd_head<T: WithDType>(
@@ -324,22 +371,23 @@ fn fwd_head<T: WithDType>(
     } = hd;
     let nf = n * f;
     let mut g = vec![T::zero(); nf * d1];
-    let mut w = Work::new(cm.l, nf, n);
+    let mut w = Work::new(cm.l, nf, n, d1);
     let list = chunks(t, cm.l);
     for (ci, &(s0, l)) in list.iter().enumerate() {
         let c = if l == cm.l { cm } else { ct };
         let qkc = &qkv[s0 * rs..(s0 + l) * rs];
         let vc = &qkc[2 * f..];
         let cwc = &cw[s0 * hd.cws..(s0 + l) * hd.cws];
-        let oc = &mut out[s0 * d1..(s0 + l) * d1];
         intra(qkc, cwc, hd, c, l, &mut w);
-        mm(l, d1, l, oc, d1, &w.s, l, 1, vc, rs, 1, false);
-        if n == 0 {
-            continue;
+        // O (column-major, see `mm`) = S V + Qd G
+        mm(l, d1, l, &mut w.ot, 1, l, &w.s, l, 1, vc, rs, 1, false);
+        if n > 0 {
+            build_qd(qkc, hd, c, l, &mut w.qd);
+            transpose(&w.qd[..l * nf], l, nf, &mut w.xt);
+            mm(l, d1, nf, &mut w.ot, 1, l, &w.xt, 1, l, &g, 1, nf, true);
         }
-        build_qd(qkc, hd, c, l, &mut w.qd);
-        mm(l, d1, nf, oc, d1, &w.qd, nf, 1, &g, d1, 1, true);
-        if ci + 1 < list.len() {
+        add_transposed(&mut out[s0 * d1..(s0 + l) * d1], d1, &w.ot, l, d1);
+        if n > 0 && ci + 1 < list.len() {
             build_kd(qkc, cwc, hd, c, l, &mut w.kd);
             state_update(&mut g, &w.kd, vc, hd, c, l);
         }
@@ -364,7 +412,7 @@ fn bwd_head<T: WithDType>(
     let nf = n * f;
     let gsz = nf * d1;
     let list = chunks(hd.t, cm.l);
-    let mut w = Work::new(cm.l, nf, n);
+    let mut w = Work::new(cm.l, nf, n, d1);
     // pass 1: entry state of every chunk
     let mut gs = vec![T::zero(); list.len() * gsz];
     for (ci, &(s0, l)) in list.iter().enumerate().take(list.len().saturating_sub(1)) {
@@ -396,23 +444,10 @@ fn bwd_head<T: WithDType>(
         let dqkc = &mut dqkv[s0 * rs..(s0 + l) * rs];
         let dcwc = &mut dcw[s0 * hd.cws..(s0 + l) * hd.cws];
         intra(qkc, cwc, hd, c, l, &mut w);
-        // dV = Sᵀ dO
-        mm(
-            l,
-            d1,
-            l,
-            &mut dqkc[2 * f..],
-            rs,
-            &w.s,
-            1,
-            l,
-            doc,
-            d1,
-            1,
-            true,
-        );
+        // dV = Sᵀ dO (+ Kd H below), column-major in w.ot (see `mm`)
+        mm(l, d1, l, &mut w.ot, 1, l, &w.s, 1, l, doc, d1, 1, false);
         // dS = dO Vᵀ, lower triangle
-        mm(l, l, d1, &mut w.ds, l, doc, d1, 1, vc, 1, rs, false);
+        mm(l, l, d1, &mut w.ds, l, 1, doc, d1, 1, vc, 1, rs, false);
         // dM (as dR[lag][σ], into w.s) and dP = dS ∘ M (into w.ds)
         w.s[..l * l].fill(T::zero());
         for tau in 0..l {
@@ -429,103 +464,105 @@ fn bwd_head<T: WithDType>(
             }
         }
         // dQ = dP K, dK = dPᵀ Q
-        mm(l, f, l, dqkc, rs, &w.ds, l, 1, &qkc[f..], rs, 1, true);
-        mm(l, f, l, &mut dqkc[f..], rs, &w.ds, 1, l, qkc, rs, 1, true);
+        mm(l, f, l, dqkc, rs, 1, &w.ds, l, 1, &qkc[f..], rs, 1, true);
+        mm(
+            l,
+            f,
+            l,
+            &mut dqkc[f..],
+            rs,
+            1,
+            &w.ds,
+            1,
+            l,
+            qkc,
+            rs,
+            1,
+            true,
+        );
         // dcw (intra) = dRᵀ E
-        mm(l, n, l, dcwc, hd.cws, &w.s, 1, l, &c.e, n, 1, true);
+        mm(l, n, l, dcwc, hd.cws, 1, &w.s, 1, l, &c.e, n, 1, true);
         if let Some(du) = du.as_deref_mut() {
             // du (intra) = -Σ_σ cw[σ, n] (dRᵀ (lag∘E))[σ, n]
-            mm(l, n, l, &mut w.y, n, &w.s, 1, l, &c.el, n, 1, false);
+            mm(l, n, l, &mut w.y, n, 1, &w.s, 1, l, &c.el, n, 1, false);
             for sig in 0..l {
                 for s in 0..n {
                     du[s] -= (w.y[sig * n + s] * cwc[sig * hd.cws + s]).to_f64();
                 }
             }
         }
-        if n == 0 {
-            continue;
-        }
-        // inter readout
-        let gin = &gs[ci * gsz..(ci + 1) * gsz];
-        mm(l, nf, d1, &mut w.dqd, nf, doc, d1, 1, gin, 1, d1, false);
-        for tau in 0..l {
-            for s in 0..n {
-                let dec = c.dq[tau * n + s];
-                let src = &w.dqd[tau * nf + s * f..tau * nf + (s + 1) * f];
-                let row = &mut dqkc[tau * rs..tau * rs + f];
-                for x in 0..f {
-                    row[x] += dec * src[x];
-                }
-                if let Some(du) = du.as_deref_mut() {
-                    // Qd = e^(-u (τ+1)) q: du -= (τ+1) dec (q · dQd)
-                    let q = &qkc[tau * rs..tau * rs + f];
-                    let acc: f64 = (0..f).map(|x| (q[x] * src[x]).to_f64()).sum();
-                    du[s] -= (tau + 1) as f64 * dec.to_f64() * acc;
+        if n > 0 {
+            // inter readout: dQd = dO Gᵀ (G column-major)
+            let gin = &gs[ci * gsz..(ci + 1) * gsz];
+            mm(l, nf, d1, &mut w.dqd, nf, 1, doc, d1, 1, gin, nf, 1, false);
+            for tau in 0..l {
+                for s in 0..n {
+                    let dec = c.dq[tau * n + s];
+                    let src = &w.dqd[tau * nf + s * f..tau * nf + (s + 1) * f];
+                    let row = &mut dqkc[tau * rs..tau * rs + f];
+                    for x in 0..f {
+                        row[x] += dec * src[x];
+                    }
+                    if let Some(du) = du.as_deref_mut() {
+                        // Qd = e^(-u (τ+1)) q: du -= (τ+1) dec (q · dQd)
+                        let q = &qkc[tau * rs..tau * rs + f];
+                        let acc: f64 = (0..f).map(|x| (q[x] * src[x]).to_f64()).sum();
+                        du[s] -= (tau + 1) as f64 * dec.to_f64() * acc;
+                    }
                 }
             }
-        }
-        // state contribution of this chunk (H = ∂L/∂G after it; zero for the last chunk)
-        if ci + 1 < list.len() {
-            build_kd(qkc, cwc, hd, c, l, &mut w.kd);
-            mm(l, nf, d1, &mut w.dkd, nf, vc, rs, 1, &h, 1, d1, false);
-            mm(
-                l,
-                d1,
-                nf,
-                &mut dqkc[2 * f..],
-                rs,
-                &w.kd,
-                nf,
-                1,
-                &h,
-                d1,
-                1,
-                true,
-            );
-            for sig in 0..l {
-                for s in 0..n {
-                    let dec = c.dk[sig * n + s];
-                    let src = &w.dkd[sig * nf + s * f..sig * nf + (s + 1) * f];
-                    let mut acc = T::zero();
-                    {
-                        let k = &qkc[sig * rs + f..sig * rs + 2 * f];
+            // state contribution of this chunk (H = ∂L/∂G after it; zero for the last chunk)
+            if ci + 1 < list.len() {
+                build_kd(qkc, cwc, hd, c, l, &mut w.kd);
+                // dKd = V Hᵀ, dV += Kd H (H column-major)
+                mm(l, nf, d1, &mut w.dkd, nf, 1, vc, rs, 1, &h, nf, 1, false);
+                transpose(&w.kd[..l * nf], l, nf, &mut w.xt);
+                mm(l, d1, nf, &mut w.ot, 1, l, &w.xt, 1, l, &h, 1, nf, true);
+                for sig in 0..l {
+                    for s in 0..n {
+                        let dec = c.dk[sig * n + s];
+                        let src = &w.dkd[sig * nf + s * f..sig * nf + (s + 1) * f];
+                        let mut acc = T::zero();
+                        {
+                            let k = &qkc[sig * rs + f..sig * rs + 2 * f];
+                            for x in 0..f {
+                                acc += k[x] * src[x];
+                            }
+                        }
+                        dcwc[sig * hd.cws + s] += dec * acc;
+                        let cws = cwc[sig * hd.cws + s];
+                        if let Some(du) = du.as_deref_mut() {
+                            // Kd = e^(-u (L-1-σ)) cw k: du -= (L-1-σ) dec cw (k · dKd)
+                            du[s] -= (l - 1 - sig) as f64 * (dec * cws * acc).to_f64();
+                        }
+                        let wgt = dec * cws;
+                        let dst = &mut dqkc[sig * rs + f..sig * rs + 2 * f];
                         for x in 0..f {
-                            acc += k[x] * src[x];
+                            dst[x] += wgt * src[x];
                         }
                     }
-                    dcwc[sig * hd.cws + s] += dec * acc;
-                    let cws = cwc[sig * hd.cws + s];
-                    if let Some(du) = du.as_deref_mut() {
-                        // Kd = e^(-u (L-1-σ)) cw k: du -= (L-1-σ) dec cw (k · dKd)
-                        du[s] -= (l - 1 - sig) as f64 * (dec * cws * acc).to_f64();
-                    }
-                    let wgt = dec * cws;
-                    let dst = &mut dqkc[sig * rs + f..sig * rs + 2 * f];
-                    for x in 0..f {
-                        dst[x] += wgt * src[x];
-                    }
                 }
-            }
-            if let Some(du) = du.as_deref_mut() {
-                // G_next = λ G_in + ...: du -= L λ Σ (H ∘ G_in) per node block
-                let blk = (f * d1).max(1);
-                let blocks = h.chunks(blk).zip(gin.chunks(blk));
-                for ((dus, lam), (hb, gb)) in du.iter_mut().zip(&c.lambda).zip(blocks) {
-                    let hg: f64 = hb.iter().zip(gb).map(|(a, b)| (*a * *b).to_f64()).sum();
-                    *dus -= l as f64 * lam.to_f64() * hg;
+                if let Some(du) = du.as_deref_mut() {
+                    // G_next = λ G_in + ...: du -= L λ Σ (H ∘ G_in) over node n's rows
+                    for (s, dus) in du.iter_mut().enumerate() {
+                        let mut hg = 0f64;
+                        for j in 0..d1 {
+                            let r = j * nf + s * f..j * nf + (s + 1) * f;
+                            for (a, b) in h[r.clone()].iter().zip(&gin[r]) {
+                                hg += (*a * *b).to_f64();
+                            }
+                        }
+                        *dus -= l as f64 * c.lambda[s].to_f64() * hg;
+                    }
                 }
             }
         }
-        // H <- H - μ ∘ H + Qdᵀ dO
-        if ci > 0 {
+        add_transposed(&mut dqkc[2 * f..], rs, &w.ot, l, d1);
+        // H <- H - μ ∘ H + Qdᵀ dO (column-major)
+        if ci > 0 && n > 0 {
             build_qd(qkc, hd, c, l, &mut w.qd);
-            for s in 0..n {
-                let m = c.mu[s];
-                for x in &mut h[s * f * d1..(s + 1) * f * d1] {
-                    *x -= m * *x;
-                }
-            }
-            mm(nf, d1, l, &mut h, d1, &w.qd, 1, nf, doc, d1, 1, true);
+            decay_state(&mut h, &c.mu, f);
+            mm(nf, d1, l, &mut h, 1, nf, &w.qd, 1, nf, doc, d1, 1, true);
         }
     }
 }
@@ -933,6 +970,13 @@ pub fn prefill_state<T: WithDType>(
         .enumerate()
         .for_each(|(bh, g)| {
             let (cm, ct) = &cs[if cs.len() == 1 { 0 } else { bh % h }];
+            // the state is row-major [N·F, D'] in `State`, column-major in the updates
+            let mut gc = vec![T::zero(); nf * d1];
+            for i in 0..nf {
+                for j in 0..d1 {
+                    gc[j * nf + i] = g[i * d1 + j];
+                }
+            }
             let mut kd = vec![T::zero(); chunk * nf];
             // the op's row layout [q | k | v'] with q zero (build_kd reads k, the update v')
             let mut qkv = vec![T::zero(); chunk * rs];
@@ -946,7 +990,12 @@ pub fn prefill_state<T: WithDType>(
                 }
                 let cwc = &cw[(bh * t + s0) * n..(bh * t + s0 + l) * n];
                 build_kd(&qkv[..l * rs], cwc, hd, c, l, &mut kd);
-                state_update(g, &kd[..l * nf], &qkv[2 * f..l * rs], hd, c, l);
+                state_update(&mut gc, &kd[..l * nf], &qkv[2 * f..l * rs], hd, c, l);
+            }
+            for i in 0..nf {
+                for j in 0..d1 {
+                    g[i * d1 + j] = gc[j * nf + i];
+                }
             }
         });
     state.pos += t as u64;

@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::stats::{claim_verdict, compare, pct, sum_rows, wilson};
 use crate::model::MemoryKind;
 use crate::plot::{histogram, panels_plot, Panel, Series};
 use crate::tasks::BUCKETS;
@@ -453,19 +454,6 @@ pub fn state_floats(cfg: &RunConfig, nodes: usize) -> usize {
         }
     };
     m.layers * m.heads * per_head
-}
-
-/// Wilson score interval (95%) of `k` successes in `n`.
-pub fn wilson(k: usize, n: usize) -> (f64, f64) {
-    if n == 0 {
-        return (f64::NAN, f64::NAN);
-    }
-    let (k, n, z) = (k as f64, n as f64, 1.96f64);
-    let p = k / n;
-    let den = 1.0 + z * z / n;
-    let centre = (p + z * z / (2.0 * n)) / den;
-    let half = z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt() / den;
-    ((centre - half).max(0.0), (centre + half).min(1.0))
 }
 
 fn lr_label(lr: f64) -> String {
@@ -1035,19 +1023,6 @@ fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
 /// Bins with fewer answers than this are left out of the lag plot (a 1-of-2 bin is noise).
 pub const MIN_BIN: usize = 20;
 
-fn pct(x: f64) -> String {
-    if x.is_nan() {
-        "-".into()
-    } else {
-        format!("{:.1}", 100.0 * x)
-    }
-}
-
-/// (correct, answers) summed over `rows` (one row per seed).
-fn sum_rows<'a>(rows: impl Iterator<Item = &'a LagAccuracy>) -> (usize, usize) {
-    rows.fold((0, 0), |(k, n), r| (k + r.correct, n + r.n))
-}
-
 /// Pooled (correct, answers) over every seed of `c` in lag bucket `b` (None: all answers).
 fn pooled(c: &CellResult, b: Option<usize>) -> (usize, usize) {
     match b {
@@ -1075,24 +1050,6 @@ fn cells_where(rep: &RecallReport, keep: impl Fn(&CellResult) -> bool) -> Vec<&s
     // a cell's results are consecutive (one per mixer)
     names.dedup();
     names
-}
-
-/// The rule of a comparison: the difference of two pooled accuracies against twice its
-/// binomial standard error.
-fn compare(a: (usize, usize), b: (usize, usize)) -> (f64, f64, &'static str) {
-    let p = |(k, n): (usize, usize)| k as f64 / n.max(1) as f64;
-    let (pa, pb) = (p(a), p(b));
-    let se = (pa * (1.0 - pa) / a.1.max(1) as f64 + pb * (1.0 - pb) / b.1.max(1) as f64).sqrt();
-    let word = if a.1 == 0 || b.1 == 0 {
-        "inconclusive (no answers)"
-    } else if pa - pb > 2.0 * se {
-        "higher"
-    } else if pb - pa > 2.0 * se {
-        "lower"
-    } else {
-        "not distinguishable"
-    };
-    (pa - pb, se, word)
 }
 
 /// One generated line per claim, with its rule (see the report's "Verdicts").
@@ -1137,12 +1094,7 @@ fn verdicts(rep: &RecallReport) -> String {
                         continue;
                     };
                     let (d, se, word) = compare(pooled(vort, Some(far)), pooled(o, Some(far)));
-                    let verdict = match word {
-                        "higher" => "reproduced",
-                        "lower" => "not reproduced (the opposite)",
-                        "not distinguishable" => "not reproduced (no difference)",
-                        _ => "inconclusive",
-                    };
+                    let verdict = claim_verdict(word);
                     s.push_str(&format!(
                         "- The paper's claim that power-law memory recalls better than {other} at \
                          lags > 1000, cell {cell}: VORT - {other} = {:+.1} ± {:.1} points (SE): \
@@ -1452,33 +1404,6 @@ mod tests {
         .unwrap();
         assert_eq!(c.task.kind, crate::tasks::TaskKind::Mqar);
         assert_eq!(c.model.short_conv, 4);
-    }
-
-    /// The verdict rule: a difference counts beyond twice its standard error.
-    #[test]
-    fn comparisons_follow_the_two_standard_error_rule() {
-        // 60% vs 50% of 1000 answers each: SE ≈ 2.2 points, difference 10: higher
-        assert_eq!(compare((600, 1000), (500, 1000)).2, "higher");
-        assert_eq!(compare((500, 1000), (600, 1000)).2, "lower");
-        // 52% vs 50% of 1000: 2 points < 2 SE (4.5 points)
-        assert_eq!(compare((520, 1000), (500, 1000)).2, "not distinguishable");
-        assert!(compare((1, 2), (0, 0)).2.starts_with("inconclusive"));
-        let (d, se, _) = compare((600, 1000), (500, 1000));
-        assert!((d - 0.1).abs() < 1e-12);
-        assert!((se - (0.24f64 / 1000.0 + 0.25 / 1000.0).sqrt()).abs() < 1e-12);
-    }
-
-    #[test]
-    fn wilson_interval_brackets_the_rate() {
-        let (lo, hi) = wilson(90, 100);
-        assert!(lo < 0.9 && 0.9 < hi, "{lo} {hi}");
-        assert!(
-            (lo - 0.8256).abs() < 1e-3 && (hi - 0.9448).abs() < 1e-3,
-            "{lo} {hi}"
-        );
-        let (lo, hi) = wilson(0, 50);
-        assert_eq!(lo, 0.0);
-        assert!(hi > 0.0 && hi < 0.08);
     }
 
     #[test]

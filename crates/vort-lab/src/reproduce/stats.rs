@@ -1,0 +1,124 @@
+//! What every reproduction report states about an accuracy, shared by the synthetic, recall
+//! and books reports: counts pooled over seeds, a Wilson 95% interval, whether a run learned,
+//! and the rule that turns two accuracies into a verdict.
+
+use crate::train::eval::LagAccuracy;
+
+/// Wilson score interval (95%) of `k` successes in `n`.
+pub fn wilson(k: usize, n: usize) -> (f64, f64) {
+    if n == 0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let (k, n, z) = (k as f64, n as f64, 1.96f64);
+    let p = k / n;
+    let den = 1.0 + z * z / n;
+    let centre = (p + z * z / (2.0 * n)) / den;
+    let half = z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt() / den;
+    ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+
+/// A fraction as a percentage with one decimal ("-" for NaN).
+pub fn pct(x: f64) -> String {
+    if x.is_nan() {
+        "-".into()
+    } else {
+        format!("{:.1}", 100.0 * x)
+    }
+}
+
+/// "p% [lo, hi] (k/n)": an accuracy with its Wilson interval and counts ("-" with no answers).
+pub fn pct_ci(k: usize, n: usize) -> String {
+    if n == 0 {
+        return "- (0 answers)".into();
+    }
+    let (lo, hi) = wilson(k, n);
+    format!(
+        "{} [{}, {}] ({k}/{n})",
+        pct(k as f64 / n as f64),
+        pct(lo),
+        pct(hi)
+    )
+}
+
+/// (correct, answers) summed over `rows` (one row per seed).
+pub fn sum_rows<'a>(rows: impl Iterator<Item = &'a LagAccuracy>) -> (usize, usize) {
+    rows.fold((0, 0), |(k, n), r| (k + r.correct, n + r.n))
+}
+
+/// Whether `k` of `n` answers shows learning beyond `chance`: the Wilson interval's lower end
+/// is above it.
+pub fn above_chance(k: usize, n: usize, chance: f64) -> bool {
+    n > 0 && wilson(k, n).0 > chance
+}
+
+/// The rule of a comparison: the difference of two pooled accuracies against twice its
+/// binomial standard error. Returns (difference, SE, "higher" | "lower" | "not
+/// distinguishable" | "inconclusive (no answers)").
+pub fn compare(a: (usize, usize), b: (usize, usize)) -> (f64, f64, &'static str) {
+    let p = |(k, n): (usize, usize)| k as f64 / n.max(1) as f64;
+    let (pa, pb) = (p(a), p(b));
+    let se = (pa * (1.0 - pa) / a.1.max(1) as f64 + pb * (1.0 - pb) / b.1.max(1) as f64).sqrt();
+    let word = if a.1 == 0 || b.1 == 0 {
+        "inconclusive (no answers)"
+    } else if pa - pb > 2.0 * se {
+        "higher"
+    } else if pb - pa > 2.0 * se {
+        "lower"
+    } else {
+        "not distinguishable"
+    };
+    (pa - pb, se, word)
+}
+
+/// The verdict on a paper claim "a recalls better than b" from [`compare`]'s word.
+pub fn claim_verdict(word: &str) -> &'static str {
+    match word {
+        "higher" => "reproduced",
+        "lower" => "not reproduced (the opposite)",
+        "not distinguishable" => "not reproduced (no difference)",
+        _ => "inconclusive",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The verdict rule: a difference counts beyond twice its standard error.
+    #[test]
+    fn comparisons_follow_the_two_standard_error_rule() {
+        // 60% vs 50% of 1000 answers each: SE ≈ 2.2 points, difference 10: higher
+        assert_eq!(compare((600, 1000), (500, 1000)).2, "higher");
+        assert_eq!(compare((500, 1000), (600, 1000)).2, "lower");
+        // 52% vs 50% of 1000: 2 points < 2 SE (4.5 points)
+        assert_eq!(compare((520, 1000), (500, 1000)).2, "not distinguishable");
+        assert!(compare((1, 2), (0, 0)).2.starts_with("inconclusive"));
+        let (d, se, _) = compare((600, 1000), (500, 1000));
+        assert!((d - 0.1).abs() < 1e-12);
+        assert!((se - (0.24f64 / 1000.0 + 0.25 / 1000.0).sqrt()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn wilson_interval_brackets_the_rate() {
+        let (lo, hi) = wilson(90, 100);
+        assert!(lo < 0.9 && 0.9 < hi, "{lo} {hi}");
+        assert!(
+            (lo - 0.8256).abs() < 1e-3 && (hi - 0.9448).abs() < 1e-3,
+            "{lo} {hi}"
+        );
+        let (lo, hi) = wilson(0, 50);
+        assert_eq!(lo, 0.0);
+        assert!(hi > 0.0 && hi < 0.08);
+    }
+
+    /// Learned means the interval clears chance, not only the point estimate.
+    #[test]
+    fn above_chance_needs_the_interval_to_clear_it() {
+        // 8/100 against chance 1/16: the interval [4.1%, 15.0%] contains 6.25%
+        assert!(!above_chance(8, 100, 1.0 / 16.0));
+        assert!(above_chance(30, 100, 1.0 / 16.0));
+        assert!(!above_chance(0, 0, 0.0));
+        assert_eq!(pct_ci(0, 0), "- (0 answers)");
+        assert_eq!(pct_ci(90, 100), "90.0 [82.6, 94.5] (90/100)");
+    }
+}

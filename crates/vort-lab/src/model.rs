@@ -437,35 +437,22 @@ fn param(vm: &VarMap, name: &str, init: Tensor) -> Result<Tensor, ModelError> {
     Ok(t)
 }
 
-/// RMSNorm with a learned gain: x / sqrt(mean(x²) + 1e-6) · w, x [.., D], w [D].
+/// RMSNorm with a learned gain: x / sqrt(mean(x²) + 1e-6) · w, x [.., D], w [D] (the fused
+/// parallel op; `vort::ops::reference::rms_norm` is its plain twin).
 fn rms_norm(x: &Tensor, w: &Tensor) -> Result<Tensor, ModelError> {
-    let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
-    Ok(x.broadcast_div(&(ms + 1e-6)?.sqrt()?)?.broadcast_mul(w)?)
+    Ok(vort::ops::rms_norm(x, w, 1e-6)?)
 }
 
 /// Short causal depthwise convolution: y[b, t, c] = Σ_{i<k} w[i, c] · x[b, t-i, c], with x
 /// before the piece taken from `prev` [B, k-1, C] (zeros at a sequence start). Returns y
-/// [B, T, C] and the last k-1 inputs (detached) for the next piece.
+/// [B, T, C] and the last k-1 inputs (detached) for the next piece (the fused op;
+/// `vort::ops::reference::short_conv` is its plain twin).
 fn short_conv(
     x: &Tensor,
     w: &Tensor,
     prev: Option<&Tensor>,
 ) -> Result<(Tensor, Tensor), ModelError> {
-    let (b, t, c) = x.dims3()?;
-    let k = w.dim(0)?;
-    let pad = match prev {
-        Some(p) => p.clone(),
-        None => Tensor::zeros((b, k - 1, c), x.dtype(), x.device())?,
-    };
-    let xp = Tensor::cat(&[&pad, x], 1)?; // [B, k-1+T, C]
-    let mut y = x.broadcast_mul(&w.get(0)?)?;
-    for i in 1..k {
-        // x[t - i] sits at row k-1+t-i of xp
-        let shifted = xp.narrow(1, k - 1 - i, t)?;
-        y = (y + shifted.broadcast_mul(&w.get(i)?)?)?;
-    }
-    let tail = xp.narrow(1, t, k - 1)?.detach();
-    Ok((y, tail))
+    Ok(vort::ops::short_conv(x, w, prev)?)
 }
 
 /// x [B, T, K] · w [K, N] -> [B, T, N].

@@ -12,7 +12,20 @@
 //! Candle computes the forward in one pass but its backward in about ten single-threaded ones
 //! (two `powf`, a `tanh`, products and sums, each allocating). Here both are one rayon pass,
 //! with one tanh per element.
-
+//!
+//! [`rms_norm`]: y = x / sqrt(mean(x²) + eps) · w over the last dim, with its backward
+//! (candle-nn's fused `rms_norm` has none; the plain form takes six passes forward and a dozen
+//! backward, its weight gradient a single-threaded reduction):
+//!
+//! ```text
+//! r = (mean(x²) + eps)^(-1/2),  y = x r w
+//! dx = r (g∘w) - x r³ Σ(g∘w∘x) / D,   dw = Σ_rows g∘x r
+//! ```
+//!
+//! [`short_conv`]: the short causal depthwise convolution of Zoology's recipe,
+//! y[b, t, c] = Σ_{i<K} w[i, c] x[b, t-i, c], in one pass, with its backward in one more.
+//!
+//! [`reference`] holds the plain candle forms, the twins the tests compare against.
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
@@ -22,6 +35,9 @@ use crate::error::Result;
 const PAR_CHUNK: usize = 1 << 14;
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 const GELU_C: f64 = 0.044_715;
+
+/// Rows per rayon task of the row-wise ops.
+const PAR_ROWS: usize = 256;
 
 /// GELU (tanh approximation), parallel, with a one-pass parallel backward. Any shape;
 /// f32 or f64.
@@ -35,21 +51,21 @@ pub fn gelu(x: &Tensor) -> Result<Tensor> {
 struct Gelu;
 struct GeluBackward;
 
-trait GeluFloat: candle_core::WithDType + Send + Sync {
+trait HostFloat: candle_core::WithDType + Send + Sync {
     fn tanh(self) -> Self;
 }
-impl GeluFloat for f32 {
+impl HostFloat for f32 {
     fn tanh(self) -> Self {
         f32::tanh(self)
     }
 }
-impl GeluFloat for f64 {
+impl HostFloat for f64 {
     fn tanh(self) -> Self {
         f64::tanh(self)
     }
 }
 
-fn consts<T: GeluFloat>() -> (T, T, T) {
+fn consts<T: HostFloat>() -> (T, T, T) {
     (
         T::from_f64(SQRT_2_OVER_PI),
         T::from_f64(GELU_C),
@@ -57,7 +73,7 @@ fn consts<T: GeluFloat>() -> (T, T, T) {
     )
 }
 
-fn gelu_fwd<T: GeluFloat>(x: &[T]) -> Vec<T> {
+fn gelu_fwd<T: HostFloat>(x: &[T]) -> Vec<T> {
     let (s, c, half) = consts::<T>();
     let mut y = vec![T::zero(); x.len()];
     y.par_chunks_mut(PAR_CHUNK)
@@ -71,7 +87,7 @@ fn gelu_fwd<T: GeluFloat>(x: &[T]) -> Vec<T> {
     y
 }
 
-fn gelu_bwd<T: GeluFloat>(x: &[T], g: &[T]) -> Vec<T> {
+fn gelu_bwd<T: HostFloat>(x: &[T], g: &[T]) -> Vec<T> {
     let (s, c, half) = consts::<T>();
     let three_c = T::from_f64(3.0 * GELU_C);
     let mut dx = vec![T::zero(); x.len()];
@@ -148,5 +164,322 @@ impl CustomOp2 for GeluBackward {
             _ => candle_core::bail!("gelu backward: f32 or f64 only, one dtype"),
         };
         Ok((out, l1.shape().clone()))
+    }
+}
+
+/// A tensor's values, contiguous, in `T` (one copy).
+fn values<T: candle_core::WithDType>(x: &Tensor) -> candle_core::Result<Vec<T>> {
+    x.to_dtype(T::DTYPE)?.flatten_all()?.to_vec1::<T>()
+}
+
+/// RMSNorm with a learned gain over the last dim: x [.., D], w [D] (f32 or f64, one dtype).
+///
+/// # Errors
+/// Shape or dtype mismatches.
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    Ok(x.contiguous()?
+        .apply_op2(&w.contiguous()?, RmsNorm { eps })?)
+}
+
+struct RmsNorm {
+    eps: f64,
+}
+
+fn rms_fwd<T: HostFloat>(x: &[T], w: &[T], eps: f64) -> Vec<T> {
+    let d = w.len();
+    let mut y = vec![T::zero(); x.len()];
+    y.par_chunks_mut(PAR_ROWS * d)
+        .zip(x.par_chunks(PAR_ROWS * d))
+        .for_each(|(ys, xs)| {
+            for (yr, xr) in ys.chunks_mut(d).zip(xs.chunks(d)) {
+                let ms: f64 = xr.iter().map(|v| (*v * *v).to_f64()).sum::<f64>() / d as f64;
+                let r = T::from_f64(1.0 / (ms + eps).sqrt());
+                for ((y, &x), &w) in yr.iter_mut().zip(xr).zip(w) {
+                    *y = x * r * w;
+                }
+            }
+        });
+    y
+}
+
+/// (dx, dw) of RMSNorm for cotangent g.
+fn rms_bwd<T: HostFloat>(x: &[T], w: &[T], g: &[T], eps: f64) -> (Vec<T>, Vec<T>) {
+    let d = w.len();
+    let mut dx = vec![T::zero(); x.len()];
+    let partial: Vec<Vec<f64>> = dx
+        .par_chunks_mut(PAR_ROWS * d)
+        .zip(x.par_chunks(PAR_ROWS * d).zip(g.par_chunks(PAR_ROWS * d)))
+        .map(|(dxs, (xs, gs))| {
+            let mut dw = vec![0f64; d];
+            for ((dxr, xr), gr) in dxs.chunks_mut(d).zip(xs.chunks(d)).zip(gs.chunks(d)) {
+                let ms: f64 = xr.iter().map(|v| (*v * *v).to_f64()).sum::<f64>() / d as f64;
+                let r = 1.0 / (ms + eps).sqrt();
+                let gwx: f64 = (0..d).map(|j| (gr[j] * w[j] * xr[j]).to_f64()).sum();
+                let c = r * r * r * gwx / d as f64;
+                for j in 0..d {
+                    let (xj, gj) = (xr[j].to_f64(), gr[j].to_f64());
+                    dxr[j] = T::from_f64(r * gj * w[j].to_f64() - xj * c);
+                    dw[j] += gj * xj * r;
+                }
+            }
+            dw
+        })
+        .collect();
+    let mut dw = vec![0f64; d];
+    for p in &partial {
+        for (a, b) in dw.iter_mut().zip(p) {
+            *a += b;
+        }
+    }
+    (dx, dw.into_iter().map(T::from_f64).collect())
+}
+
+impl CustomOp2 for RmsNorm {
+    fn name(&self) -> &'static str {
+        "vort-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let d = l1.shape().dims().last().copied().unwrap_or(0);
+        if l2.shape().dims() != [d] || d == 0 {
+            candle_core::bail!(
+                "rms_norm: x {:?} needs a gain of [{d}] (d >= 1), got {:?}",
+                l1.shape(),
+                l2.shape()
+            );
+        }
+        let out = match (s1, s2) {
+            (CpuStorage::F32(x), CpuStorage::F32(w)) => {
+                CpuStorage::F32(rms_fwd(contiguous(x, l1)?, contiguous(w, l2)?, self.eps))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(w)) => {
+                CpuStorage::F64(rms_fwd(contiguous(x, l1)?, contiguous(w, l2)?, self.eps))
+            }
+            _ => candle_core::bail!("rms_norm: f32 or f64 only, one dtype"),
+        };
+        Ok((out, l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        macro_rules! run {
+            ($ty:ty) => {{
+                let (dx, dw) = rms_bwd::<$ty>(&values(x)?, &values(w)?, &values(g)?, self.eps);
+                (
+                    Tensor::from_vec(dx, x.shape(), x.device())?,
+                    Tensor::from_vec(dw, w.shape(), w.device())?,
+                )
+            }};
+        }
+        let (dx, dw) = match x.dtype() {
+            candle_core::DType::F32 => run!(f32),
+            candle_core::DType::F64 => run!(f64),
+            dt => candle_core::bail!("rms_norm: unsupported dtype {dt:?}"),
+        };
+        Ok((Some(dx), Some(dw)))
+    }
+}
+
+/// Short causal depthwise convolution: y[b, t, c] = Σ_{i<K} w[i, c] · x[b, t-i, c] for
+/// x [B, T, C], w [K, C], with x before the piece taken from `prev` [B, K-1, C] (zeros at a
+/// sequence start). Returns y [B, T, C] and the last K-1 inputs (detached) for the next piece.
+///
+/// # Errors
+/// Shape or dtype mismatches.
+pub fn short_conv(x: &Tensor, w: &Tensor, prev: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+    let (b, t, c) = x.dims3()?;
+    let k = w.dim(0)?;
+    let pad = match prev {
+        Some(p) => p.clone(),
+        None => Tensor::zeros((b, k.saturating_sub(1), c), x.dtype(), x.device())?,
+    };
+    let xp = Tensor::cat(&[&pad, x], 1)?.contiguous()?; // [B, K-1+T, C]
+    let y = xp.apply_op2(&w.contiguous()?, ShortConv { t })?;
+    let tail = xp.narrow(1, t, k.saturating_sub(1))?.detach();
+    Ok((y, tail))
+}
+
+/// The convolution on the padded input xp [B, K-1+T, C] (the op's first input).
+struct ShortConv {
+    t: usize,
+}
+
+fn conv_fwd<T: HostFloat>(xp: &[T], w: &[T], b: usize, t: usize, k: usize, c: usize) -> Vec<T> {
+    let s = k - 1 + t;
+    let mut y = vec![T::zero(); b * t * c];
+    y.par_chunks_mut(t * c).enumerate().for_each(|(bi, yb)| {
+        let xb = &xp[bi * s * c..(bi + 1) * s * c];
+        for (tt, yr) in yb.chunks_mut(c).enumerate() {
+            for i in 0..k {
+                // x[t - i] sits at row K-1+t-i of xp
+                let xr = &xb[(k - 1 + tt - i) * c..(k - 1 + tt - i + 1) * c];
+                let wr = &w[i * c..(i + 1) * c];
+                for ((y, &x), &w) in yr.iter_mut().zip(xr).zip(wr) {
+                    *y += w * x;
+                }
+            }
+        }
+    });
+    y
+}
+
+/// (dxp [B, K-1+T, C], dw [K, C]) for cotangent g [B, T, C].
+fn conv_bwd<T: HostFloat>(
+    xp: &[T],
+    w: &[T],
+    g: &[T],
+    b: usize,
+    t: usize,
+    k: usize,
+    c: usize,
+) -> (Vec<T>, Vec<T>) {
+    let s = k - 1 + t;
+    let mut dxp = vec![T::zero(); b * s * c];
+    let partial: Vec<Vec<T>> = dxp
+        .par_chunks_mut(s * c)
+        .enumerate()
+        .map(|(bi, dxb)| {
+            let xb = &xp[bi * s * c..(bi + 1) * s * c];
+            let gb = &g[bi * t * c..(bi + 1) * t * c];
+            let mut dw = vec![T::zero(); k * c];
+            for (tt, gr) in gb.chunks(c).enumerate() {
+                for i in 0..k {
+                    let row = (k - 1 + tt - i) * c;
+                    let wr = &w[i * c..(i + 1) * c];
+                    let dwr = &mut dw[i * c..(i + 1) * c];
+                    let xr = &xb[row..row + c];
+                    let dxr = &mut dxb[row..row + c];
+                    for j in 0..c {
+                        dxr[j] += wr[j] * gr[j];
+                        dwr[j] += xr[j] * gr[j];
+                    }
+                }
+            }
+            dw
+        })
+        .collect();
+    let mut dw = vec![T::zero(); k * c];
+    for p in &partial {
+        for (a, &v) in dw.iter_mut().zip(p) {
+            *a += v;
+        }
+    }
+    (dxp, dw)
+}
+
+impl ShortConv {
+    /// (B, K, C) from the layouts of xp [B, K-1+T, C] and w [K, C].
+    fn dims(&self, xp: &Shape, w: &Shape) -> candle_core::Result<(usize, usize, usize)> {
+        let (b, s, c) = xp.dims3()?;
+        let (k, cw) = w.dims2()?;
+        if k == 0 || cw != c || s + 1 != k + self.t {
+            candle_core::bail!(
+                "short_conv: padded input {xp:?} and weights {w:?} must be [B, K-1+T, C] and [K, C] with K >= 1, T = {}",
+                self.t
+            );
+        }
+        Ok((b, k, c))
+    }
+}
+
+impl CustomOp2 for ShortConv {
+    fn name(&self) -> &'static str {
+        "vort-short-conv"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (b, k, c) = self.dims(l1.shape(), l2.shape())?;
+        let t = self.t;
+        let out = match (s1, s2) {
+            (CpuStorage::F32(x), CpuStorage::F32(w)) => {
+                CpuStorage::F32(conv_fwd(contiguous(x, l1)?, contiguous(w, l2)?, b, t, k, c))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(w)) => {
+                CpuStorage::F64(conv_fwd(contiguous(x, l1)?, contiguous(w, l2)?, b, t, k, c))
+            }
+            _ => candle_core::bail!("short_conv: f32 or f64 only, one dtype"),
+        };
+        Ok((out, Shape::from((b, t, c))))
+    }
+
+    fn bwd(
+        &self,
+        xp: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let (b, k, c) = self.dims(xp.shape(), w.shape())?;
+        let t = self.t;
+        macro_rules! run {
+            ($ty:ty) => {{
+                let (dx, dw) = conv_bwd::<$ty>(&values(xp)?, &values(w)?, &values(g)?, b, t, k, c);
+                (
+                    Tensor::from_vec(dx, xp.shape(), xp.device())?,
+                    Tensor::from_vec(dw, w.shape(), w.device())?,
+                )
+            }};
+        }
+        let (dx, dw) = match xp.dtype() {
+            candle_core::DType::F32 => run!(f32),
+            candle_core::DType::F64 => run!(f64),
+            dt => candle_core::bail!("short_conv: unsupported dtype {dt:?}"),
+        };
+        Ok((Some(dx), Some(dw)))
+    }
+}
+
+/// The plain candle forms of the fused ops: the twins the tests compare against.
+pub mod reference {
+    use candle_core::{Tensor, D};
+
+    use crate::error::Result;
+
+    /// RMSNorm in plain candle ops: x / sqrt(mean(x²) + eps) · w.
+    ///
+    /// # Errors
+    /// Shape mismatches.
+    pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+        let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
+        Ok(x.broadcast_div(&(ms + eps)?.sqrt()?)?.broadcast_mul(w)?)
+    }
+
+    /// The short causal depthwise convolution in plain candle ops (see [`super::short_conv`]).
+    ///
+    /// # Errors
+    /// Shape mismatches.
+    pub fn short_conv(x: &Tensor, w: &Tensor, prev: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+        let (b, t, c) = x.dims3()?;
+        let k = w.dim(0)?;
+        let pad = match prev {
+            Some(p) => p.clone(),
+            None => Tensor::zeros((b, k - 1, c), x.dtype(), x.device())?,
+        };
+        let xp = Tensor::cat(&[&pad, x], 1)?; // [B, k-1+T, C]
+        let mut y = x.broadcast_mul(&w.get(0)?)?;
+        for i in 1..k {
+            // x[t - i] sits at row k-1+t-i of xp
+            let shifted = xp.narrow(1, k - 1 - i, t)?;
+            y = (y + shifted.broadcast_mul(&w.get(i)?)?)?;
+        }
+        let tail = xp.narrow(1, t, k - 1)?.detach();
+        Ok((y, tail))
     }
 }

@@ -103,3 +103,120 @@ fn fused_gelu_gradient_is_the_exact_derivative() {
     let e = rel_rms(&g, &fd);
     assert!(e <= 1e-9, "{e:e}");
 }
+
+/// Deterministic values in [-2, 2) for a shape.
+fn filled(shape: &[usize], seed: u64, dt: DType) -> Var {
+    let n: usize = shape.iter().product();
+    let mut r = vort::vort_math::rng::XorShift64Star::new(seed);
+    let v: Vec<f64> = (0..n).map(|_| 4.0 * r.unif() - 2.0).collect();
+    Var::from_tensor(
+        &Tensor::from_vec(v, shape, &Device::Cpu)
+            .unwrap()
+            .to_dtype(dt)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// The fused RMSNorm against the plain candle form: outputs and the gradients of x and the
+/// gain, f32 and f64, one row, odd widths, and more rows than one parallel task takes.
+#[test]
+fn fused_rms_norm_matches_the_plain_form() {
+    for (dt, tol) in [(DType::F64, 1e-12), (DType::F32, 2e-5)] {
+        for shape in [vec![1, 1], vec![3, 7, 5], vec![2, 300, 64]] {
+            let d = *shape.last().unwrap();
+            let x = filled(&shape, 1, dt);
+            let w = filled(&[d], 2, dt);
+            let g = filled(&shape, 3, dt);
+            let run = |fused: bool| {
+                let y = if fused {
+                    vort::ops::rms_norm(x.as_tensor(), w.as_tensor(), 1e-6).unwrap()
+                } else {
+                    vort::ops::reference::rms_norm(x.as_tensor(), w.as_tensor(), 1e-6).unwrap()
+                };
+                let gr = (&y * g.as_tensor())
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .backward()
+                    .unwrap();
+                (
+                    to_f64(&y),
+                    to_f64(gr.get(x.as_tensor()).unwrap()),
+                    to_f64(gr.get(w.as_tensor()).unwrap()),
+                )
+            };
+            let (yp, xp, wp) = run(false);
+            let (yf, xf, wf) = run(true);
+            for (name, a, b) in [("y", &yf, &yp), ("dx", &xf, &xp), ("dw", &wf, &wp)] {
+                if d == 1 && name == "dx" {
+                    // one column: dy/dx = w eps / (x² + eps)^(3/2) ~ 1e-6 is all cancellation
+                    // (r g w - x c with both terms O(1)); compare on the O(1) scale
+                    let worst = a
+                        .iter()
+                        .zip(b)
+                        .map(|(p, q)| (p - q).abs())
+                        .fold(0.0, f64::max);
+                    assert!(worst <= tol, "{dt:?} {shape:?}: dx {worst:e}");
+                    continue;
+                }
+                let e = rel_rms(a, b);
+                assert!(e <= tol, "{dt:?} {shape:?}: {name} {e:e}");
+            }
+        }
+    }
+    // a gain of the wrong width is refused
+    let x = Tensor::ones((2, 3), DType::F32, &Device::Cpu).unwrap();
+    let w = Tensor::ones(4, DType::F32, &Device::Cpu).unwrap();
+    assert!(vort::ops::rms_norm(&x, &w, 1e-6).is_err());
+}
+
+/// The fused short convolution against the plain candle form: outputs, carried tails and the
+/// gradients of x, the weights and the previous piece's tail, for kernels 2-5, one token,
+/// one channel, and pieces chained with the carried tail.
+#[test]
+fn fused_short_conv_matches_the_plain_form() {
+    for (dt, tol) in [(DType::F64, 1e-12), (DType::F32, 2e-6)] {
+        for &(b, t, c, k) in &[(1, 1, 3, 2), (2, 7, 5, 4), (3, 20, 64, 3), (1, 5, 1, 5)] {
+            for with_prev in [false, true] {
+                let x = filled(&[b, t, c], 4, dt);
+                let w = filled(&[k, c], 5, dt);
+                let p = filled(&[b, k - 1, c], 6, dt);
+                let g = filled(&[b, t, c], 7, dt);
+                let prev = with_prev.then(|| p.as_tensor());
+                let run = |fused: bool| {
+                    let (y, tail) = if fused {
+                        vort::ops::short_conv(x.as_tensor(), w.as_tensor(), prev).unwrap()
+                    } else {
+                        vort::ops::reference::short_conv(x.as_tensor(), w.as_tensor(), prev)
+                            .unwrap()
+                    };
+                    let gr = (&y * g.as_tensor())
+                        .unwrap()
+                        .sum_all()
+                        .unwrap()
+                        .backward()
+                        .unwrap();
+                    let grad = |v: &Var| gr.get(v.as_tensor()).map(to_f64).unwrap_or_default();
+                    (to_f64(&y), to_f64(&tail), grad(&x), grad(&w), grad(&p))
+                };
+                let plain = run(false);
+                let fused = run(true);
+                let tag = format!("{dt:?} B{b} T{t} C{c} K{k} prev {with_prev}");
+                for (name, a, r) in [
+                    ("y", &fused.0, &plain.0),
+                    ("tail", &fused.1, &plain.1),
+                    ("dx", &fused.2, &plain.2),
+                    ("dw", &fused.3, &plain.3),
+                    ("dprev", &fused.4, &plain.4),
+                ] {
+                    assert_eq!(a.len(), r.len(), "{tag}: {name} length");
+                    if !a.is_empty() {
+                        let e = rel_rms(a, r);
+                        assert!(e <= tol, "{tag}: {name} {e:e}");
+                    }
+                }
+            }
+        }
+    }
+}

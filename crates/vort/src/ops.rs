@@ -25,6 +25,10 @@
 //! [`short_conv`]: the short causal depthwise convolution of Zoology's recipe,
 //! y[b, t, c] = Σ_{i<K} w[i, c] x[b, t-i, c], in one pass, with its backward in one more.
 //!
+//! [`causal_softmax_rows`]: the row softmax of attention logits [N, T, S] under the causal
+//! mask (query i sees keys 0..=off+i), forward and backward (dl = p ∘ (g - Σ g∘p)) one pass
+//! each. Its twin is [`crate::attention::causal_softmax_reference`].
+//!
 //! [`reference`] holds the plain candle forms, the twins the tests compare against.
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -318,6 +322,9 @@ struct ShortConv {
 fn conv_fwd<T: HostFloat>(xp: &[T], w: &[T], b: usize, t: usize, k: usize, c: usize) -> Vec<T> {
     let s = k - 1 + t;
     let mut y = vec![T::zero(); b * t * c];
+    if t * c == 0 {
+        return y;
+    }
     y.par_chunks_mut(t * c).enumerate().for_each(|(bi, yb)| {
         let xb = &xp[bi * s * c..(bi + 1) * s * c];
         for (tt, yr) in yb.chunks_mut(c).enumerate() {
@@ -346,6 +353,9 @@ fn conv_bwd<T: HostFloat>(
 ) -> (Vec<T>, Vec<T>) {
     let s = k - 1 + t;
     let mut dxp = vec![T::zero(); b * s * c];
+    if t * c == 0 {
+        return (dxp, vec![T::zero(); k * c]);
+    }
     let partial: Vec<Vec<T>> = dxp
         .par_chunks_mut(s * c)
         .enumerate()
@@ -443,6 +453,117 @@ impl CustomOp2 for ShortConv {
             dt => candle_core::bail!("short_conv: unsupported dtype {dt:?}"),
         };
         Ok((Some(dx), Some(dw)))
+    }
+}
+
+/// Row softmax of logits [N, T, S] with the causal mask of T queries that are the last T of S
+/// keys (query i sees keys 0..=off+i, off = S - T); masked entries are exactly 0.
+///
+/// # Errors
+/// A rank other than 3, off != S - T, other dtypes.
+pub fn causal_softmax_rows(logits: &Tensor, off: usize) -> Result<Tensor> {
+    Ok(logits.contiguous()?.apply_op1(CausalSoftmax { off })?)
+}
+
+struct CausalSoftmax {
+    off: usize,
+}
+
+fn softmax_fwd<T: HostFloat>(x: &[T], t: usize, s: usize, off: usize) -> Vec<T> {
+    let mut p = vec![T::zero(); x.len()];
+    if s == 0 {
+        return p;
+    }
+    p.par_chunks_mut(s)
+        .zip(x.par_chunks(s))
+        .enumerate()
+        .for_each(|(row, (pr, xr))| {
+            let seen = off + row % t + 1;
+            let (xr, pr) = (&xr[..seen], &mut pr[..seen]);
+            let m = xr.iter().fold(f64::NEG_INFINITY, |a, v| a.max(v.to_f64()));
+            let mut z = 0f64;
+            for (p, x) in pr.iter_mut().zip(xr) {
+                let e = (x.to_f64() - m).exp();
+                z += e;
+                *p = T::from_f64(e);
+            }
+            let inv = T::from_f64(1.0 / z);
+            for p in pr {
+                *p *= inv;
+            }
+        });
+    p
+}
+
+fn softmax_bwd<T: HostFloat>(p: &[T], g: &[T], t: usize, s: usize, off: usize) -> Vec<T> {
+    let mut dl = vec![T::zero(); p.len()];
+    if s == 0 {
+        return dl;
+    }
+    dl.par_chunks_mut(s)
+        .zip(p.par_chunks(s).zip(g.par_chunks(s)))
+        .enumerate()
+        .for_each(|(row, (dr, (pr, gr)))| {
+            let seen = off + row % t + 1;
+            let dot: f64 = (0..seen).map(|j| (pr[j] * gr[j]).to_f64()).sum();
+            let dot = T::from_f64(dot);
+            for j in 0..seen {
+                dr[j] = pr[j] * (gr[j] - dot);
+            }
+        });
+    dl
+}
+
+impl CausalSoftmax {
+    fn dims(&self, shape: &Shape) -> candle_core::Result<(usize, usize)> {
+        let (_, t, s) = shape.dims3()?;
+        if s != t + self.off {
+            candle_core::bail!(
+                "causal softmax: logits {shape:?} must be [N, T, T + {}]",
+                self.off
+            );
+        }
+        Ok((t, s))
+    }
+}
+
+impl CustomOp1 for CausalSoftmax {
+    fn name(&self) -> &'static str {
+        "vort-causal-softmax"
+    }
+
+    fn cpu_fwd(&self, st: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (t, s) = self.dims(l.shape())?;
+        let out = match st {
+            CpuStorage::F32(x) => CpuStorage::F32(softmax_fwd(contiguous(x, l)?, t, s, self.off)),
+            CpuStorage::F64(x) => CpuStorage::F64(softmax_fwd(contiguous(x, l)?, t, s, self.off)),
+            _ => candle_core::bail!("causal softmax: f32 or f64 only"),
+        };
+        Ok((out, l.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _arg: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let (t, s) = self.dims(res.shape())?;
+        macro_rules! run {
+            ($ty:ty) => {
+                Tensor::from_vec(
+                    softmax_bwd::<$ty>(&values(res)?, &values(grad)?, t, s, self.off),
+                    res.shape(),
+                    res.device(),
+                )?
+            };
+        }
+        let dl = match res.dtype() {
+            candle_core::DType::F32 => run!(f32),
+            candle_core::DType::F64 => run!(f64),
+            dt => candle_core::bail!("causal softmax: unsupported dtype {dt:?}"),
+        };
+        Ok(Some(dl))
     }
 }
 

@@ -220,3 +220,61 @@ fn fused_short_conv_matches_the_plain_form() {
         }
     }
 }
+
+/// Causal softmax attention through the fused masked row softmax against the plain form (an
+/// additive -inf mask and candle-nn's softmax): outputs and the gradients of q, k and v, with
+/// as many keys as queries and with a cache of earlier keys, one query, f32 and f64.
+#[test]
+fn fused_causal_softmax_matches_the_plain_form() {
+    use vort::attention::{causal_softmax, causal_softmax_reference};
+    for (dt, tol) in [(DType::F64, 1e-12), (DType::F32, 2e-5)] {
+        for &(b, h, t, s, d) in &[
+            (1, 1, 1, 1, 3),
+            (2, 3, 17, 17, 5),
+            (1, 2, 9, 40, 4),
+            (2, 1, 1, 6, 2),
+        ] {
+            let q = filled(&[b, h, t, d], 8, dt);
+            let k = filled(&[b, h, s, d], 9, dt);
+            let v = filled(&[b, h, s, d], 10, dt);
+            let g = filled(&[b, h, t, d], 11, dt);
+            let run = |fused: bool| {
+                let (qq, kk, vv) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
+                let y = if fused {
+                    causal_softmax(qq, kk, vv).unwrap()
+                } else {
+                    causal_softmax_reference(qq, kk, vv).unwrap()
+                };
+                let gr = (&y * g.as_tensor())
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .backward()
+                    .unwrap();
+                let grad = |x: &Var| to_f64(gr.get(x.as_tensor()).unwrap());
+                (to_f64(&y), grad(&q), grad(&k), grad(&v))
+            };
+            let plain = run(false);
+            let fused = run(true);
+            for (name, a, r) in [
+                ("y", &fused.0, &plain.0),
+                ("dq", &fused.1, &plain.1),
+                ("dk", &fused.2, &plain.2),
+                ("dv", &fused.3, &plain.3),
+            ] {
+                let e = rel_rms(a, r);
+                assert!(e <= tol, "{dt:?} B{b} H{h} T{t} S{s}: {name} {e:e}");
+            }
+        }
+    }
+    // the masked entries are exactly zero, each row sums to one
+    let l = Tensor::new(&[[[1f32, 2.0, 3.0], [0.5, -1.0, 9.0]]], &Device::Cpu).unwrap();
+    let p = vort::ops::causal_softmax_rows(&l, 1)
+        .unwrap()
+        .to_vec3::<f32>()
+        .unwrap();
+    assert_eq!(p[0][0][2], 0.0);
+    assert!((p[0][0][0] + p[0][0][1] - 1.0).abs() < 1e-6);
+    assert!((p[0][1].iter().sum::<f32>() - 1.0).abs() < 1e-6);
+    assert!(vort::ops::causal_softmax_rows(&l, 0).is_err());
+}

@@ -83,6 +83,8 @@ pub struct Series {
     pub style: SeriesStyle,
     /// Palette index of the colour (None: the series' position in its panel).
     pub color: Option<usize>,
+    /// Error bars (x, lo, hi), drawn as vertical segments in the series' colour.
+    pub bars: Vec<(f64, f64, f64)>,
 }
 
 impl Series {
@@ -93,6 +95,7 @@ impl Series {
             points,
             style: SeriesStyle::Line,
             color: None,
+            bars: Vec::new(),
         }
     }
     /// A dashed line.
@@ -102,7 +105,13 @@ impl Series {
             points,
             style: SeriesStyle::Dashed,
             color: None,
+            bars: Vec::new(),
         }
+    }
+    /// The same series with error bars (x, lo, hi).
+    pub fn with_bars(mut self, bars: Vec<(f64, f64, f64)>) -> Series {
+        self.bars = bars;
+        self
     }
     /// The same series drawn with palette colour `index` (series of one family share a colour).
     pub fn with_color(mut self, index: usize) -> Series {
@@ -116,6 +125,7 @@ impl Series {
             points,
             style: SeriesStyle::Points,
             color: None,
+            bars: Vec::new(),
         }
     }
 }
@@ -353,7 +363,12 @@ where
     let ys = panel
         .series
         .iter()
-        .flat_map(|s| s.points.iter())
+        .flat_map(|s| {
+            s.points
+                .iter()
+                .copied()
+                .chain(s.bars.iter().flat_map(|&(x, lo, hi)| [(x, lo), (x, hi)]))
+        })
         .filter(|p| p.0.is_finite() && (!panel.log_x || p.0 > 0.0))
         .map(|p| p.1)
         .filter(|v| v.is_finite() && (!panel.log_y || *v > 0.0));
@@ -424,6 +439,17 @@ where
                     && (!panel.log_y || y > 0.0)
             })
             .collect();
+        let ok = |x: f64, y: f64| {
+            x.is_finite() && y.is_finite() && (!panel.log_x || x > 0.0) && (!panel.log_y || y > 0.0)
+        };
+        chart.draw_series(
+            s.bars
+                .iter()
+                .filter(|&&(x, lo, hi)| ok(x, lo) && ok(x, hi))
+                .map(|&(x, lo, hi)| {
+                    PathElement::new(vec![(x, lo), (x, hi)], color.stroke_width(1))
+                }),
+        )?;
         let style = color.stroke_width(2);
         let anno = match s.style {
             SeriesStyle::Line => chart.draw_series(LineSeries::new(pts, style))?,

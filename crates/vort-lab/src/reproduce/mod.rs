@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::MemoryKind;
 use crate::plot::{histogram, panels_plot, Panel, Series};
 use crate::tasks::{TaskConfig, TaskKind, BUCKETS};
-use crate::train::eval::EvalResult;
+use crate::train::eval::{EvalResult, LagAccuracy};
 use crate::train::{self, RunConfig, RunOptions, TrainConfig, TrainError};
 use stats::{above_chance, claim_verdict, compare, pct, pct_ci, sum_rows};
 
@@ -463,23 +463,15 @@ fn plots(results: &[EvalResult], chance: f64, out: &Path) -> Result<(), TrainErr
             if rs.is_empty() {
                 continue;
             }
-            let nb = rs[0].lag_bins.len();
-            let pts: Vec<(f64, f64)> = (0..nb)
-                .filter_map(|b| {
-                    let bin = &rs[0].lag_bins[b];
-                    let (n, c): (usize, usize) = rs
-                        .iter()
-                        .map(|r| (r.lag_bins[b].n, r.lag_bins[b].correct))
-                        .fold((0, 0), |a, x| (a.0 + x.0, a.1 + x.1));
-                    (n > 0).then(|| {
-                        (
-                            ((bin.lo * bin.hi) as f64).sqrt(),
-                            100.0 * c as f64 / n as f64,
-                        )
-                    })
-                })
-                .collect();
-            series.push(Series::line(memory.name(), pts).with_color(ci));
+            // pooled over seeds; bins with fewer than MIN_BIN answers are left out (a 1-of-2
+            // bin is noise), the others carry their Wilson 95% interval
+            let bins: Vec<&[LagAccuracy]> = rs.iter().map(|r| r.lag_bins.as_slice()).collect();
+            let curve = stats::lag_curve(&bins, 100.0);
+            series.push(
+                Series::line(memory.name(), curve.points)
+                    .with_color(ci)
+                    .with_bars(curve.bars),
+            );
         }
         if chance.is_finite() {
             let max_lag = of_task[0].lag_bins.last().map_or(1, |b| b.hi) as f64;
@@ -495,8 +487,10 @@ fn plots(results: &[EvalResult], chance: f64, out: &Path) -> Result<(), TrainErr
             &out.join(format!("acc_vs_lag_{}.png", task.name())),
             &[Panel {
                 title: format!(
-                    "{}: held-out accuracy against lag (doubling bins, all seeds pooled)",
-                    task.name()
+                    "{}: held-out accuracy against lag (doubling bins with >= {} answers, all \
+                     seeds pooled, Wilson 95%)",
+                    task.name(),
+                    stats::MIN_BIN
                 ),
                 x_label: "lag (tokens)".into(),
                 y_label: "accuracy (%)".into(),

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::{claim_verdict, compare, pct, sum_rows, wilson};
+use super::stats::{claim_verdict, compare, lag_curve, pct, sum_rows, wilson};
 use crate::model::MemoryKind;
 use crate::plot::{histogram, panels_plot, Panel, Series};
 use crate::tasks::BUCKETS;
@@ -930,19 +930,18 @@ fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
         let mut series = Vec::new();
         for c in rep.cells.iter().filter(|c| c.cell == cell) {
             let ci = names.iter().position(|n| n == &c.mixer).unwrap_or(0);
-            let nb = c.seeds.first().map_or(0, |r| r.lag_bins.len());
-            let pts: Vec<(f64, f64)> = (0..nb)
-                .filter_map(|i| {
-                    let (k, n) = sum_rows(c.seeds.iter().map(|r| &r.lag_bins[i]));
-                    let b = &c.seeds[0].lag_bins[i];
-                    (n >= MIN_BIN).then(|| (((b.lo * b.hi) as f64).sqrt(), k as f64 / n as f64))
-                })
-                .collect();
-            series.push(Series::line(c.mixer.clone(), pts).with_color(ci));
+            let bins: Vec<&[LagAccuracy]> = c.seeds.iter().map(|r| r.lag_bins.as_slice()).collect();
+            let curve = lag_curve(&bins, 1.0);
+            series.push(
+                Series::line(c.mixer.clone(), curve.points)
+                    .with_color(ci)
+                    .with_bars(curve.bars),
+            );
         }
         panels.push(Panel {
             title: format!(
-                "{cell}: test accuracy by lag (doubling bins with >= {MIN_BIN} answers, all seeds)"
+                "{cell}: test accuracy by lag (doubling bins with >= {MIN_BIN} answers, all \
+                 seeds, Wilson 95%)"
             ),
             x_label: "lag (query position - value position)".into(),
             y_label: "accuracy".into(),
@@ -1020,8 +1019,7 @@ fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
     Ok(())
 }
 
-/// Bins with fewer answers than this are left out of the lag plot (a 1-of-2 bin is noise).
-pub const MIN_BIN: usize = 20;
+pub use super::stats::MIN_BIN;
 
 /// Pooled (correct, answers) over every seed of `c` in lag bucket `b` (None: all answers).
 fn pooled(c: &CellResult, b: Option<usize>) -> (usize, usize) {

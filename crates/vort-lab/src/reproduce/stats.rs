@@ -70,6 +70,38 @@ pub fn compare(a: (usize, usize), b: (usize, usize)) -> (f64, f64, &'static str)
     (pa - pb, se, word)
 }
 
+/// Bins with fewer answers than this are left out of the lag plots (a 1-of-2 bin is noise).
+pub const MIN_BIN: usize = 20;
+
+/// A curve of accuracy against lag for a plot: one point per doubling bin with at least
+/// [`MIN_BIN`] answers pooled over seeds, at the bin's geometric centre, with its Wilson 95%
+/// interval as an error bar (x, lo, hi); accuracies times `scale` (1 or 100).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LagCurve {
+    /// (lag, accuracy).
+    pub points: Vec<(f64, f64)>,
+    /// (lag, lo, hi).
+    pub bars: Vec<(f64, f64, f64)>,
+}
+
+/// [`LagCurve`] of runs given by their lag bins (one slice per seed, the same bins each).
+pub fn lag_curve(seeds: &[&[LagAccuracy]], scale: f64) -> LagCurve {
+    let mut curve = LagCurve::default();
+    let Some(first) = seeds.first() else {
+        return curve;
+    };
+    for (i, bin) in first.iter().enumerate() {
+        let (k, n) = sum_rows(seeds.iter().filter_map(|s| s.get(i)));
+        if n >= MIN_BIN {
+            let x = ((bin.lo * bin.hi) as f64).sqrt();
+            let (lo, hi) = wilson(k, n);
+            curve.points.push((x, scale * k as f64 / n as f64));
+            curve.bars.push((x, scale * lo, scale * hi));
+        }
+    }
+    curve
+}
+
 /// The verdict on a paper claim "a recalls better than b" from [`compare`]'s word.
 pub fn claim_verdict(word: &str) -> &'static str {
     match word {
@@ -109,6 +141,29 @@ mod tests {
         let (lo, hi) = wilson(0, 50);
         assert_eq!(lo, 0.0);
         assert!(hi > 0.0 && hi < 0.08);
+    }
+
+    /// Lag curves pool seeds bin by bin, drop thin bins and bracket each point.
+    #[test]
+    fn lag_curves_pool_seeds_and_drop_thin_bins() {
+        let bin = |lo: usize, hi: usize, correct: usize, n: usize| LagAccuracy {
+            label: String::new(),
+            lo,
+            hi,
+            n,
+            correct,
+            accuracy: f64::NAN,
+            nll: f64::NAN,
+        };
+        // bin [1, 1]: 3 + 4 answers (thin, dropped); bin [4, 9]: 10 + 30 answers
+        let s0 = [bin(1, 1, 1, 3), bin(4, 9, 5, 10)];
+        let s1 = [bin(1, 1, 2, 4), bin(4, 9, 15, 30)];
+        let c = lag_curve(&[&s0, &s1], 100.0);
+        assert_eq!(c.points, vec![(6.0, 50.0)]);
+        let (x, lo, hi) = c.bars[0];
+        assert_eq!(x, 6.0);
+        assert!(lo < 50.0 && 50.0 < hi && (hi - lo) > 20.0, "{lo} {hi}");
+        assert_eq!(lag_curve(&[], 1.0), LagCurve::default());
     }
 
     /// Learned means the interval clears chance, not only the point estimate.

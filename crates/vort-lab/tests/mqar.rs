@@ -447,7 +447,7 @@ fn softmax_learns_tiny_mqar_and_stops_early() {
     };
     assert_eq!(counts(&r.buckets), counts(&e.buckets));
     // streamed in pieces with the state carried, the same answers come out
-    let (model, _vm) = train::eval::load_params_as(&d, &c).unwrap();
+    let (model, vm) = train::eval::load_params_as(&d, &c).unwrap();
     let source = Source::open(&c.task).unwrap();
     let score = |piece| {
         train::eval::evaluate_stream(
@@ -471,6 +471,30 @@ fn softmax_learns_tiny_mqar_and_stops_early() {
         streamed.loss,
         one.loss
     );
+    // a model with non-finite outputs is refused with a typed error (exit 1 in the CLI), not
+    // scored as a NaN accuracy (weights scaled by 1e30 are not enough: the RMSNorms absorb
+    // them; NaN weights stand for any corruption that survives the checksum)
+    for var in vm.data().lock().unwrap().values() {
+        var.set(&(var.as_tensor() * f64::NAN).unwrap()).unwrap();
+    }
+    for piece in [None, Some(7)] {
+        match train::eval::evaluate_stream(
+            &model,
+            &source,
+            &c,
+            0,
+            Stream::Eval,
+            8,
+            piece,
+            &Device::Cpu,
+        ) {
+            Err(e @ train::TrainError::NonFinite(_)) => assert!(!e.is_bad_input()),
+            other => panic!(
+                "piece {piece:?}: expected NonFinite, got {:?}",
+                other.map(|r| r.accuracy)
+            ),
+        }
+    }
     // released weights alone (no optimizer state, no checkpoint) score the same
     let ck_path = d.join(train::CHECKPOINT_FILE);
     let ck = vort_lab::train::checkpoint::Checkpoint::load(&ck_path).unwrap();

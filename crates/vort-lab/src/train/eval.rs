@@ -315,6 +315,14 @@ pub fn evaluate_stream(
         let pred: Vec<u32> = logits.argmax(D::Minus1)?.to_vec1()?;
         let targets: Vec<u32> = pos.iter().map(|&p| batch.targets[p]).collect();
         let nll = row_nll(&logits, &targets)?;
+        // a non-finite score would be averaged into a NaN accuracy or loss and printed with
+        // status 0: refuse it (the log-softmax is non-finite iff a logit is)
+        if let Some(k) = nll.iter().position(|x| !x.is_finite()) {
+            return Err(TrainError::NonFinite(format!(
+                "answer {k} of evaluation batch at sequence {done}: cross-entropy {}",
+                nll[k]
+            )));
+        }
         // the group (test book) of each sequence of the batch
         let groups: Vec<Option<usize>> = (0..b)
             .map(|i| {

@@ -104,6 +104,10 @@ pub enum TrainError {
         /// Loss.
         loss: f64,
     },
+    /// The model's output at inference (evaluation, streams) is not finite: the weights or
+    /// the activations overflowed. Nothing is reported or written from it (exit status 1).
+    #[error("the model produced non-finite outputs ({0}); the checkpoint's weights or its activations overflow, so no score is reported")]
+    NonFinite(String),
     /// Writing a plot failed.
     #[error(transparent)]
     Plot(#[from] crate::plot::PlotError),

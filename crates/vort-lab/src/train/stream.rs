@@ -98,6 +98,13 @@ pub fn stream_text(
         let lp = candle_nn::ops::log_softmax(&model.logits_at(&out.hidden, &pos)?, D::Minus1)?;
         let idx = Tensor::from_vec(targets, (n, 1), device)?;
         let picked: Vec<f32> = lp.gather(&idx, 1)?.flatten_all()?.to_vec1()?;
+        if let Some(i) = picked.iter().position(|x| !x.is_finite()) {
+            return Err(TrainError::NonFinite(format!(
+                "byte {} of the stream: log-probability {}",
+                start + i + 1,
+                picked[i]
+            )));
+        }
         for (i, &lp) in picked.iter().enumerate() {
             let context = start + i + 1;
             let bin = (usize::BITS - 1 - context.leading_zeros()) as usize; // floor(log2)

@@ -12,6 +12,21 @@ use crate::error::{Result, VortError};
 /// # Errors
 /// Shape mismatches.
 pub fn causal_softmax(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+    // the causal mask and the row softmax in one parallel pass (and one backward pass):
+    // candle's masked softmax takes ~6 passes over the [B·H, T, S] logits forward, ~8 back
+    attend(q, k, v, |logits, _, _, off| {
+        crate::ops::causal_softmax_rows(logits, off)
+    })
+}
+
+/// Logits [B·H, T, S] of the T queries against the S keys, the row weights `weights(logits,
+/// T, S, off = S - T)` makes of them, and those weights applied to v: [B, H, T, dv].
+fn attend(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    weights: impl Fn(&Tensor, usize, usize, usize) -> Result<Tensor>,
+) -> Result<Tensor> {
     let (b, h, t, d) = q.dims4()?;
     let s = k.dim(2)?;
     if s < t {
@@ -19,12 +34,9 @@ pub fn causal_softmax(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
             "softmax: {s} keys for {t} queries"
         )));
     }
-    let off = s - t;
     let q3 = q.reshape((b * h, t, d))?;
     let k3 = k.reshape((b * h, s, d))?.t()?.contiguous()?;
-    // the causal mask and the row softmax in one parallel pass (and one backward pass):
-    // candle's masked softmax takes ~6 passes over the [B·H, T, S] logits forward, ~8 back
-    let p = crate::ops::causal_softmax_rows(&q3.matmul(&k3)?, off)?;
+    let p = weights(&q3.matmul(&k3)?, t, s, s - t)?;
     let dv = v.dim(3)?;
     Ok(p.matmul(&v.reshape((b * h, s, dv))?.contiguous()?)?
         .reshape((b, h, t, dv))?)
@@ -36,28 +48,20 @@ pub fn causal_softmax(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
 /// # Errors
 /// As [`causal_softmax`].
 pub fn causal_softmax_reference(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
-    let (b, h, t, d) = q.dims4()?;
-    let s = k.dim(2)?;
-    if s < t {
-        return Err(VortError::InvalidArgument(format!(
-            "softmax: {s} keys for {t} queries"
-        )));
-    }
-    let off = s - t;
-    let mut mask = vec![0f32; t * s];
-    for i in 0..t {
-        for j in (off + i + 1)..s {
-            mask[i * s + j] = f32::NEG_INFINITY;
+    attend(q, k, v, |logits, t, s, off| {
+        let mut mask = vec![0f32; t * s];
+        for i in 0..t {
+            for j in (off + i + 1)..s {
+                mask[i * s + j] = f32::NEG_INFINITY;
+            }
         }
-    }
-    let mask = Tensor::from_vec(mask, (1, t, s), q.device())?.to_dtype(q.dtype())?;
-    let q3 = q.reshape((b * h, t, d))?;
-    let k3 = k.reshape((b * h, s, d))?.t()?.contiguous()?;
-    let logits = q3.matmul(&k3)?.broadcast_add(&mask)?;
-    let p = candle_nn::ops::softmax(&logits, D::Minus1)?; // composed ops: differentiable
-    let dv = v.dim(3)?;
-    Ok(p.matmul(&v.reshape((b * h, s, dv))?.contiguous()?)?
-        .reshape((b, h, t, dv))?)
+        let mask = Tensor::from_vec(mask, (1, t, s), logits.device())?.to_dtype(logits.dtype())?;
+        // composed ops: differentiable
+        Ok(candle_nn::ops::softmax(
+            &logits.broadcast_add(&mask)?,
+            D::Minus1,
+        )?)
+    })
 }
 
 /// Causal softmax attention over a sliding window, where the T queries are the last T of the

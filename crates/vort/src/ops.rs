@@ -176,6 +176,58 @@ fn values<T: candle_core::WithDType>(x: &Tensor) -> candle_core::Result<Vec<T>> 
     x.to_dtype(T::DTYPE)?.flatten_all()?.to_vec1::<T>()
 }
 
+/// A two-input op computed on the host in f32 or f64, with the gradients of both inputs:
+/// [`host_fwd2`] and [`host_bwd2`] do the dtype dispatch and the tensors around it.
+trait HostOp2 {
+    /// Name in errors.
+    const NAME: &'static str;
+    /// The output from both inputs (contiguous, row-major).
+    fn fwd<T: HostFloat>(&self, a: &[T], b: &[T]) -> Vec<T>;
+    /// The gradients (da, db) for the output's cotangent g.
+    fn bwd<T: HostFloat>(&self, a: &[T], b: &[T], g: &[T]) -> (Vec<T>, Vec<T>);
+}
+
+fn host_fwd2<O: HostOp2>(
+    op: &O,
+    s1: &CpuStorage,
+    l1: &Layout,
+    s2: &CpuStorage,
+    l2: &Layout,
+) -> candle_core::Result<CpuStorage> {
+    Ok(match (s1, s2) {
+        (CpuStorage::F32(a), CpuStorage::F32(b)) => {
+            CpuStorage::F32(op.fwd(contiguous(a, l1)?, contiguous(b, l2)?))
+        }
+        (CpuStorage::F64(a), CpuStorage::F64(b)) => {
+            CpuStorage::F64(op.fwd(contiguous(a, l1)?, contiguous(b, l2)?))
+        }
+        _ => candle_core::bail!("{}: f32 or f64 only, one dtype", O::NAME),
+    })
+}
+
+fn host_bwd2<O: HostOp2>(
+    op: &O,
+    a: &Tensor,
+    b: &Tensor,
+    g: &Tensor,
+) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+    macro_rules! run {
+        ($ty:ty) => {{
+            let (da, db) = op.bwd::<$ty>(&values(a)?, &values(b)?, &values(g)?);
+            (
+                Tensor::from_vec(da, a.shape(), a.device())?,
+                Tensor::from_vec(db, b.shape(), b.device())?,
+            )
+        }};
+    }
+    let (da, db) = match a.dtype() {
+        candle_core::DType::F32 => run!(f32),
+        candle_core::DType::F64 => run!(f64),
+        dt => candle_core::bail!("{}: unsupported dtype {dt:?}", O::NAME),
+    };
+    Ok((Some(da), Some(db)))
+}
+
 /// RMSNorm with a learned gain over the last dim: x [.., D], w [D] (f32 or f64, one dtype).
 ///
 /// # Errors
@@ -238,6 +290,16 @@ fn rms_bwd<T: HostFloat>(x: &[T], w: &[T], g: &[T], eps: f64) -> (Vec<T>, Vec<T>
     (dx, dw.into_iter().map(T::from_f64).collect())
 }
 
+impl HostOp2 for RmsNorm {
+    const NAME: &'static str = "rms_norm";
+    fn fwd<T: HostFloat>(&self, x: &[T], w: &[T]) -> Vec<T> {
+        rms_fwd(x, w, self.eps)
+    }
+    fn bwd<T: HostFloat>(&self, x: &[T], w: &[T], g: &[T]) -> (Vec<T>, Vec<T>) {
+        rms_bwd(x, w, g, self.eps)
+    }
+}
+
 impl CustomOp2 for RmsNorm {
     fn name(&self) -> &'static str {
         "vort-rms-norm"
@@ -258,16 +320,7 @@ impl CustomOp2 for RmsNorm {
                 l2.shape()
             );
         }
-        let out = match (s1, s2) {
-            (CpuStorage::F32(x), CpuStorage::F32(w)) => {
-                CpuStorage::F32(rms_fwd(contiguous(x, l1)?, contiguous(w, l2)?, self.eps))
-            }
-            (CpuStorage::F64(x), CpuStorage::F64(w)) => {
-                CpuStorage::F64(rms_fwd(contiguous(x, l1)?, contiguous(w, l2)?, self.eps))
-            }
-            _ => candle_core::bail!("rms_norm: f32 or f64 only, one dtype"),
-        };
-        Ok((out, l1.shape().clone()))
+        Ok((host_fwd2(self, s1, l1, s2, l2)?, l1.shape().clone()))
     }
 
     fn bwd(
@@ -277,21 +330,7 @@ impl CustomOp2 for RmsNorm {
         _res: &Tensor,
         g: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        macro_rules! run {
-            ($ty:ty) => {{
-                let (dx, dw) = rms_bwd::<$ty>(&values(x)?, &values(w)?, &values(g)?, self.eps);
-                (
-                    Tensor::from_vec(dx, x.shape(), x.device())?,
-                    Tensor::from_vec(dw, w.shape(), w.device())?,
-                )
-            }};
-        }
-        let (dx, dw) = match x.dtype() {
-            candle_core::DType::F32 => run!(f32),
-            candle_core::DType::F64 => run!(f64),
-            dt => candle_core::bail!("rms_norm: unsupported dtype {dt:?}"),
-        };
-        Ok((Some(dx), Some(dw)))
+        host_bwd2(self, x, w, g)
     }
 }
 
@@ -389,8 +428,8 @@ fn conv_bwd<T: HostFloat>(
 }
 
 impl ShortConv {
-    /// (B, K, C) from the layouts of xp [B, K-1+T, C] and w [K, C].
-    fn dims(&self, xp: &Shape, w: &Shape) -> candle_core::Result<(usize, usize, usize)> {
+    /// The call's sizes from the shapes of xp [B, K-1+T, C] and w [K, C].
+    fn call(&self, xp: &Shape, w: &Shape) -> candle_core::Result<ShortConvCall> {
         let (b, s, c) = xp.dims3()?;
         let (k, cw) = w.dims2()?;
         if k == 0 || cw != c || s + 1 != k + self.t {
@@ -399,7 +438,25 @@ impl ShortConv {
                 self.t
             );
         }
-        Ok((b, k, c))
+        Ok(ShortConvCall { b, t: self.t, k, c })
+    }
+}
+
+/// [`ShortConv`] with the sizes of one call.
+struct ShortConvCall {
+    b: usize,
+    t: usize,
+    k: usize,
+    c: usize,
+}
+
+impl HostOp2 for ShortConvCall {
+    const NAME: &'static str = "short_conv";
+    fn fwd<T: HostFloat>(&self, xp: &[T], w: &[T]) -> Vec<T> {
+        conv_fwd(xp, w, self.b, self.t, self.k, self.c)
+    }
+    fn bwd<T: HostFloat>(&self, xp: &[T], w: &[T], g: &[T]) -> (Vec<T>, Vec<T>) {
+        conv_bwd(xp, w, g, self.b, self.t, self.k, self.c)
     }
 }
 
@@ -415,18 +472,9 @@ impl CustomOp2 for ShortConv {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (b, k, c) = self.dims(l1.shape(), l2.shape())?;
-        let t = self.t;
-        let out = match (s1, s2) {
-            (CpuStorage::F32(x), CpuStorage::F32(w)) => {
-                CpuStorage::F32(conv_fwd(contiguous(x, l1)?, contiguous(w, l2)?, b, t, k, c))
-            }
-            (CpuStorage::F64(x), CpuStorage::F64(w)) => {
-                CpuStorage::F64(conv_fwd(contiguous(x, l1)?, contiguous(w, l2)?, b, t, k, c))
-            }
-            _ => candle_core::bail!("short_conv: f32 or f64 only, one dtype"),
-        };
-        Ok((out, Shape::from((b, t, c))))
+        let call = self.call(l1.shape(), l2.shape())?;
+        let shape = Shape::from((call.b, call.t, call.c));
+        Ok((host_fwd2(&call, s1, l1, s2, l2)?, shape))
     }
 
     fn bwd(
@@ -436,23 +484,7 @@ impl CustomOp2 for ShortConv {
         _res: &Tensor,
         g: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let (b, k, c) = self.dims(xp.shape(), w.shape())?;
-        let t = self.t;
-        macro_rules! run {
-            ($ty:ty) => {{
-                let (dx, dw) = conv_bwd::<$ty>(&values(xp)?, &values(w)?, &values(g)?, b, t, k, c);
-                (
-                    Tensor::from_vec(dx, xp.shape(), xp.device())?,
-                    Tensor::from_vec(dw, w.shape(), w.device())?,
-                )
-            }};
-        }
-        let (dx, dw) = match xp.dtype() {
-            candle_core::DType::F32 => run!(f32),
-            candle_core::DType::F64 => run!(f64),
-            dt => candle_core::bail!("short_conv: unsupported dtype {dt:?}"),
-        };
-        Ok((Some(dx), Some(dw)))
+        host_bwd2(&self.call(xp.shape(), w.shape())?, xp, w, g)
     }
 }
 

@@ -11,14 +11,9 @@ const CANDLE_GELU_GRAD_REL: f64 = 1e-5;
 use candle_core::{DType, Device, Tensor, Var};
 use vort::tol::rel_rms;
 
-fn to_f64(t: &Tensor) -> Vec<f64> {
-    t.flatten_all()
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap()
-        .to_vec1::<f64>()
-        .unwrap()
-}
+mod common;
+
+use common::to_f64;
 
 #[test]
 fn fused_gelu_matches_candles_gelu_values_and_gradients() {

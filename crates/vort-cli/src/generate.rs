@@ -40,7 +40,7 @@ pub fn run(a: GenerateArgs) -> Result<(), CliError> {
     }
     if !(a.temperature.is_finite() && a.temperature >= 0.0) {
         return Err(CliError::Usage(format!(
-            "--temperature {} must be >= 0",
+            "--temperature {:?} must be >= 0",
             a.temperature
         )));
     }

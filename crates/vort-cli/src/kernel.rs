@@ -380,7 +380,7 @@ fn shared(args: SharedArgs) -> Result<(), CliError> {
     if let Some(a) = args.alpha {
         if !(a.is_finite() && a >= args.delta && a <= 1.0) {
             return Err(CliError::Usage(format!(
-                "--alpha {a} must be in [delta = {}, 1]",
+                "--alpha {a:?} must be in [delta = {:?}, 1]",
                 args.delta
             )));
         }

@@ -767,3 +767,40 @@ fn negative_numbers_get_a_domain_message() {
         );
     }
 }
+
+/// Huge numbers are echoed in short form (1e300, not 300 digits) in the refusal.
+#[test]
+fn huge_numbers_are_echoed_in_short_form() {
+    for (args, shown) in [
+        (
+            &[
+                "kernel",
+                "soe",
+                "--alpha",
+                "1e300",
+                "--horizon",
+                "100",
+                "--eps",
+                "1e-3",
+            ][..],
+            "1e300",
+        ),
+        (
+            &[
+                "kernel",
+                "soe",
+                "--alpha",
+                "0.5",
+                "--horizon",
+                "100",
+                "--eps",
+                "1e300",
+            ][..],
+            "1e300",
+        ),
+    ] {
+        let o = vort(args);
+        let err = assert_one_line_error(&o, 2);
+        assert!(err.contains(shown) && err.len() < 200, "{err}");
+    }
+}

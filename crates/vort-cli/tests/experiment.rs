@@ -391,3 +391,48 @@ fn recall_reproduction_reuses_and_fresh_retrains() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A full disk (simulated by a file-size limit: writes past it fail with EFBIG, the signal
+/// ignored) stops training with one line and exit status 1, leaves no temporary file and no
+/// torn checkpoint behind, and the run resumes once there is room again.
+#[test]
+fn a_full_disk_stops_cleanly_and_the_run_resumes() {
+    let dir = std::env::temp_dir().join(format!("vort-diskfull-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    // 8 KiB per file: config.toml and the first metrics lines fit, the checkpoint does not
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 8; exec \"$0\" train --task zipf --memory vort --config {TINY} --out {d}"
+    );
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_vort"))
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("bash runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: ") && last.contains("checkpoint"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.contains("tmp")), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n == "checkpoint.safetensors"),
+        "{names:?}"
+    );
+    // room again: --resume starts from step 0 with the saved config and finishes
+    let o = vort(&[
+        "train", "--task", "zipf", "--memory", "vort", "--resume", "--out", d,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(dir.join("checkpoint.safetensors").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -282,7 +282,7 @@ impl ModelConfig {
         }
         if !(self.delta > 0.0 && self.delta < 1.0) {
             return Err(ModelError::Invalid(format!(
-                "delta = {} must be in (0, 1)",
+                "delta = {:?} must be in (0, 1)",
                 self.delta
             )));
         }
@@ -291,7 +291,7 @@ impl ModelConfig {
                 Ok(())
             } else {
                 Err(ModelError::Invalid(format!(
-                    "{name} = {x} must be {domain}"
+                    "{name} = {x:?} must be {domain}"
                 )))
             }
         };
@@ -343,7 +343,7 @@ impl ModelConfig {
         }
         if !(self.power_law_alpha > 0.0 && self.power_law_alpha <= 1.0) {
             return Err(ModelError::Invalid(format!(
-                "power_law_alpha = {} must be in (0, 1]",
+                "power_law_alpha = {:?} must be in (0, 1]",
                 self.power_law_alpha
             )));
         }

@@ -4,7 +4,7 @@
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MathError {
     /// The fractional order must be a finite number in [0, 1].
-    #[error("order a = {0} is outside [0, 1]")]
+    #[error("order a = {0:?} is outside [0, 1]")]
     OrderOutOfRange(f64),
     /// The lag is beyond the range where the weights are guaranteed (2^53, exact in f64).
     #[error("lag j = {0} is larger than the supported maximum {max}", max = crate::limits::MAX_LAG)]
@@ -13,13 +13,13 @@ pub enum MathError {
     #[error("horizon T = {0} must be between 1 and {max}", max = crate::limits::MAX_HORIZON)]
     HorizonOutOfRange(u64),
     /// The relative tolerance must lie in [MIN_EPS, MAX_EPS].
-    #[error("tolerance eps = {0} must be between {min:e} and {max}", min = crate::limits::MIN_EPS, max = crate::limits::MAX_EPS)]
+    #[error("tolerance eps = {0:?} must be between {min:e} and {max}", min = crate::limits::MIN_EPS, max = crate::limits::MAX_EPS)]
     ToleranceOutOfRange(f64),
     /// Any other argument out of its domain (the message names it).
     #[error("{0}")]
     InvalidArgument(String),
     /// The builder could not reach the requested tolerance (reported, never silently accepted).
-    #[error("could not certify an SOE for a = {alpha}, T = {horizon}, eps = {eps:e}: best max relative error {achieved:e}")]
+    #[error("could not certify an SOE for a = {alpha:?}, T = {horizon}, eps = {eps:e}: best max relative error {achieved:e}")]
     NotCertified {
         alpha: f64,
         horizon: u64,

@@ -329,7 +329,7 @@ impl TaskConfig {
         }
         if !(self.zipf_exponent.is_finite() && self.zipf_exponent >= 0.0) {
             return bad(format!(
-                "zipf_exponent = {} must be finite and >= 0",
+                "zipf_exponent = {:?} must be finite and >= 0",
                 self.zipf_exponent
             ));
         }

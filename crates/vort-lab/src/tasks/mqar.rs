@@ -55,7 +55,7 @@ pub fn validate(cfg: &TaskConfig) -> Result<(), String> {
     }
     if !(cfg.power_a.is_finite() && cfg.power_a > 0.0 && cfg.power_a <= 1.0) {
         return Err(format!(
-            "power_a = {} must be in (0, 1] (1 = uniform gaps)",
+            "power_a = {:?} must be in (0, 1] (1 = uniform gaps)",
             cfg.power_a
         ));
     }

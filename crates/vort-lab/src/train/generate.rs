@@ -63,7 +63,7 @@ pub fn generate(
     }
     if !(opts.temperature.is_finite() && opts.temperature >= 0.0) {
         return Err(bad(format!(
-            "temperature = {} must be finite and >= 0",
+            "temperature = {:?} must be finite and >= 0",
             opts.temperature
         )));
     }

@@ -322,7 +322,7 @@ impl RunConfig {
             let ok = x.is_finite() && if positive { x > 0.0 } else { x >= 0.0 };
             if !ok {
                 let domain = if positive { "> 0" } else { ">= 0" };
-                return bad(&format!("train.{name} = {x} must be finite and {domain}"));
+                return bad(&format!("train.{name} = {x:?} must be finite and {domain}"));
             }
         }
         if self.model.horizon != 0 && self.model.horizon < self.task.seq_len as u64 {

@@ -87,7 +87,7 @@ fn check_lambda(lambda: f64) -> Result<f64, MathError> {
         Ok(lambda)
     } else {
         Err(MathError::InvalidArgument(format!(
-            "minimum rate Lambda = {lambda} must be in (0, {U_MAX})"
+            "minimum rate Lambda = {lambda:?} must be in (0, {U_MAX})"
         )))
     }
 }

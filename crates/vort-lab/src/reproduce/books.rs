@@ -474,11 +474,17 @@ fn plots(results: &[EvalResult], streams: &[StreamRow], out: &Path) -> Result<()
                 y_label: "fraction of bytes".into(),
                 log_x: false,
                 log_y: false,
-                series: vec![
-                    Series::line("entity words", density(&pick(&|a| &a.memorable))).with_color(0),
-                    Series::line("function words", density(&pick(&|a| &a.function))).with_color(1),
-                    Series::line("other", density(&pick(&|a| &a.other))).with_color(2),
-                ],
+                series: super::with_paper_alpha(
+                    vec![
+                        Series::line("entity words", density(&pick(&|a| &a.memorable)))
+                            .with_color(0),
+                        Series::line("function words", density(&pick(&|a| &a.function)))
+                            .with_color(1),
+                        Series::line("other", density(&pick(&|a| &a.other))).with_color(2),
+                    ],
+                    0,
+                    1,
+                ),
             }],
         )?;
     }

@@ -532,15 +532,56 @@ fn plots(results: &[EvalResult], chance: f64, out: &Path) -> Result<(), TrainErr
                     y_label: "fraction of tokens".into(),
                     log_x: false,
                     log_y: false,
-                    series: vec![
-                        Series::line("memorable (keys, values, entities, labels)", density(&mem)),
-                        Series::line("other (filler, queries, repeats)", density(&oth)),
-                    ],
+                    series: with_paper_alpha(
+                        vec![
+                            Series::line(
+                                "memorable (keys, values, entities, labels)",
+                                density(&mem),
+                            )
+                            .with_color(0),
+                            Series::line("other (filler, queries, repeats)", density(&oth))
+                                .with_color(1),
+                        ],
+                        0,
+                        1,
+                    ),
                 }],
             )?;
         }
     }
     Ok(())
+}
+
+/// The paper's learned orders (DESIGN §3): entities ≈ 0.80, function words ≈ 0.35.
+pub const PAPER_ALPHA_ENTITY: f64 = 0.80;
+/// See [`PAPER_ALPHA_ENTITY`].
+pub const PAPER_ALPHA_FUNCTION: f64 = 0.35;
+
+/// `series` (densities of α by class) with the paper's two orders added as dashed vertical
+/// lines over the curves' height, coloured like the classes they describe.
+pub(crate) fn with_paper_alpha(
+    mut series: Vec<Series>,
+    entity_color: usize,
+    function_color: usize,
+) -> Vec<Series> {
+    let top = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .filter(|y| y.is_finite())
+        .fold(0.0, f64::max);
+    for (name, x, c) in [
+        ("paper: entities", PAPER_ALPHA_ENTITY, entity_color),
+        (
+            "paper: function words",
+            PAPER_ALPHA_FUNCTION,
+            function_color,
+        ),
+    ] {
+        series.push(
+            Series::dashed(format!("{name} ≈ {x:.2}"), vec![(x, 0.0), (x, top)]).with_color(c),
+        );
+    }
+    series
 }
 
 fn fmt(m: f64, sd: f64) -> String {

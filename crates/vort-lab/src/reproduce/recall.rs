@@ -1032,6 +1032,26 @@ fn pooled(c: &CellResult, b: Option<usize>) -> (usize, usize) {
     }
 }
 
+/// The answers at lags > 1000 of `c`'s seeds, pooled: at the training length when it has such
+/// lags, else at the longest extrapolation length that has them (a model trained at L = 512
+/// and scored on 2048-token sequences). Returns ((correct, answers), the length scored).
+fn far_answers(c: &CellResult) -> ((usize, usize), usize) {
+    let far = BUCKETS.len() - 1;
+    let own = pooled(c, Some(far));
+    if own.1 > 0 {
+        return (own, c.seq_len);
+    }
+    let lengths = c.seeds.first().map_or(0, |r| r.extrapolation.len());
+    (0..lengths)
+        .rev()
+        .map(|i| {
+            let k = sum_rows(extrapolations(c, i).map(|x| &x.buckets[far]));
+            (k, c.seeds[0].extrapolation[i].seq_len)
+        })
+        .find(|(k, _)| k.1 > 0)
+        .unwrap_or((own, c.seq_len))
+}
+
 /// The extrapolation scores of every seed of `c` at its `i`-th scored length.
 fn extrapolations(c: &CellResult, i: usize) -> impl Iterator<Item = &Extrapolation> {
     c.seeds.iter().filter_map(move |r| r.extrapolation.get(i))
@@ -1076,7 +1096,6 @@ fn verdicts(rep: &RecallReport) -> String {
             if acc >= 0.9 { "reaches" } else { "misses" }
         ));
     }
-    let far = BUCKETS.len() - 1;
     for cell in cells_where(rep, |c| c.section == Section::Lags) {
         let sane = cell_of(cell, "softmax").map(|c| {
             let (k, n) = pooled(c, None);
@@ -1091,12 +1110,17 @@ fn verdicts(rep: &RecallReport) -> String {
                     let Some(o) = cell_of(cell, other) else {
                         continue;
                     };
-                    let (d, se, word) = compare(pooled(vort, Some(far)), pooled(o, Some(far)));
-                    let verdict = claim_verdict(word);
+                    let ((a, len_a), (b, len_b)) = (far_answers(vort), far_answers(o));
+                    let (d, se, word) = compare(a, b);
+                    let verdict = if len_a == len_b {
+                        claim_verdict(word)
+                    } else {
+                        "inconclusive (scored at different lengths)"
+                    };
                     s.push_str(&format!(
                         "- The paper's claim that power-law memory recalls better than {other} at \
-                         lags > 1000, cell {cell}: VORT - {other} = {:+.1} ± {:.1} points (SE): \
-                         {verdict}.\n",
+                         lags > 1000, cell {cell} (scored at L = {len_a}): VORT - {other} = \
+                         {:+.1} ± {:.1} points (SE): {verdict}.\n",
                         100.0 * d,
                         100.0 * se
                     ));
@@ -1379,6 +1403,86 @@ fn markdown(rep: &RecallReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn bucket(lo: usize, hi: usize, correct: usize, n: usize) -> LagAccuracy {
+        LagAccuracy {
+            label: String::new(),
+            lo,
+            hi,
+            n,
+            correct,
+            accuracy: f64::NAN,
+            nll: f64::NAN,
+        }
+    }
+
+    /// A seed whose far bucket (lags > 1000) has `far` = (correct, answers) at the training
+    /// length and `ext` at each extrapolation length.
+    fn seed_with(far: (usize, usize), ext: &[(usize, (usize, usize))]) -> RunResult {
+        let buckets = |f: (usize, usize)| {
+            vec![
+                bucket(1, 100, 5, 10),
+                bucket(101, 1000, 5, 10),
+                bucket(1001, usize::MAX, f.0, f.1),
+            ]
+        };
+        RunResult {
+            seed: 0,
+            lr: 1e-3,
+            val_accuracy: 0.5,
+            accuracy: 0.5,
+            correct: 10,
+            answers: 20,
+            buckets: buckets(far),
+            lag_bins: Vec::new(),
+            steps: 1,
+            tokens_per_s: 1.0,
+            tokens: 1,
+            train_s: 1.0,
+            learned: true,
+            alpha: None,
+            extrapolation: ext
+                .iter()
+                .map(|&(seq_len, f)| Extrapolation {
+                    seq_len,
+                    accuracy: f64::NAN,
+                    correct: 0,
+                    answers: 0,
+                    buckets: buckets(f),
+                })
+                .collect(),
+            diverged_at: None,
+        }
+    }
+
+    /// The lag claim reads lags > 1000 where they exist: at the training length, else at the
+    /// longest extrapolation length that has them, pooled over seeds.
+    #[test]
+    fn far_answers_fall_back_to_the_longest_extrapolation() {
+        let cell = |seeds: Vec<RunResult>, seq_len: usize| CellResult {
+            cell: "c".into(),
+            section: Section::Lags,
+            mixer: "vort".into(),
+            seq_len,
+            num_kv_pairs: 8,
+            power_a: 1.0,
+            d_model: 64,
+            state_floats: 0,
+            sweep: Vec::new(),
+            best_lr: 1e-3,
+            seeds,
+        };
+        // trained at 2048: its own far bucket
+        let c = cell(vec![seed_with((3, 10), &[(8192, (1, 50))])], 2048);
+        assert_eq!(far_answers(&c), ((3, 10), 2048));
+        // trained at 512 (no lags > 1000): the longest length with far answers, two seeds
+        let ext = [(2048, (4, 20)), (8192, (6, 40)), (32768, (0, 0))];
+        let c = cell(vec![seed_with((0, 0), &ext), seed_with((0, 0), &ext)], 512);
+        assert_eq!(far_answers(&c), ((12, 80), 8192));
+        // nothing anywhere: the empty own bucket
+        let c = cell(vec![seed_with((0, 0), &[])], 512);
+        assert_eq!(far_answers(&c), ((0, 0), 512));
+    }
 
     #[test]
     fn every_embedded_preset_resolves() {

@@ -53,7 +53,6 @@ pub fn gelu(x: &Tensor) -> Result<Tensor> {
 }
 
 struct Gelu;
-struct GeluBackward;
 
 trait HostFloat: candle_core::WithDType + Send + Sync {
     fn tanh(self) -> Self;
@@ -114,18 +113,23 @@ fn contiguous<'a, T>(s: &'a [T], l: &Layout) -> candle_core::Result<&'a [T]> {
     }
 }
 
+impl HostOp1 for Gelu {
+    const NAME: &'static str = "gelu";
+    fn fwd<T: HostFloat>(&self, x: &[T]) -> Vec<T> {
+        gelu_fwd(x)
+    }
+    fn bwd<T: HostFloat>(&self, x: &[T], g: &[T]) -> Vec<T> {
+        gelu_bwd(x, g)
+    }
+}
+
 impl CustomOp1 for Gelu {
     fn name(&self) -> &'static str {
         "vort-gelu"
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let out = match s {
-            CpuStorage::F32(x) => CpuStorage::F32(gelu_fwd(contiguous(x, l)?)),
-            CpuStorage::F64(x) => CpuStorage::F64(gelu_fwd(contiguous(x, l)?)),
-            _ => candle_core::bail!("gelu: f32 or f64 only"),
-        };
-        Ok((out, l.shape().clone()))
+        Ok((host_fwd1(self, s, l)?, l.shape().clone()))
     }
 
     fn bwd(
@@ -134,14 +138,42 @@ impl CustomOp1 for Gelu {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
-        let g = grad.to_dtype(arg.dtype())?.contiguous()?;
-        Ok(Some(arg.apply_op2_no_bwd(&g, &GeluBackward)?))
+        host_bwd1(Gelu, arg, grad).map(Some)
     }
 }
 
-impl CustomOp2 for GeluBackward {
+/// A one-input op computed on the host in f32 or f64, whose backward reads one saved tensor
+/// (the input or the output, as the op chooses) and the cotangent: [`host_fwd1`] and
+/// [`host_bwd1`] do the dtype dispatch, on the tensors' storage without copies.
+trait HostOp1: Send + Sync + 'static {
+    /// Name in errors.
+    const NAME: &'static str;
+    /// The output (contiguous, row-major).
+    fn fwd<T: HostFloat>(&self, x: &[T]) -> Vec<T>;
+    /// The input's gradient from the saved tensor and the cotangent g.
+    fn bwd<T: HostFloat>(&self, saved: &[T], g: &[T]) -> Vec<T>;
+}
+
+fn host_fwd1<O: HostOp1>(op: &O, s: &CpuStorage, l: &Layout) -> candle_core::Result<CpuStorage> {
+    Ok(match s {
+        CpuStorage::F32(x) => CpuStorage::F32(op.fwd(contiguous(x, l)?)),
+        CpuStorage::F64(x) => CpuStorage::F64(op.fwd(contiguous(x, l)?)),
+        _ => candle_core::bail!("{}: f32 or f64 only", O::NAME),
+    })
+}
+
+/// `op`'s backward as a no-gradient op on (saved, grad).
+fn host_bwd1<O: HostOp1>(op: O, saved: &Tensor, grad: &Tensor) -> candle_core::Result<Tensor> {
+    let g = grad.to_dtype(saved.dtype())?.contiguous()?;
+    saved.contiguous()?.apply_op2_no_bwd(&g, &Backward1(op))
+}
+
+/// The backward of a [`HostOp1`] as a custom op of its own (it reads the storage directly).
+struct Backward1<O>(O);
+
+impl<O: HostOp1> CustomOp2 for Backward1<O> {
     fn name(&self) -> &'static str {
-        "vort-gelu-backward"
+        "vort-backward"
     }
 
     fn cpu_fwd(
@@ -153,19 +185,20 @@ impl CustomOp2 for GeluBackward {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         if l1.shape() != l2.shape() {
             candle_core::bail!(
-                "gelu backward: x {:?} and grad {:?}",
+                "{} backward: saved {:?} and grad {:?}",
+                O::NAME,
                 l1.shape(),
                 l2.shape()
             );
         }
         let out = match (s1, s2) {
             (CpuStorage::F32(x), CpuStorage::F32(g)) => {
-                CpuStorage::F32(gelu_bwd(contiguous(x, l1)?, contiguous(g, l2)?))
+                CpuStorage::F32(self.0.bwd(contiguous(x, l1)?, contiguous(g, l2)?))
             }
             (CpuStorage::F64(x), CpuStorage::F64(g)) => {
-                CpuStorage::F64(gelu_bwd(contiguous(x, l1)?, contiguous(g, l2)?))
+                CpuStorage::F64(self.0.bwd(contiguous(x, l1)?, contiguous(g, l2)?))
             }
-            _ => candle_core::bail!("gelu backward: f32 or f64 only, one dtype"),
+            _ => candle_core::bail!("{} backward: f32 or f64 only, one dtype", O::NAME),
         };
         Ok((out, l1.shape().clone()))
     }
@@ -546,8 +579,27 @@ fn softmax_bwd<T: HostFloat>(p: &[T], g: &[T], t: usize, s: usize, off: usize) -
     dl
 }
 
+/// [`CausalSoftmax`] with the sizes of one call.
+#[derive(Clone, Copy)]
+struct SoftmaxCall {
+    t: usize,
+    s: usize,
+    off: usize,
+}
+
+impl HostOp1 for SoftmaxCall {
+    const NAME: &'static str = "causal softmax";
+    fn fwd<T: HostFloat>(&self, x: &[T]) -> Vec<T> {
+        softmax_fwd(x, self.t, self.s, self.off)
+    }
+    /// From the output p (the saved tensor).
+    fn bwd<T: HostFloat>(&self, p: &[T], g: &[T]) -> Vec<T> {
+        softmax_bwd(p, g, self.t, self.s, self.off)
+    }
+}
+
 impl CausalSoftmax {
-    fn dims(&self, shape: &Shape) -> candle_core::Result<(usize, usize)> {
+    fn call(&self, shape: &Shape) -> candle_core::Result<SoftmaxCall> {
         let (_, t, s) = shape.dims3()?;
         if s != t + self.off {
             candle_core::bail!(
@@ -555,7 +607,11 @@ impl CausalSoftmax {
                 self.off
             );
         }
-        Ok((t, s))
+        Ok(SoftmaxCall {
+            t,
+            s,
+            off: self.off,
+        })
     }
 }
 
@@ -565,13 +621,8 @@ impl CustomOp1 for CausalSoftmax {
     }
 
     fn cpu_fwd(&self, st: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (t, s) = self.dims(l.shape())?;
-        let out = match st {
-            CpuStorage::F32(x) => CpuStorage::F32(softmax_fwd(contiguous(x, l)?, t, s, self.off)),
-            CpuStorage::F64(x) => CpuStorage::F64(softmax_fwd(contiguous(x, l)?, t, s, self.off)),
-            _ => candle_core::bail!("causal softmax: f32 or f64 only"),
-        };
-        Ok((out, l.shape().clone()))
+        let call = self.call(l.shape())?;
+        Ok((host_fwd1(&call, st, l)?, l.shape().clone()))
     }
 
     fn bwd(
@@ -580,22 +631,7 @@ impl CustomOp1 for CausalSoftmax {
         res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
-        let (t, s) = self.dims(res.shape())?;
-        macro_rules! run {
-            ($ty:ty) => {
-                Tensor::from_vec(
-                    softmax_bwd::<$ty>(&values(res)?, &values(grad)?, t, s, self.off),
-                    res.shape(),
-                    res.device(),
-                )?
-            };
-        }
-        let dl = match res.dtype() {
-            candle_core::DType::F32 => run!(f32),
-            candle_core::DType::F64 => run!(f64),
-            dt => candle_core::bail!("causal softmax: unsupported dtype {dt:?}"),
-        };
-        Ok(Some(dl))
+        host_bwd1(self.call(res.shape())?, res, grad).map(Some)
     }
 }
 

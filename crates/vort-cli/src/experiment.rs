@@ -304,6 +304,11 @@ pub struct ReproduceArgs {
     /// (same format as configs/recall/quick.toml).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Recall only: run just this cell of the preset (repeatable; names as in the preset's
+    /// `[[cells]]`). The report then covers these cells only and says so; finished runs are
+    /// shared with the whole preset, whose next run reuses them.
+    #[arg(long = "cell", value_name = "NAME")]
+    cells: Vec<String>,
     /// Retrain every run: delete DIR/runs first instead of reusing finished runs and
     /// resuming interrupted ones.
     #[arg(long)]
@@ -330,9 +335,11 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         Experiments::Books => "books",
         Experiments::Recall => "recall",
     };
-    if a.config.is_some() && !matches!(a.what, Experiments::Recall) {
+    if (a.config.is_some() || !a.cells.is_empty()) && !matches!(a.what, Experiments::Recall) {
         return Err(CliError::Usage(
-            "--config is for `reproduce recall` (the other experiments have fixed presets)".into(),
+            "--config and --cell are for `reproduce recall` (the other experiments have fixed \
+             presets)"
+                .into(),
         ));
     }
     let out = a
@@ -348,10 +355,22 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         (Experiments::Recall, None) => Some(RecallPreset::embedded(scale.name())?),
         _ => None,
     };
+    let recall_preset = match recall_preset {
+        Some(mut p) if !a.cells.is_empty() => {
+            p.only(&a.cells).map_err(CliError::Usage)?;
+            Some(p)
+        }
+        p => p,
+    };
     if a.fresh {
-        let runs = out.join("runs");
-        if runs.is_dir() {
-            std::fs::remove_dir_all(&runs).map_err(|e| {
+        // with --cell, only those cells' runs (runs/<cell>) go
+        let targets: Vec<PathBuf> = if a.cells.is_empty() {
+            vec![out.join("runs")]
+        } else {
+            a.cells.iter().map(|c| out.join("runs").join(c)).collect()
+        };
+        for runs in targets.iter().filter(|d| d.is_dir()) {
+            std::fs::remove_dir_all(runs).map_err(|e| {
                 CliError::Io(format!("--fresh: cannot remove {}: {e}", runs.display()))
             })?;
             eprintln!("--fresh: removed {}", runs.display());

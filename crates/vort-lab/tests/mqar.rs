@@ -506,3 +506,71 @@ fn softmax_learns_tiny_mqar_and_stops_early() {
     assert_eq!(counts(&w.buckets), counts(&r.buckets));
     assert_eq!(3 * ck.weights_only().tensors.len(), ck.tensors.len());
 }
+
+/// A training mixture of lengths (Zoology trains MQAR on several (L, K) at once): step s draws
+/// from entry s mod n with the same tokens per step, each entry's sequences follow its own
+/// (L, K), batches are a pure function of (seed, step), and the held-out streams stay at the
+/// config's (L, K).
+#[test]
+fn training_mixture_cycles_lengths_and_keeps_tokens_per_step() {
+    use vort_lab::tasks::MixLength;
+    let mut c = mqar(128, 8, 128, 1.0);
+    c.train_examples = 0;
+    c.train_mix = vec![
+        MixLength {
+            seq_len: 32,
+            num_kv_pairs: 2,
+        },
+        MixLength {
+            seq_len: 64,
+            num_kv_pairs: 4,
+        },
+        MixLength {
+            seq_len: 128,
+            num_kv_pairs: 8,
+        },
+    ];
+    c.validate().unwrap();
+    let src = Source::open(&c).unwrap();
+    for step in 0..7u64 {
+        let b = src.batch(3, Stream::Train, step, 2);
+        let want = [(32, 8, 2), (64, 4, 4), (128, 2, 8)][(step % 3) as usize];
+        assert_eq!((b.t, b.b), (want.0, want.1), "step {step}");
+        assert_eq!(b.b * b.t, 2 * 128, "tokens per step");
+        // each sequence has K answers
+        assert_eq!(b.mask.iter().filter(|&&m| m).count(), want.1 * want.2);
+        let again = src.batch(3, Stream::Train, step, 2);
+        assert_eq!(b.tokens, again.tokens);
+    }
+    // the same entry at its next turn draws new sequences
+    assert_ne!(
+        src.batch(3, Stream::Train, 0, 2).tokens,
+        src.batch(3, Stream::Train, 3, 2).tokens
+    );
+    for stream in [Stream::Valid, Stream::Eval] {
+        let b = src.batch(3, stream, 0, 2);
+        assert_eq!((b.t, b.b), (128, 2));
+    }
+    // entries longer than seq_len, invalid (L, K), other tasks and train files are refused
+    let refused = |f: &dyn Fn(&mut TaskConfig), field: &str| {
+        let mut x = c.clone();
+        f(&mut x);
+        let e = x.validate().unwrap_err().to_string();
+        assert!(e.contains(field), "{e}");
+    };
+    refused(&|x| x.train_mix[0].seq_len = 256, "train_mix[0].seq_len");
+    refused(
+        &|x| x.train_mix[1].num_kv_pairs = 17,
+        "train_mix[1]: num_kv_pairs",
+    );
+    refused(&|x| x.train_mix[2].seq_len = 127, "train_mix[2]: seq_len");
+    refused(&|x| x.train_data = "f.safetensors".into(), "train_mix");
+    refused(&|x| x.kind = TaskKind::Zipf, "train_mix");
+    // a config without a mixture serialises as before (old checkpoints still match)
+    let mut plain = c.clone();
+    plain.train_mix.clear();
+    let text = toml::to_string(&plain).unwrap();
+    assert!(!text.contains("train_mix"), "{text}");
+    let back: TaskConfig = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
+    assert_eq!(back, c);
+}

@@ -144,3 +144,21 @@ fn tiny_recall_reproduction_runs_reports_and_reuses() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `--cell` narrows a preset to the named cells and marks its report as partial; an unknown
+/// name is refused with the list of cells.
+#[test]
+fn a_preset_narrows_to_named_cells() {
+    let mut p = RecallPreset::from_toml(PRESET, "tiny").unwrap();
+    let e = p.only(&["nope".into()]).unwrap_err();
+    assert!(e.contains("\"nope\"") && e.contains("gate, long"), "{e}");
+    assert_eq!(p.cells.len(), 2, "nothing changes on error");
+    p.only(&["long".into()]).unwrap();
+    let names: Vec<&str> = p.cells.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["long"]);
+    assert!(
+        p.description.starts_with("**Partial run** (`--cell long`)"),
+        "{}",
+        p.description
+    );
+}

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::stats::{claim_verdict, compare, lag_curve, pct, sum_rows, wilson};
 use crate::model::MemoryKind;
 use crate::plot::{histogram, panels_plot, Panel, Series};
-use crate::tasks::BUCKETS;
+use crate::tasks::{MixLength, BUCKETS};
 use crate::train::eval::{EvalResult, LagAccuracy};
 use crate::train::{self, checkpoint, Metrics, RunConfig, RunOptions, TrainError};
 use vort::features::FeatureMap;
@@ -213,6 +213,35 @@ impl RecallPreset {
         Self::from_toml(text, &format!("configs/recall/{name}.toml"))
     }
 
+    /// Narrows the preset to the cells named in `names` (in the preset's order), and says so
+    /// at the top of its description: the report of a narrowed preset is partial, and the
+    /// next run of the whole preset (which reuses these runs) replaces it.
+    ///
+    /// # Errors
+    /// A name no cell has (the message lists the cells).
+    pub fn only(&mut self, names: &[String]) -> Result<(), String> {
+        if let Some(bad) = names
+            .iter()
+            .find(|n| !self.cells.iter().any(|c| &c.name == *n))
+        {
+            let all: Vec<&str> = self.cells.iter().map(|c| c.name.as_str()).collect();
+            return Err(format!(
+                "no cell {bad:?} in the {} preset (cells: {})",
+                self.name,
+                all.join(", ")
+            ));
+        }
+        self.cells.retain(|c| names.contains(&c.name));
+        self.description = format!(
+            "**Partial run** (`--cell {}`): only these cells of the {} preset; the run of the \
+             whole preset replaces this report. {}",
+            names.join(" --cell "),
+            self.name,
+            self.description
+        );
+        Ok(())
+    }
+
     /// The learning rates swept for (cell, mixer): the cell's list, else the mixer's, else
     /// the preset's.
     pub fn lrs_of(&self, cell: &CellSpec, mixer: &MixerSpec) -> Vec<f64> {
@@ -395,6 +424,9 @@ pub struct CellResult {
     pub num_kv_pairs: usize,
     /// Gap law exponent a.
     pub power_a: f64,
+    /// The training mixture of lengths (empty: trained at L).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub train_mix: Vec<MixLength>,
     /// d_model.
     pub d_model: usize,
     /// Recurrent state of the whole model in floats at length L (softmax: its KV cache).
@@ -731,6 +763,7 @@ pub fn run(
                 seq_len: c.task.seq_len,
                 num_kv_pairs: c.task.num_kv_pairs,
                 power_a: c.task.power_a,
+                train_mix: c.task.train_mix.clone(),
                 d_model: c.model.d_model,
                 state_floats: state_floats(&c, model_nodes),
                 sweep,
@@ -1219,10 +1252,17 @@ fn markdown(rep: &RecallReport) -> String {
                 .collect();
             let steps: Vec<String> = c.seeds.iter().map(|r| r.steps.to_string()).collect();
             let tps = c.seeds.iter().map(|r| r.tokens_per_s).sum::<f64>() / c.seeds.len() as f64;
+            // a model trained on a mixture of shorter lengths is tested at L
+            let len = if c.train_mix.is_empty() {
+                c.seq_len.to_string()
+            } else {
+                let l: Vec<String> = c.train_mix.iter().map(|m| m.seq_len.to_string()).collect();
+                format!("{} (trained on {})", c.seq_len, l.join("/"))
+            };
             s.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} ± {} | {} | {} | {:.0} |\n",
                 c.cell,
-                c.seq_len,
+                len,
                 c.num_kv_pairs,
                 c.power_a,
                 c.d_model,
@@ -1466,6 +1506,7 @@ mod tests {
             seq_len,
             num_kv_pairs: 8,
             power_a: 1.0,
+            train_mix: Vec::new(),
             d_model: 64,
             state_floats: 0,
             sweep: Vec::new(),

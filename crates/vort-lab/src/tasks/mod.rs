@@ -124,6 +124,13 @@ pub struct TaskConfig {
     pub train_data: String,
     /// Test (and validation) sequences from a file in Zoology's format. Empty: generated.
     pub test_data: String,
+    /// MQAR: train on a mixture of shorter lengths, as Zoology does (its MQAR runs train on
+    /// (64, 4), (128, 8), (256, 16), ... together): training step s draws its batch from
+    /// entry s mod n, with batch_size · seq_len / entry.seq_len sequences (the same tokens
+    /// per step); validation and test stay at (seq_len, num_kv_pairs). Empty: train at
+    /// (seq_len, num_kv_pairs).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub train_mix: Vec<MixLength>,
     /// Largest lag L_max (at most seq_len - 4).
     pub max_lag: usize,
     /// Zipf exponent s of P(ℓ) ∝ ℓ^(-s) (zipf task only).
@@ -160,7 +167,35 @@ impl Default for TaskConfig {
             test_examples: 3_000,
             train_data: String::new(),
             test_data: String::new(),
+            train_mix: Vec::new(),
         }
+    }
+}
+
+/// One length of an MQAR training mixture ([`TaskConfig::train_mix`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixLength {
+    /// Tokens per sequence.
+    pub seq_len: usize,
+    /// Key–value pairs per sequence.
+    pub num_kv_pairs: usize,
+}
+
+impl TaskConfig {
+    /// The config of training step `step`'s sequences and how many of them a batch of `b`
+    /// (at `seq_len`) becomes: entry `step mod n` of [`TaskConfig::train_mix`], or this
+    /// config and `b` without a mixture.
+    pub fn train_length(&self, step: u64, b: usize) -> (TaskConfig, usize) {
+        if self.train_mix.is_empty() {
+            return (self.clone(), b);
+        }
+        let m = self.train_mix[(step % self.train_mix.len() as u64) as usize];
+        let mut c = self.clone();
+        c.seq_len = m.seq_len;
+        c.num_kv_pairs = m.num_kv_pairs;
+        c.train_mix.clear();
+        (c, (b * self.seq_len / m.seq_len).max(1))
     }
 }
 
@@ -301,6 +336,22 @@ impl TaskConfig {
             } else {
                 Ok(())
             };
+        }
+        if !self.train_mix.is_empty() {
+            if self.kind != TaskKind::Mqar || !self.train_data.is_empty() {
+                return bad("train_mix needs kind = \"mqar\" and no train_data".into());
+            }
+            for (i, m) in self.train_mix.iter().enumerate() {
+                let (c, _) = self.train_length(i as u64, 1);
+                if m.seq_len < 8 || m.seq_len > self.seq_len {
+                    return bad(format!(
+                        "train_mix[{i}].seq_len = {} must be in [8, seq_len = {}]",
+                        m.seq_len, self.seq_len
+                    ));
+                }
+                mqar::validate(&c)
+                    .map_err(|e| TaskError::Invalid(format!("train_mix[{i}]: {e}")))?;
+            }
         }
         if self.kind == TaskKind::Mqar {
             return mqar::validate(self).map_err(TaskError::Invalid);
@@ -615,8 +666,21 @@ impl Source {
         }
     }
 
-    /// Batch `step` of `stream` (B sequences; a pure function of (seed, step)).
+    /// Batch `step` of `stream` (B sequences; a pure function of (seed, step)). A training
+    /// mixture ([`TaskConfig::train_mix`]) gives step s the sequences of entry s mod n, each
+    /// entry numbering its own sequences.
     pub fn batch(&self, seed: u64, stream: Stream, step: u64, b: usize) -> Batch {
+        if let (Stream::Train, Source::Synthetic { cfg, .. }) = (stream, self) {
+            if !cfg.train_mix.is_empty() {
+                let n = cfg.train_mix.len() as u64;
+                let (c, b) = cfg.train_length(step, b);
+                let first = (step / n) * b as u64;
+                let samples: Vec<Sample> = (0..b as u64)
+                    .map(|i| c.sample(seed, stream, first + i))
+                    .collect();
+                return Batch::from_samples(&samples);
+            }
+        }
         let samples: Vec<Sample> = (0..b)
             .map(|i| self.sample(seed, stream, step * b as u64 + i as u64))
             .collect();

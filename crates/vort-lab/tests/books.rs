@@ -512,6 +512,40 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     }
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("1.56") && md.contains("1.68") && md.contains("Streaming"));
+    // every window is also scored on its own, and the windows add up to the buckets
+    for r in &rep.runs {
+        assert_eq!(r.per_window.len(), 2, "{}", r.memory);
+        for (b, bucket) in r.buckets.iter().enumerate() {
+            let n: usize = r.per_window.iter().map(|w| w.n[b]).sum();
+            assert_eq!(n, bucket.n, "{} bucket {b}", r.memory);
+            if n > 0 {
+                let nll: f64 = r.per_window.iter().map(|w| w.nll[b]).sum();
+                assert!(
+                    (nll / n as f64 - bucket.nll).abs() < 1e-9,
+                    "{} bucket {b}",
+                    r.memory
+                );
+            }
+        }
+    }
+    // T = 32 has no byte at context > 4096: the claim is stated, and inconclusive
+    assert!(md.contains("## Verdicts"), "{md}");
+    assert!(
+        md.contains("vort below the exponential at context >4096")
+            && md.contains("**inconclusive**"),
+        "{md}"
+    );
+    // at context 0-512 the paired differences are the windows' own differences
+    let d = books::paired_window_diffs(&rep.runs, "vort", "exponential", 0);
+    let (v, e) = (&rep.runs[0], &rep.runs[1]);
+    assert_eq!(
+        (v.memory.as_str(), e.memory.as_str()),
+        ("vort", "exponential")
+    );
+    assert_eq!(d.len(), 2);
+    for (w, x) in d.iter().enumerate() {
+        assert!((x - (v.per_window[w].bits(0) - e.per_window[w].bits(0))).abs() < 1e-12);
+    }
     assert_eq!(rep.streams.len(), 2, "VORT and exponential are streamed");
     for s in &rep.streams {
         let sizes: Vec<usize> = s.result.state_bytes.iter().map(|x| x.1).collect();

@@ -845,6 +845,7 @@ mod tests {
             lag_bins: Vec::new(),
             alpha: None,
             per_book: Vec::new(),
+            per_window: Vec::new(),
         }
     }
 

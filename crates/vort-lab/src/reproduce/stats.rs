@@ -112,9 +112,70 @@ pub fn claim_verdict(word: &str) -> &'static str {
     }
 }
 
+/// The rule of a paired comparison of a loss (lower is better) on the same units (test
+/// windows): the mean of the differences `a − b` against twice its standard error (sample sd
+/// over units / √units). Returns (mean difference, SE, units, "lower" | "higher" | "not
+/// distinguishable" | "inconclusive (fewer than 2 windows)"); NaN differences are skipped.
+pub fn compare_paired(diffs: &[f64]) -> (f64, f64, usize, &'static str) {
+    let d: Vec<f64> = diffs.iter().copied().filter(|x| x.is_finite()).collect();
+    let n = d.len();
+    if n < 2 {
+        return (f64::NAN, f64::NAN, n, "inconclusive (fewer than 2 windows)");
+    }
+    let mean = d.iter().sum::<f64>() / n as f64;
+    let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let se = (var / n as f64).sqrt();
+    let word = if mean < -2.0 * se {
+        "lower"
+    } else if mean > 2.0 * se {
+        "higher"
+    } else {
+        "not distinguishable"
+    };
+    (mean, se, n, word)
+}
+
+/// The verdict on a paper claim "a has the lower loss than b" from [`compare_paired`]'s word.
+pub fn loss_claim_verdict(word: &str) -> &'static str {
+    match word {
+        "lower" => "reproduced",
+        "higher" => "not reproduced (the opposite)",
+        "not distinguishable" => "not reproduced (no difference)",
+        _ => "inconclusive",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Paired differences: the SE is over units, so a small but steady gap counts and a
+    /// larger but noisy one does not.
+    #[test]
+    fn paired_comparisons_follow_the_two_standard_error_rule() {
+        // steady: -0.02 ± 0.001 on 8 windows
+        let steady: Vec<f64> = (0..8).map(|i| -0.02 + 0.001 * (i % 2) as f64).collect();
+        let (m, se, n, w) = compare_paired(&steady);
+        assert_eq!((n, w), (8, "lower"));
+        assert!(
+            (m + 0.0195).abs() < 1e-12 && se > 0.0 && se < 0.001,
+            "{m} {se}"
+        );
+        assert_eq!(loss_claim_verdict(w), "reproduced");
+        // noisy: mean -0.05 with ±0.5 swings
+        let noisy = [0.45, -0.55, 0.45, -0.55];
+        assert_eq!(compare_paired(&noisy).3, "not distinguishable");
+        assert_eq!(compare_paired(&[0.3, 0.31, 0.29]).3, "higher");
+        assert_eq!(
+            loss_claim_verdict("higher"),
+            "not reproduced (the opposite)"
+        );
+        // NaN windows (nothing scored in the bucket) are skipped; one window is not enough
+        let (_, _, n, w) = compare_paired(&[f64::NAN, 0.1]);
+        assert_eq!(n, 1);
+        assert!(w.starts_with("inconclusive"));
+        assert_eq!(loss_claim_verdict(w), "inconclusive");
+    }
 
     /// The verdict rule: a difference counts beyond twice its standard error.
     #[test]

@@ -112,6 +112,30 @@ pub struct EvalResult {
     /// scored. Empty for the synthetic tasks (and in files written before it existed).
     #[serde(default)]
     pub per_book: Vec<LagAccuracy>,
+    /// Books: every scored window (held-out sequence) on its own, in order, by report bucket,
+    /// so that two memories scored on the same windows can be compared window by window
+    /// (paired differences). Empty for the synthetic tasks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_window: Vec<WindowScore>,
+}
+
+/// One held-out window's scores by report bucket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowScore {
+    /// Σ cross-entropy (nats) of the scored positions of each bucket.
+    pub nll: Vec<f64>,
+    /// Scored positions of each bucket.
+    pub n: Vec<usize>,
+}
+
+impl WindowScore {
+    /// Mean bits per scored position in bucket `b` (NaN when it has none).
+    pub fn bits(&self, b: usize) -> f64 {
+        match (self.nll.get(b), self.n.get(b)) {
+            (Some(&x), Some(&n)) if n > 0 => x / n as f64 / std::f64::consts::LN_2,
+            _ => f64::NAN,
+        }
+    }
 }
 
 /// Running (answers, correct, Σ nll) of one lag range.
@@ -296,6 +320,7 @@ pub fn evaluate_stream(
         AlphaClass::default(),
     );
     let mut roles = [(0.0f64, 0usize); 4];
+    let mut per_window: Vec<WindowScore> = Vec::new();
     let mut done = 0;
     while done < n_seq {
         let b = bs.min(n_seq - done);
@@ -337,6 +362,14 @@ pub fn evaluate_stream(
                 })
             })
             .collect();
+        // windows of a grouped (books) source are also kept one by one
+        let first_window = per_window.len();
+        if groups.iter().any(Option::is_some) {
+            per_window.extend((0..b).map(|_| WindowScore {
+                nll: vec![0.0; buckets.len()],
+                n: vec![0; buckets.len()],
+            }));
+        }
         for (k, &p) in pos.iter().enumerate() {
             let lag = batch.lags[p] as usize;
             let ok = pred[k] == targets[k];
@@ -348,7 +381,12 @@ pub fn evaluate_stream(
             if lag == 0 {
                 continue;
             }
-            bucket_tally[bucket_in(buckets, lag)].add(ok, nll[k]);
+            let bucket = bucket_in(buckets, lag);
+            bucket_tally[bucket].add(ok, nll[k]);
+            if let Some(w) = per_window.get_mut(first_window + p / batch.t) {
+                w.nll[bucket] += nll[k];
+                w.n[bucket] += 1;
+            }
             if let Some(i) = bins.iter().position(|&(lo, hi)| lag >= lo && lag <= hi) {
                 bin_tally[i].add(ok, nll[k]);
             }
@@ -431,6 +469,7 @@ pub fn evaluate_stream(
             .iter()
             .map(|(name, t)| t.row(name.clone(), 1, max_lag))
             .collect(),
+        per_window,
     })
 }
 

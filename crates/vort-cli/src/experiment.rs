@@ -232,8 +232,8 @@ fn eval_lines(e: &vort_lab::eval::EvalResult) -> String {
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {
-    /// A run directory written by `vort train`.
-    #[arg(long, value_name = "DIR")]
+    /// A run directory written by `vort train`, or a weights file written by `vort export`.
+    #[arg(long, value_name = "DIR|FILE")]
     run: PathBuf,
     /// Score the run's model on the sequences of FILE (a safetensors file in Zoology's
     /// format: `inputs`, `labels` [N, L], I64 or I32, -100 = not scored) instead of its own
@@ -247,9 +247,10 @@ pub struct EvalArgs {
 }
 
 pub fn run_eval(a: EvalArgs) -> Result<(), CliError> {
-    if !a.run.join(CONFIG_FILE).is_file() {
+    if !(a.run.is_file() || a.run.join(CONFIG_FILE).is_file()) {
         return Err(CliError::Usage(format!(
-            "{} is not a run directory (no {CONFIG_FILE}); train one with `vort train`",
+            "{} is neither a run directory (no {CONFIG_FILE}) nor a file of `vort export`; \
+             train one with `vort train`",
             a.run.display()
         )));
     }
@@ -261,6 +262,33 @@ pub fn run_eval(a: EvalArgs) -> Result<(), CliError> {
         return emit_json(&e);
     }
     emit(&eval_lines(&e))
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// A run directory written by `vort train` (its checkpoint, or its released weights).
+    #[arg(long, value_name = "DIR")]
+    run: PathBuf,
+    /// The file to write: the parameters only (`param/<name>`, f32), with the run config,
+    /// the step, the format and a checksum in the safetensors metadata (docs/checkpoint.md).
+    /// `vort eval --run FILE` and `vort generate --run FILE` take it in place of the run.
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+}
+
+pub fn run_export(a: ExportArgs) -> Result<(), CliError> {
+    if !a.run.join(CONFIG_FILE).is_file() {
+        return Err(CliError::Usage(format!(
+            "{} is not a run directory (no {CONFIG_FILE}); train one with `vort train`",
+            a.run.display()
+        )));
+    }
+    let (n, step) = vort_lab::eval::export(&a.run, &a.out)?;
+    let bytes = std::fs::metadata(&a.out).map_or(0, |m| m.len());
+    emit(&format!(
+        "wrote {} ({n} tensors, step {step}, {bytes} bytes)\n",
+        a.out.display()
+    ))
 }
 
 /// Which experiments `vort reproduce` runs.

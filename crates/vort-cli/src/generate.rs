@@ -13,8 +13,9 @@ use crate::error::CliError;
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
-    /// A books run directory written by `vort train --task books` (config and checkpoint).
-    #[arg(long, value_name = "DIR")]
+    /// A books run directory written by `vort train --task books` (config and checkpoint), or
+    /// a weights file written from one by `vort export`.
+    #[arg(long, value_name = "DIR|FILE")]
     run: PathBuf,
     /// Text to continue (default: one newline).
     #[arg(long, conflicts_with = "prompt_file")]
@@ -44,9 +45,10 @@ pub fn run(a: GenerateArgs) -> Result<(), CliError> {
             a.temperature
         )));
     }
-    if !a.run.join(CONFIG_FILE).is_file() {
+    if !(a.run.is_file() || a.run.join(CONFIG_FILE).is_file()) {
         return Err(CliError::Usage(format!(
-            "{} is not a run directory (no {CONFIG_FILE}); train one with `vort train --task books`",
+            "{} is neither a run directory (no {CONFIG_FILE}) nor a file of `vort export`; \
+             train one with `vort train --task books`",
             a.run.display()
         )));
     }

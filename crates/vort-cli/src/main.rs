@@ -66,6 +66,9 @@ enum Command {
     Train(experiment::TrainArgs),
     /// Evaluate a trained run: accuracy by lag bucket.
     Eval(experiment::EvalArgs),
+    /// Write a trained run's weights to one file (parameters, config and step; no optimizer
+    /// state): what to share, and what `eval` and `generate` take with --run FILE.
+    Export(experiment::ExportArgs),
     /// Sample bytes from a trained books model (streamed: flat memory at any length).
     Generate(generate::GenerateArgs),
     /// Reproduce an experiment with every memory and write its report: recall (MQAR, the
@@ -84,6 +87,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Bench(cmd) => layer::run_bench(cmd),
         Command::Train(args) => experiment::run_train(args),
         Command::Eval(args) => experiment::run_eval(args),
+        Command::Export(args) => experiment::run_export(args),
         Command::Reproduce(args) => experiment::run_reproduce(args),
         Command::Generate(args) => generate::run(args),
         Command::Data(cmd) => data::run(cmd),

@@ -436,3 +436,72 @@ fn a_full_disk_stops_cleanly_and_the_run_resumes() {
     assert!(dir.join("checkpoint.safetensors").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `vort export` writes the weights alone (no optimizer moments) with the config in the
+/// metadata; `eval --run FILE` scores it exactly like the run; a tampered export and a
+/// directory that is not a run are refused with one line and status 2.
+#[test]
+fn exported_weights_evaluate_like_the_run() {
+    let dir = tmp("export-run");
+    let d = dir.to_str().unwrap();
+    let o = vort(&[
+        "train", "--task", "zipf", "--memory", "vort", "--config", TINY, "--out", d,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let file = dir.with_extension("safetensors");
+    let f = file.to_str().unwrap();
+    let o = vort(&["export", "--run", d, "--out", f]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("step 20"));
+    // parameters only: about a third of the checkpoint
+    let (ck, w) = (
+        std::fs::metadata(dir.join("checkpoint.safetensors"))
+            .unwrap()
+            .len(),
+        std::fs::metadata(&file).unwrap().len(),
+    );
+    assert!(
+        3 * w < ck + ck / 10 && w > ck / 4,
+        "checkpoint {ck} bytes, export {w}"
+    );
+    let text = std::fs::read(&file).unwrap();
+    // the safetensors header: a u64 length, then JSON naming every tensor
+    let len = u64::from_le_bytes(text[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&text[8..8 + len]).unwrap();
+    let names: Vec<&String> = header
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| *k != "__metadata__")
+        .collect();
+    assert!(names.iter().any(|k| *k == "param/emb"), "{names:?}");
+    assert!(names.iter().all(|k| k.starts_with("param/")), "{names:?}");
+    assert!(header["__metadata__"]["config"]
+        .as_str()
+        .unwrap()
+        .contains("[model]"));
+
+    let run_eval: serde_json::Value =
+        serde_json::from_slice(&vort(&["eval", "--run", d, "--json"]).stdout).unwrap();
+    let o = vort(&["eval", "--run", f, "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let file_eval: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for k in ["accuracy", "positions", "step", "task", "memory"] {
+        assert_eq!(file_eval[k], run_eval[k], "{k}");
+    }
+
+    // one flipped byte in the data: refused by the checksum
+    let mut bad = text.clone();
+    let n = bad.len();
+    bad[n - 5] ^= 1;
+    let bad_file = dir.with_extension("bad.safetensors");
+    std::fs::write(&bad_file, bad).unwrap();
+    let err = assert_one_line_error(&vort(&["eval", "--run", bad_file.to_str().unwrap()]), 2);
+    assert!(err.contains("checksum"), "{err}");
+    // not a run directory
+    assert_one_line_error(&vort(&["export", "--run", "/nonexistent", "--out", f]), 2);
+    for p in [&dir, &file, &bad_file] {
+        let _ = std::fs::remove_dir_all(p);
+        let _ = std::fs::remove_file(p);
+    }
+}

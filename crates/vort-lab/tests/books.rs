@@ -579,6 +579,13 @@ fn generate_from_the_tiny_run(run: &std::path::Path) {
         "every byte is handed out as it is drawn"
     );
     assert_eq!(greedy.horizon, Some(vort::nodes::STREAM_HORIZON));
+    // the run's exported weights (`vort export`) generate the same bytes
+    let file = run.with_extension("export.safetensors");
+    vort_lab::train::eval::export(run, &file).unwrap();
+    let (_, mut exported, _) = load_inference_model(&file).unwrap();
+    let again = generate(&mut exported, prompt, &opts, |_| Ok(())).unwrap();
+    assert_eq!(again.output, greedy.output);
+    let _ = std::fs::remove_file(&file);
     // greedy decoding through the recurrent stream = argmax of one chunked pass
     let all: Vec<u32> = prompt
         .iter()

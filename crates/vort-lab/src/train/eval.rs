@@ -483,20 +483,19 @@ pub fn write(res: &EvalResult, path: &Path) -> Result<(), TrainError> {
     checkpoint::write_atomic(path, text.as_bytes())
 }
 
-/// Evaluates the run in `run_dir` (its config.toml and latest checkpoint) and writes
-/// `eval.json` there.
+/// Evaluates a trained model on its own held-out set: a run directory (its config.toml and
+/// latest checkpoint, or its released weights), where `eval.json` is then written, or a file
+/// written by `vort export` (nothing is written).
 ///
 /// # Errors
 /// Missing or invalid config, missing, corrupt or mismatched checkpoint.
-pub fn run(run_dir: &Path) -> Result<EvalResult, TrainError> {
-    let cfg = RunConfig::load(&run_dir.join(CONFIG_FILE))?;
-    let dev = super::device();
-    let mut tr = Trainer::new(&cfg, &dev)?;
-    let ck_path = run_dir.join(CHECKPOINT_FILE);
-    let ck = checkpoint::Checkpoint::load(&ck_path)?;
-    tr.restore(&ck, &ck_path)?;
-    let res = evaluate(&tr.model, &tr.source, &cfg, tr.step, &dev)?;
-    write(&res, &run_dir.join(EVAL_FILE))?;
+pub fn run(model_path: &Path) -> Result<EvalResult, TrainError> {
+    let (cfg, model, _vm, step) = load_inference(model_path)?;
+    let source = Source::open(&cfg.task)?;
+    let res = evaluate(&model, &source, &cfg, step, &super::device())?;
+    if model_path.is_dir() {
+        write(&res, &model_path.join(EVAL_FILE))?;
+    }
     Ok(res)
 }
 
@@ -509,7 +508,7 @@ pub fn run(run_dir: &Path) -> Result<EvalResult, TrainError> {
 /// A bad run directory or checkpoint; a data file that is missing, malformed, or holds
 /// tokens outside the model's vocabulary (one line naming the file).
 pub fn run_on_file(run_dir: &Path, data: &Path) -> Result<EvalResult, TrainError> {
-    let (cfg, mut model, _vm) = load_inference_model(run_dir)?;
+    let (cfg, mut model, _vm, step) = load_inference(run_dir)?;
     let set = crate::tasks::external::LabelledSet::load(data, model.vocab)?;
     if model.horizon().is_some_and(|h| (set.l as u64) > h) {
         model.set_horizon(set.l as u64)?;
@@ -518,7 +517,6 @@ pub fn run_on_file(run_dir: &Path, data: &Path) -> Result<EvalResult, TrainError
     let source = Source::with_test_set(&cfg.task, set);
     let mut cfg = cfg;
     cfg.task.seq_len = source.config().seq_len;
-    let step = inference_checkpoint(run_dir)?.0.step;
     evaluate_stream(
         &model,
         &source,
@@ -562,15 +560,19 @@ pub fn load_model(run_dir: &Path) -> Result<(RunConfig, Model, VarMap), TrainErr
 }
 
 /// The parameters of a run for inference: its checkpoint, or its released weights
-/// (`weights.safetensors`) when it has no checkpoint.
+/// (`weights.safetensors`) when it has no checkpoint; or, when `path` is a file, that file
+/// (`vort export`'s weights, or any checkpoint).
 ///
 /// # Errors
 /// Neither file; a corrupt one.
 pub fn inference_checkpoint(
-    run_dir: &Path,
+    path: &Path,
 ) -> Result<(checkpoint::Checkpoint, std::path::PathBuf), TrainError> {
-    let ck_path = run_dir.join(CHECKPOINT_FILE);
-    let w_path = run_dir.join(super::WEIGHTS_FILE);
+    if path.is_file() {
+        return Ok((checkpoint::Checkpoint::load(path)?, path.to_path_buf()));
+    }
+    let ck_path = path.join(CHECKPOINT_FILE);
+    let w_path = path.join(super::WEIGHTS_FILE);
     let path = if !ck_path.exists() && w_path.exists() {
         w_path
     } else {
@@ -579,16 +581,41 @@ pub fn inference_checkpoint(
     Ok((checkpoint::Checkpoint::load(&path)?, path))
 }
 
+/// The run config of a trained model: the run directory's config.toml, or the config in the
+/// metadata of an exported file (`path` a file).
+///
+/// # Errors
+/// A missing or invalid config.
+fn inference_config(path: &Path, ck: &checkpoint::Checkpoint) -> Result<RunConfig, TrainError> {
+    if path.is_file() {
+        RunConfig::from_toml(
+            &ck.config,
+            &format!("{} (metadata `config`)", path.display()),
+        )
+    } else {
+        RunConfig::load(&path.join(CONFIG_FILE))
+    }
+}
+
 /// A run's trained model for inference only: built from the run's config and the checkpoint's
-/// parameters, without opening the task's data (a run directory is enough to generate from).
+/// parameters, without opening the task's data (a run directory, or a file written by `vort
+/// export`, is enough to generate from).
 ///
 /// # Errors
 /// A missing or corrupt config or checkpoint, or a checkpoint whose parameters do not match
 /// the config's model.
-pub fn load_inference_model(run_dir: &Path) -> Result<(RunConfig, Model, VarMap), TrainError> {
-    let cfg = RunConfig::load(&run_dir.join(CONFIG_FILE))?;
+pub fn load_inference_model(path: &Path) -> Result<(RunConfig, Model, VarMap), TrainError> {
+    load_inference(path).map(|(c, m, vm, _)| (c, m, vm))
+}
+
+/// [`load_inference_model`], with the training steps of the parameters.
+///
+/// # Errors
+/// As [`load_inference_model`].
+pub fn load_inference(path: &Path) -> Result<(RunConfig, Model, VarMap, u64), TrainError> {
+    let (ck, ck_path) = inference_checkpoint(path)?;
+    let cfg = inference_config(path, &ck)?;
     cfg.validate()?;
-    let (ck, ck_path) = inference_checkpoint(run_dir)?;
     ck.check_config(&cfg.to_toml()?, &ck_path)?;
     let vm = VarMap::new();
     let dev = super::device();
@@ -604,7 +631,32 @@ pub fn load_inference_model(run_dir: &Path) -> Result<(RunConfig, Model, VarMap)
     for (var, t) in loaded {
         var.set(&t)?;
     }
-    Ok((cfg, model, vm))
+    Ok((cfg, model, vm, ck.step))
+}
+
+/// Writes the trained weights of `path` (a run directory or a checkpoint file) to `out`:
+/// the parameters only (`param/<name>`, f32), with the format, step, run config and checksum
+/// in the safetensors metadata (docs/checkpoint.md). Atomic; returns (tensors, step).
+///
+/// # Errors
+/// A missing, corrupt or mismatched checkpoint or config; I/O.
+pub fn export(path: &Path, out: &Path) -> Result<(usize, u64), TrainError> {
+    // load the model first: an export is only written if it loads back into its config
+    let (_, _, vm, step) = load_inference(path)?;
+    let (ck, _) = inference_checkpoint(path)?;
+    let w = ck.weights_only();
+    let n = w.tensors.len();
+    if n != super::named_vars(&vm).len() {
+        return Err(TrainError::CheckpointMismatch {
+            path: path.display().to_string(),
+            reason: format!(
+                "{n} parameter tensors, the model of its config has {}",
+                super::named_vars(&vm).len()
+            ),
+        });
+    }
+    w.save(out)?;
+    Ok((n, step))
 }
 
 #[cfg(test)]

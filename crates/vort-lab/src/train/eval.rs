@@ -267,7 +267,9 @@ fn streamed_logits(
             }
         }
         if !local.is_empty() {
-            parts.push(model.logits_at(&out.hidden, &local)?);
+            // detached: a kept tensor keeps its whole autograd graph alive (every piece's
+            // attention probabilities; a 32K-token softmax stream reached 23 GB and was killed)
+            parts.push(model.logits_at(&out.hidden, &local)?.detach());
         }
         lo += len;
     }
@@ -662,6 +664,49 @@ pub fn export(path: &Path, out: &Path) -> Result<(usize, u64), TrainError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Streamed logits keep no autograd graph, so the pieces' intermediate tensors are freed
+    /// as the stream goes (a regression: they were all kept until the end of the sequence).
+    #[test]
+    fn streamed_logits_hold_no_graph() {
+        use crate::model::{MemoryKind, ModelConfig};
+        let dev = Device::Cpu;
+        for memory in [MemoryKind::Softmax, MemoryKind::Vort] {
+            let cfg = ModelConfig {
+                memory,
+                d_model: 16,
+                layers: 2,
+                heads: 2,
+                head_dim: 8,
+                features: 8,
+                chunk: 8,
+                mlp_mult: 0,
+                token_shift: false,
+                short_conv: 3,
+                ..ModelConfig::default()
+            };
+            let vm = VarMap::new();
+            let model = Model::new(&cfg, 50, 40, 3, &vm, &dev).unwrap();
+            let toks: Vec<u32> = (0..80).map(|i| (i * 7 % 50) as u32).collect();
+            let t = Tensor::from_vec(toks, (2, 40), &dev).unwrap();
+            let pos = [3, 17, 39, 45, 79];
+            let streamed = streamed_logits(&model, &t, &pos, 16).unwrap();
+            assert!(!streamed.track_op(), "{memory}");
+            // and they are the one-pass logits, in the order of `pos`
+            let once = model
+                .logits_at(&model.forward(&t).unwrap().hidden, &pos)
+                .unwrap();
+            let d = (streamed - once)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(d < 1e-4, "{memory}: {d}");
+        }
+    }
 
     /// Bins tile 1..=max_lag without gaps, double, and never end in a one-lag bin.
     #[test]

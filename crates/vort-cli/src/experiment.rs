@@ -294,7 +294,7 @@ pub fn run_export(a: ExportArgs) -> Result<(), CliError> {
 /// Which experiments `vort reproduce` runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Experiments {
-    /// Zipf-lag retrieval and entity label copy (DESIGN §3, first two claims).
+    /// Zipf-lag retrieval and entity label copy (docs/DESIGN.md §3, first two claims).
     Synthetic,
     /// Byte-level language modelling on books (the PG-19 claim); needs
     /// `vort data fetch books` first.

@@ -5,7 +5,7 @@
 //! seeded generator (candle's own initialisers draw from an unseeded RNG).
 //!
 //! For VORT with an entropy-driven router, a bigram table (the "shallow next-token
-//! predictor" of DESIGN §2) gives the entropy H_i of its next-token distribution at each
+//! predictor" of docs/DESIGN.md §2) gives the entropy H_i of its next-token distribution at each
 //! token, in units of ln V (so H_i ∈ [0, 1]); it is trained on next-token prediction of every
 //! position and enters the router as a constant (stop-gradient).
 

@@ -2,7 +2,7 @@
 //!
 //! Writes `DIR/report.md`, one PNG per figure and `DIR/theory.json` (every number of the
 //! report). Each section puts the paper's claim beside the measurement and says plainly where
-//! the measurement corrects it. The claims are quoted as DESIGN §1 summarises them.
+//! the measurement corrects it. The claims are quoted as docs/DESIGN.md §1 summarises them.
 
 use std::fmt::Write as _;
 use std::fs;

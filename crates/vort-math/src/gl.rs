@@ -1,4 +1,4 @@
-//! Grünwald–Letnikov fractional-sum weights (DESIGN §1).
+//! Grünwald–Letnikov fractional-sum weights (docs/DESIGN.md §1).
 //!
 //! For an order a in [0, 1]:
 //!

@@ -1,4 +1,4 @@
-//! Shared SOE nodes: one set of rates {u_s} for every order a in [δ, 1] (DESIGN §2, beyond the
+//! Shared SOE nodes: one set of rates {u_s} for every order a in [δ, 1] (docs/DESIGN.md §2, beyond the
 //! paper).
 //!
 //! With shared rates only the weights depend on the order, ŵ_j(a) = Σ_s c_s(a) e^(-u_s j), so a

@@ -1,6 +1,6 @@
 //! Certified sums of exponentials (SOE) for the GL kernel, recipe R1 (`SOE_RECIPE.md`).
 //!
-//! For 0 < a < 1 the weights have the Laplace form (DESIGN §1)
+//! For 0 < a < 1 the weights have the Laplace form (docs/DESIGN.md §1)
 //!
 //! ```text
 //! w_j = (sin πa / π) ∫_0^∞ e^(-j u) (e^u - 1)^(-a) du,      u = e^x:
@@ -31,7 +31,7 @@ pub const CERTIFICATE_SAMPLES_PER_EFOLD: usize = 4000;
 /// One exponential of the sum: weight `c` and rate `u` (λ = e^(-u)).
 ///
 /// The rate is stored, not λ: for the slowest terms u ~ 0.02/T and an f32 (even f64) λ loses
-/// the digits of 1 - λ (DESIGN §1). Use [`SoeTerm::mu`] = 1 - λ = -expm1(-u) in updates.
+/// the digits of 1 - λ (docs/DESIGN.md §1). Use [`SoeTerm::mu`] = 1 - λ = -expm1(-u) in updates.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SoeTerm {
     /// Weight c_s.

@@ -1,13 +1,13 @@
-//! The VORT block (DESIGN §2): projections, q/k L2 normalisation with a learned scale, a
+//! The VORT block (docs/DESIGN.md §2): projections, q/k L2 normalisation with a learned scale, a
 //! positive feature map, the router for per-token orders α, the retention (VORT or a baseline,
 //! all in the same code path) and the output projection.
 //!
-//! Router (DESIGN §2): α_i = δ + (1-δ) σ(a·e_i - b·H_i + g·h_i + c), per head (a, b, c scalars
+//! Router (docs/DESIGN.md §2): α_i = δ + (1-δ) σ(a·e_i - b·H_i + g·h_i + c), per head (a, b, c scalars
 //! and g a vector per head), with e_i = σ(p·h_i) the entity probe (its logit is returned for an
 //! auxiliary loss) and H_i the entropy of a shallow next-token predictor, supplied by the
 //! caller and treated as a constant (stop-gradient).
 //!
-//! Baselines (DESIGN §2), sharing projections, normalisation and feature map:
+//! Baselines (docs/DESIGN.md §2), sharing projections, normalisation and feature map:
 //! - `Exponential`: one exponential per head, K(j) = e^(-u_h j), u_h = softplus(ρ_h) learned;
 //! - `ExpMixture`: M fixed rates u_m >= Λ (log-spaced on [Λ, 1]) with learned per-head
 //!   softmax weights;

@@ -24,7 +24,7 @@ pub enum VortError {
     /// A tensor holds NaN or an infinity.
     #[error("tensor `{name}` holds a non-finite value at flat index {index}")]
     NonFinite { name: String, index: usize },
-    /// Features must be nonnegative (DESIGN §2: φ is a positive feature map).
+    /// Features must be nonnegative (docs/DESIGN.md §2: φ is a positive feature map).
     #[error("tensor `{name}` holds a negative feature {value} at flat index {index}")]
     NegativeFeature {
         name: String,

@@ -1,4 +1,4 @@
-//! Positive feature maps φ for the linear-attention form (DESIGN §2).
+//! Positive feature maps φ for the linear-attention form (docs/DESIGN.md §2).
 //!
 //! - FAVOR+ (Choromanski et al. 2021, "positive orthogonal random features"):
 //!   φ(z) = exp(ω z - |z|²/2) / √m, rows of ω [m, d] drawn in blocks of d mutually orthogonal

@@ -1,4 +1,4 @@
-//! The VORT memory layer (DESIGN §2), on candle 0.11.1.
+//! The VORT memory layer (docs/DESIGN.md §2), on candle 0.11.1.
 //!
 //! One head stores token i with order α_i and is queried at t >= i (normalised retention):
 //!
@@ -27,7 +27,7 @@
 //! - [`mod@bench`]: the benchmark functions behind `vort bench layer` and `vort bench stream`.
 //! - [`tol`]: named tolerances and the relative-RMS error; [`error`]: the typed errors.
 //!
-//! Tests chain the forms (DESIGN §5): naive <- recurrent <- chunked <- fused, for outputs, final
+//! Tests chain the forms (docs/DESIGN.md §5): naive <- recurrent <- chunked <- fused, for outputs, final
 //! states and gradients (q, k, v, α, and the learned decay of the exponential baseline).
 
 pub mod attention;

@@ -1,6 +1,6 @@
 //! Memory modes as node tables: a set of rates {u_n} and per-order weights c_n(a).
 //!
-//! Both memory modes of DESIGN §2 reduce to one kernel for token i queried at lag j:
+//! Both memory modes of docs/DESIGN.md §2 reduce to one kernel for token i queried at lag j:
 //!
 //! ```text
 //! K_i(0) = 1,   K_i(j) = Σ_n c_n(α_i) e^(-u_n j)   (j >= 1)
@@ -13,7 +13,7 @@
 //!   (`Soe::build`); the nodes are the union of the banks' terms and c_n(a_k) is bank k's
 //!   weight on its own nodes, 0 on the others. Linear interpolation between a_k and a_(k+1)
 //!   is exactly the split of the token between the two bracketing banks with weights
-//!   β = (a_(k+1) - α)/(a_(k+1) - a_k) and 1 - β (DESIGN §2, "make routing differentiable").
+//!   β = (a_(k+1) - α)/(a_(k+1) - a_k) and 1 - β (docs/DESIGN.md §2, "make routing differentiable").
 //! - **shared** (beyond the paper): the rates of `vort_math::shared::SharedSoe`, one set for all
 //!   orders; c_s(a) is its closed form at every a (`SharedSoe::weights_at`, certified at the
 //!   grid orders and their midpoints) and dc_s/da its derivative (`dweights_da`), so the
@@ -30,7 +30,7 @@ use vort_math::Soe;
 
 use crate::error::{Result, VortError};
 
-/// Which memory the layer uses (DESIGN §2).
+/// Which memory the layer uses (docs/DESIGN.md §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum MemoryMode {

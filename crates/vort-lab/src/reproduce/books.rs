@@ -1,5 +1,5 @@
 //! `reproduce books`: byte-level language modelling on pre-1919 books (the paper's PG-19
-//! claim, DESIGN §3): bits per character by context bucket for every memory kind, BPC
+//! claim, docs/DESIGN.md §3): bits per character by context bucket for every memory kind, BPC
 //! against context, and the learned orders α on entity, function-word and other bytes.
 //!
 //! Output directory: `report.md`, `results.json`, `manifest.json` and `lexicon_sources.json`
@@ -23,7 +23,7 @@ use crate::train::eval::EvalResult;
 use crate::train::stream::{stream_text, StreamResult};
 use crate::train::{self, RunConfig, TrainConfig, TrainError};
 
-/// The paper's BPC at context > 4096 (DESIGN §3): power law 1.56, exponential 1.68.
+/// The paper's BPC at context > 4096 (docs/DESIGN.md §3): power law 1.56, exponential 1.68.
 pub fn paper_bpc(memory: MemoryKind) -> Option<f64> {
     match memory {
         MemoryKind::Vort | MemoryKind::PowerLaw => Some(1.56),
@@ -53,7 +53,7 @@ pub fn preset(scale: Scale, memory: MemoryKind, seed: u64, data_dir: &str) -> Ru
     };
     match scale {
         Scale::Quick | Scale::Medium => {
-            // 8K bytes, so that context > 4096 exists (DESIGN §3)
+            // 8K bytes, so that context > 4096 exists (docs/DESIGN.md §3)
             // one block: two blocks trained at ~2k bytes/s on a loaded 2-core machine
             c.task.seq_len = 8192;
             c.model.d_model = 64;
@@ -566,8 +566,11 @@ fn verdicts(rep: &BooksReport) -> String {
          over the same test windows (each window's difference averaged over the seeds both \
          have) counts when its mean exceeds twice its standard error (sd over windows / \
          √windows). The paper's absolute BPC (PG-19, large models) is not comparable with \
-         these small runs; the claim checked is the ordering.\n\n",
-        CONTEXT_BUCKETS[far].0
+         these small runs; the claim checked is the ordering. The windows come from {} test \
+         book(s): windows of one book are not independent samples, so with few books the SE \
+         is optimistic.\n\n",
+        CONTEXT_BUCKETS[far].0,
+        rep.runs.first().map_or(0, |r| r.per_book.len())
     );
     let has = |m: &str| rep.runs.iter().any(|r| r.memory == m);
     for a in ["vort", "power-law"] {
@@ -597,7 +600,7 @@ fn markdown(rep: &BooksReport, runs: &[RunConfig]) -> String {
          wall time of this call {:.0} s. \
          Test bits per character (byte-level, so exact BPC), mean ± sample standard deviation \
          over seeds, by context (the byte's position in its window). The paper's numbers are \
-         at context > 4096 on a PG-19 subset (DESIGN §3); its \"power law\" row is shown beside \
+         at context > 4096 on a PG-19 subset (docs/DESIGN.md §3); its \"power law\" row is shown beside \
          both VORT and the fixed-order power law.\n\n",
         rep.label,
         runs.len(),

@@ -1,5 +1,5 @@
 //! `reproduce`: trains every memory kind on both synthetic tasks with several seeds and writes
-//! a report beside the paper's numbers (DESIGN §3).
+//! a report beside the paper's numbers (docs/DESIGN.md §3).
 //!
 //! Output directory: `report.md` (tables: paper's number beside ours, mean ± sample standard
 //! deviation over seeds, accuracy by lag bucket, throughput), `results.json` (every run's
@@ -52,7 +52,7 @@ impl Scale {
     }
 }
 
-/// The paper's accuracy at lags > 1000 (DESIGN §3), in percent, for a task and memory kind.
+/// The paper's accuracy at lags > 1000 (docs/DESIGN.md §3), in percent, for a task and memory kind.
 /// The paper's "power law" row is placed beside both VORT and the fixed power law.
 pub fn paper_number(task: TaskKind, memory: MemoryKind) -> Option<f64> {
     match (task, memory) {
@@ -552,7 +552,7 @@ fn plots(results: &[EvalResult], chance: f64, out: &Path) -> Result<(), TrainErr
     Ok(())
 }
 
-/// The paper's learned orders (DESIGN §3): entities ≈ 0.80, function words ≈ 0.35.
+/// The paper's learned orders (docs/DESIGN.md §3): entities ≈ 0.80, function words ≈ 0.35.
 pub const PAPER_ALPHA_ENTITY: f64 = 0.80;
 /// See [`PAPER_ALPHA_ENTITY`].
 pub const PAPER_ALPHA_FUNCTION: f64 = 0.35;
@@ -682,7 +682,7 @@ fn markdown(rep: &Report, plan: &Plan) -> String {
     s.push_str(&format!(
         "{} runs ({} reused from an earlier call), wall time of this call {:.0} s, training \
          time summed over the runs {:.0} s. Accuracy in percent on held-out sequences. The \
-         paper's numbers are at lags > 1000 (DESIGN §3); \
+         paper's numbers are at lags > 1000 (docs/DESIGN.md §3); \
          its \"power law\" row is shown beside both VORT (routed orders) and the fixed-order \
          power law, since it does not separate them.\n\n",
         plan.runs.len(),

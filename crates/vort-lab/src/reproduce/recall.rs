@@ -826,7 +826,7 @@ pub const ZOOLOGY_POINTS: [(&str, f64, f64); 5] = [
     ("Mamba-2 (Zoology)", 1.0e5, 0.83),
 ];
 
-/// The paper's accuracy at lags > 1000 (DESIGN §3): power law 79.4, exponential 52.3,
+/// The paper's accuracy at lags > 1000 (docs/DESIGN.md §3): power law 79.4, exponential 52.3,
 /// mixture 61.8 (percent).
 pub fn paper_lag_number(mixer: &str) -> Option<f64> {
     match mixer {

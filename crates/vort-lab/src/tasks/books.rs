@@ -1,4 +1,4 @@
-//! Byte-level language modelling on books (DESIGN §3, the PG-19 claim), served as a task so
+//! Byte-level language modelling on books (docs/DESIGN.md §3, the PG-19 claim), served as a task so
 //! the training loop, checkpoints and evaluation are the same as for the synthetic tasks.
 //!
 //! Tokens are bytes (vocabulary 256), so the cross-entropy in bits is exactly bits per

@@ -1,4 +1,4 @@
-//! Synthetic long-memory tasks (DESIGN §3), deterministic and seedable: every sequence is a
+//! Synthetic long-memory tasks (docs/DESIGN.md §3), deterministic and seedable: every sequence is a
 //! pure function of (seed, stream, index), so a training batch is a function of (seed, step)
 //! and a resumed run sees exactly the data an uninterrupted one would.
 //!
@@ -206,7 +206,7 @@ pub const BUCKETS: [(&str, usize, usize); 3] = [
     (">1000", 1001, usize::MAX),
 ];
 
-/// Context buckets of the books task (DESIGN §3: BPC at context 0-512, ..., > 4096): the
+/// Context buckets of the books task (docs/DESIGN.md §3: BPC at context 0-512, ..., > 4096): the
 /// "lag" of a byte is its context length, i.e. its position in the window plus one.
 pub const CONTEXT_BUCKETS: [(&str, usize, usize); 4] = [
     ("0-512", 1, 512),

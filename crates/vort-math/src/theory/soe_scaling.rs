@@ -4,7 +4,7 @@
 //! Building SOEs with recipe R1 ([`Soe::build`]) over a grid of (a, T, eps) and fitting two laws
 //!
 //! ```text
-//! (A) S ≈ c0 + c1 · ln T · ln(1/eps)        (DESIGN §1's finding: c1 ≈ 1/π²)
+//! (A) S ≈ c0 + c1 · ln T · ln(1/eps)        (docs/DESIGN.md §1's finding: c1 ≈ 1/π²)
 //! (B) S ≈ c0 + c1 · ln(T/eps)               (the paper's form)
 //! ```
 //!

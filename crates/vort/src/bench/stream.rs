@@ -11,7 +11,7 @@
 //! ‖y32 - y64‖₂ / ‖y64‖₂, accumulated per window of stream positions (log-spaced windows
 //! covering [0, tokens) exactly once) and over the whole stream. Both memory modes use node
 //! tables certified for [`STREAM_HORIZON`] lags, and the stream may not be longer than that
-//! (past its horizon a table's kernel is not certified, DESIGN §1).
+//! (past its horizon a table's kernel is not certified, docs/DESIGN.md §1).
 
 use std::time::Instant;
 

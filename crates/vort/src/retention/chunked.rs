@@ -13,7 +13,7 @@
 //! The kernel matrix inside a chunk is the same SOE kernel the states carry, so the chunked
 //! output equals the recurrent one up to rounding for every chunk size (and streaming gives the
 //! same numbers as training). The exact GL kernel is the naive form's; the difference is the
-//! SOE certificate (DESIGN §1). (DESIGN §2's alternative, the exact GL kernel inside each chunk
+//! SOE certificate (docs/DESIGN.md §1). (docs/DESIGN.md §2's alternative, the exact GL kernel inside each chunk
 //! and the SOE only across chunk boundaries, was built and removed: no model could select it,
 //! and it made the output depend on the chunk size and differ from the streaming form.)
 

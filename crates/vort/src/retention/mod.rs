@@ -1,4 +1,4 @@
-//! The retention core in its four forms, chained in the tests (fla's layout, DESIGN §2 and §5):
+//! The retention core in its four forms, chained in the tests (fla's layout, docs/DESIGN.md §2 and §5):
 //!
 //! - [`naive`]: the O(T²) f64 reference (exact GL kernel or the table's SOE);
 //! - [`recurrent`]: one token at a time, the streaming and decoding form;

@@ -1,4 +1,4 @@
-//! The O(T²) reference (DESIGN §2), f64, one loop over (t, i): the twin every fast form is
+//! The O(T²) reference (docs/DESIGN.md §2), f64, one loop over (t, i): the twin every fast form is
 //! tested against.
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! The recurrent form (DESIGN §1-2): one token at a time, O(N F D) work and memory per head,
+//! The recurrent form (docs/DESIGN.md §1-2): one token at a time, O(N F D) work and memory per head,
 //! independent of the context length. This is the streaming/decoding API.
 //!
 //! Per head, with v'_t = [v_t, 1] (the last column carries the denominator):
@@ -10,7 +10,7 @@
 //! ```
 //!
 //! μ_n = -expm1(-u_n) is kept instead of λ_n so the slowest modes keep their decay in f32
-//! (DESIGN §1). Unrolled, o_t = Σ_{i<=t} K_i(t-i) (φq_t·φk_i) v'_i with the table's SOE kernel:
+//! (docs/DESIGN.md §1). Unrolled, o_t = Σ_{i<=t} K_i(t-i) (φq_t·φk_i) v'_i with the table's SOE kernel:
 //! equal to `naive(.., Kernel::Soe, ..)` up to rounding.
 //!
 //! The kernel is certified only for lags up to the table's horizon, so [`recurrent`] refuses a

@@ -1319,11 +1319,13 @@ fn markdown(rep: &RecallReport) -> String {
         .collect();
     if !extra.is_empty() {
         s.push_str(
-            "## Length extrapolation (beyond the paper)\n\nModels trained at the cell's L, \
-             scored on longer sequences of the same task (gaps, so lags, grow with the length), \
-             streamed in pieces of the training length with the state carried; node tables \
-             certified for the scored length; softmax restricted to a window of the training \
-             length. Accuracy over all seeds pooled (correct / answers), then by lag bucket.\n\n\
+            "## Length extrapolation (beyond the paper)\n\nModels of the cell (tested at its \
+             L; trained at L or on the mixture of shorter lengths named in its table) scored on \
+             longer sequences of the same task (gaps, so lags, grow with the length), streamed \
+             in pieces of the cell's L with the state carried; node tables certified for the \
+             scored length; softmax restricted to a window of the cell's L (sliding-window \
+             attention: it cannot see lags beyond it). Accuracy over all seeds pooled (correct / \
+             answers), then by lag bucket.\n\n\
              | cell | mixer | scored L | accuracy % | ",
         );
         for (label, _, _) in BUCKETS {

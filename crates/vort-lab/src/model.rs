@@ -124,7 +124,8 @@ pub struct ModelConfig {
     pub head_dim: usize,
     /// Random features per head (FAVOR+).
     pub features: usize,
-    /// Feature map: "favor" or "elu".
+    /// Feature map: "favor" (FAVOR+, `features` of them), "elu" (ELU+1, m = head_dim) or
+    /// "taylor" (Based's second-order Taylor map, m = 1 + d + d(d+1)/2 for head_dim d).
     pub feature_map: FeatureMap,
     /// MLP hidden width = mlp_mult · d_model (0: no MLP).
     pub mlp_mult: usize,

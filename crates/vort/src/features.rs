@@ -7,6 +7,10 @@
 //!   |z|² is known and no data-dependent stabiliser (a max over the sequence) is needed: a
 //!   causal stream cannot look ahead.
 //! - ELU+1 (Katharopoulos et al. 2020): φ(z) = elu(z) + 1, deterministic, m = d.
+//! - Taylor (Zoology's Based, Arora et al. 2024): the second-order expansion of exp,
+//!   φ(q)·φ(k) = 1 + s + s²/2 with s = q·k/√d, from φ(z) = [1, z/d^¼, z_i z_j/√d (i < j),
+//!   z_i²/√(2d)], deterministic, m = 1 + d + d(d+1)/2. Its entries can be negative; the
+//!   kernel 1 + s + s²/2 >= 1/2 is positive, so every normaliser stays positive.
 
 use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
@@ -23,6 +27,21 @@ pub enum FeatureMap {
     Favor,
     /// elu(z) + 1 (deterministic; feature dim = head dim).
     Elu,
+    /// Second-order Taylor expansion of exp (Based; deterministic; feature dim
+    /// 1 + d + d(d+1)/2 for head dim d, whatever `features` says).
+    Taylor,
+}
+
+impl FeatureMap {
+    /// Feature dim m of this map on head dim `d` when `features` are asked for (FAVOR+ takes
+    /// `features`; the deterministic maps fix their own).
+    pub fn dim(self, d: usize, features: usize) -> usize {
+        match self {
+            FeatureMap::Favor => features,
+            FeatureMap::Elu => d,
+            FeatureMap::Taylor => 1 + d + d * (d + 1) / 2,
+        }
+    }
 }
 
 /// Gram–Schmidt orthonormalisation of the rows of a [d, d] matrix (f64, in place).
@@ -78,10 +97,13 @@ pub struct Features {
     pub m: usize,
     /// ω [d, m] (transposed for z ω), FAVOR+ only.
     omega_t: Option<Tensor>,
+    /// Taylor only: the flat indices i·d + j (i <= j) of the upper triangle of z zᵀ, and
+    /// their scales (1/√(2d) on the diagonal, 1/√d off it).
+    taylor: Option<(Tensor, Tensor)>,
 }
 
 impl Features {
-    /// FAVOR+ with m features (seeded), or ELU+1 (m = d).
+    /// FAVOR+ with m features (seeded), ELU+1 (m = d), or Taylor (m = 1 + d + d(d+1)/2).
     ///
     /// # Errors
     /// m or d = 0.
@@ -92,7 +114,38 @@ impl Features {
                 d,
                 m: d,
                 omega_t: None,
+                taylor: None,
             }),
+            FeatureMap::Taylor => {
+                if d == 0 {
+                    return Err(VortError::InvalidArgument(
+                        "Taylor features: head dim d must be >= 1".into(),
+                    ));
+                }
+                let (mut idx, mut scale) = (Vec::new(), Vec::new());
+                for i in 0..d {
+                    for j in i..d {
+                        idx.push((i * d + j) as u32);
+                        // f64, cast to the input's dtype when applied
+                        scale.push(if i == j {
+                            1.0 / (2.0 * d as f64).sqrt()
+                        } else {
+                            1.0 / (d as f64).sqrt()
+                        });
+                    }
+                }
+                let n = idx.len();
+                Ok(Features {
+                    map,
+                    d,
+                    m: map.dim(d, m),
+                    omega_t: None,
+                    taylor: Some((
+                        Tensor::from_vec(idx, n, device)?,
+                        Tensor::from_vec(scale, (1, n), device)?,
+                    )),
+                })
+            }
             FeatureMap::Favor => {
                 let w = orthogonal_gaussian(m, d, seed)?;
                 let omega = Tensor::from_vec(w, (m, d), device)?.to_dtype(DType::F32)?;
@@ -101,12 +154,14 @@ impl Features {
                     d,
                     m,
                     omega_t: Some(omega.t()?.contiguous()?),
+                    taylor: None,
                 })
             }
         }
     }
 
-    /// φ(z) for z [..., d] -> [..., m], every entry > 0.
+    /// φ(z) for z [..., d] -> [..., m] (every entry > 0 except for Taylor, whose kernel
+    /// φ(q)·φ(k) is positive).
     ///
     /// # Errors
     /// Last dim is not d.
@@ -118,6 +173,25 @@ impl Features {
                 got: dims,
                 expected: format!("[..., {}]", self.d),
             });
+        }
+        if let Some((idx, scale)) = &self.taylor {
+            let rows: usize = dims[..dims.len() - 1].iter().product();
+            let d = self.d;
+            let z2 = z.reshape((rows, d))?;
+            // [1, z/d^¼, upper triangle of z zᵀ scaled]
+            let outer = z2
+                .reshape((rows, d, 1))?
+                .broadcast_mul(&z2.reshape((rows, 1, d))?)?
+                .reshape((rows, d * d))?;
+            let second = outer
+                .index_select(idx, 1)?
+                .broadcast_mul(&scale.to_dtype(z.dtype())?)?;
+            let first = (&z2 * (d as f64).powf(-0.25))?;
+            let ones = Tensor::ones((rows, 1), z.dtype(), z.device())?;
+            let phi = Tensor::cat(&[&ones, &first, &second], 1)?;
+            let mut out = dims[..dims.len() - 1].to_vec();
+            out.push(self.m);
+            return Ok(phi.reshape(out)?);
         }
         match &self.omega_t {
             None => Ok((z.elu(1.0)? + 1.0)?),

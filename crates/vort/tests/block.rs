@@ -81,7 +81,7 @@ fn input(b: usize, t: usize, dm: usize, seed: u64) -> (Tensor, Tensor) {
 
 #[test]
 fn every_memory_streams_in_pieces_like_one_pass() {
-    for map in [FeatureMap::Favor, FeatureMap::Elu] {
+    for map in [FeatureMap::Favor, FeatureMap::Elu, FeatureMap::Taylor] {
         for mem in memories() {
             let vm = VarMap::new();
             let blk = Block::new(cfg(mem.clone(), map), &vm, "blk", &Device::Cpu).unwrap();
@@ -184,6 +184,40 @@ fn favor_rows_are_orthogonal_in_blocks_and_features_positive() {
     let z = Tensor::randn(0f32, 3f32, (5, d), &Device::Cpu).unwrap();
     let phi = to_f64(&f.apply(&z).unwrap());
     assert!(phi.iter().all(|&p| p >= 0.0) && phi.iter().any(|&p| p > 0.0));
+}
+
+/// Based's Taylor map: φ(q)·φ(k) = 1 + s + s²/2 with s = q·k/√d exactly (the second-order
+/// expansion of exp(s)), m = 1 + d + d(d+1)/2, on awkward shapes (d = 1, d = 5, leading
+/// dims [2, 3]).
+#[test]
+fn taylor_features_give_the_second_order_kernel() {
+    for d in [1usize, 5, 8] {
+        let f = Features::new(FeatureMap::Taylor, d, 999, 0, &Device::Cpu).unwrap();
+        assert_eq!(f.m, 1 + d + d * (d + 1) / 2);
+        assert_eq!(FeatureMap::Taylor.dim(d, 999), f.m);
+        let mut r = Rng::new(d as u64);
+        let n = 6;
+        let z: Vec<f64> = (0..2 * n * d).map(|_| 3.0 * (r.unif() - 0.5)).collect();
+        let zt = Tensor::from_vec(z.clone(), (2, n, d), &Device::Cpu).unwrap();
+        let phi = to_f64(&f.apply(&zt).unwrap());
+        assert_eq!(phi.len(), 2 * n * f.m);
+        let (q, k) = (&z[..n * d], &z[n * d..]);
+        for i in 0..n {
+            for j in 0..n {
+                let s: f64 =
+                    (0..d).map(|x| q[i * d + x] * k[j * d + x]).sum::<f64>() / (d as f64).sqrt();
+                let dot: f64 = (0..f.m)
+                    .map(|x| phi[i * f.m + x] * phi[(n + j) * f.m + x])
+                    .sum();
+                let want = 1.0 + s + s * s / 2.0;
+                assert!(
+                    (dot - want).abs() < 1e-12 * want.max(1.0),
+                    "d {d}: {dot} vs {want}"
+                );
+                assert!(want >= 0.5);
+            }
+        }
+    }
 }
 
 #[test]

@@ -29,7 +29,6 @@ use crate::plot::{histogram, panels_plot, Panel, Series};
 use crate::tasks::{MixLength, BUCKETS};
 use crate::train::eval::{EvalResult, LagAccuracy};
 use crate::train::{self, checkpoint, Metrics, RunConfig, RunOptions, TrainError};
-use vort::features::FeatureMap;
 
 /// The embedded presets, by scale name.
 pub const PRESETS: [(&str, &str); 3] = [
@@ -478,10 +477,7 @@ pub fn state_floats(cfg: &RunConfig, nodes: usize) -> usize {
             2 * kept * m.head_dim
         }
         _ => {
-            let f = match m.feature_map {
-                FeatureMap::Elu => m.head_dim,
-                _ => m.features,
-            };
+            let f = m.feature_map.dim(m.head_dim, m.features);
             nodes * f * (m.head_dim + 1)
         }
     };

@@ -161,4 +161,11 @@ fn a_preset_narrows_to_named_cells() {
         "{}",
         p.description
     );
+    // a cell's own mixer list also sets the order its runs go in
+    p.cells[0].mixers = vec!["retnet".into(), "softmax".into()];
+    let order: Vec<&str> = p.mixers_of(&p.cells[0]).map(|m| m.name.as_str()).collect();
+    assert_eq!(order, ["retnet", "softmax"]);
+    p.cells[0].mixers.clear();
+    let order: Vec<&str> = p.mixers_of(&p.cells[0]).map(|m| m.name.as_str()).collect();
+    assert_eq!(order, ["softmax", "retnet"]);
 }

@@ -250,11 +250,15 @@ impl RecallPreset {
             .unwrap_or_else(|| self.lrs.clone())
     }
 
-    /// The mixers of a cell.
+    /// The mixers of a cell, in the order they run: the cell's list when it has one (so a
+    /// cell runs its most important comparisons first), else every mixer of the preset.
     pub fn mixers_of<'a>(&'a self, cell: &'a CellSpec) -> impl Iterator<Item = &'a MixerSpec> {
-        self.mixers
+        let listed = cell
+            .mixers
             .iter()
-            .filter(|m| cell.mixers.is_empty() || cell.mixers.contains(&m.name))
+            .filter_map(|n| self.mixers.iter().find(|m| &m.name == n));
+        let all = self.mixers.iter().filter(|_| cell.mixers.is_empty());
+        listed.chain(all)
     }
 
     /// The run config of (cell, mixer) at learning rate `lr` and `seed`: base, then the cell's

@@ -13,13 +13,13 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::{compare_paired, loss_claim_verdict};
+use super::stats::{compare_paired, loss_claim_verdict, MIN_BIN};
 use super::{density, mean_sd, one, Scale};
 use crate::model::MemoryKind;
 use crate::plot::{panels_plot, Panel, Series};
 use crate::tasks::books::BookCorpus;
 use crate::tasks::{TaskConfig, TaskKind, CONTEXT_BUCKETS};
-use crate::train::eval::EvalResult;
+use crate::train::eval::{EvalResult, LagAccuracy};
 use crate::train::stream::{stream_text, StreamResult};
 use crate::train::{self, RunConfig, TrainConfig, TrainError};
 
@@ -375,28 +375,46 @@ fn plots(results: &[EvalResult], streams: &[StreamRow], out: &Path) -> Result<()
             .filter(|r| r.memory == memory.name())
             .collect();
         let Some(first) = rs.first() else { continue };
-        // pool seeds: Σ nll·n / Σ n per doubling context bin
-        let pts: Vec<(f64, f64)> = (0..first.lag_bins.len())
-            .filter_map(|b| {
-                let bin = &first.lag_bins[b];
-                let (n, s) = rs
-                    .iter()
-                    .map(|r| (r.lag_bins[b].n, r.lag_bins[b].nll * r.lag_bins[b].n as f64))
-                    .fold((0usize, 0.0), |a, x| (a.0 + x.0, a.1 + x.1));
-                (n > 0).then(|| {
-                    (
-                        ((bin.lo * bin.hi) as f64).sqrt(),
-                        s / n as f64 / std::f64::consts::LN_2,
-                    )
+        // pool seeds per doubling context bin: the mean, and its SE over scored bytes from
+        // the pooled variance; bins with fewer than MIN_BIN bytes are left out (context 1
+        // has one byte per window: a spike of noise)
+        let (mut pts, mut bars) = (Vec::new(), Vec::new());
+        for (b, bin) in first.lag_bins.iter().enumerate() {
+            let rows: Vec<&LagAccuracy> = rs.iter().filter_map(|r| r.lag_bins.get(b)).collect();
+            let n: usize = rows.iter().map(|r| r.n).sum();
+            if n < MIN_BIN {
+                continue;
+            }
+            let mean = rows.iter().map(|r| r.nll * r.n as f64).sum::<f64>() / n as f64;
+            // Σ (n_i - 1) sd_i² + n_i (mean_i - mean)², over n - 1
+            let ss: f64 = rows
+                .iter()
+                .filter(|r| r.n > 0)
+                .map(|r| {
+                    let sd = if r.nll_sd.is_finite() { r.nll_sd } else { 0.0 };
+                    (r.n as f64 - 1.0) * sd * sd + r.n as f64 * (r.nll - mean).powi(2)
                 })
-            })
-            .collect();
-        series.push(Series::line(memory.name(), pts).with_color(ci));
+                .sum();
+            let se = (ss / (n - 1) as f64 / n as f64).sqrt();
+            let x = ((bin.lo * bin.hi) as f64).sqrt();
+            let bits = |v: f64| v / std::f64::consts::LN_2;
+            pts.push((x, bits(mean)));
+            if rows.iter().all(|r| r.nll_sd.is_finite() || r.n < 2) {
+                bars.push((x, bits(mean - 2.0 * se), bits(mean + 2.0 * se)));
+            }
+        }
+        series.push(
+            Series::line(memory.name(), pts)
+                .with_color(ci)
+                .with_bars(bars),
+        );
     }
     panels_plot(
         &out.join("bpc_vs_context.png"),
         &[Panel {
-            title: "books: test bits/char against context (doubling bins, seeds pooled)".into(),
+            title: "books: bits/char against context (bins of >= 20 bytes; ±2 SE over bytes, \
+                    a lower bound)"
+                .into(),
             x_label: "context (bytes)".into(),
             y_label: "bits per character".into(),
             log_x: true,

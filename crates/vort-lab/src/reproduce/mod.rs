@@ -830,6 +830,7 @@ mod tests {
                 correct: k[i],
                 accuracy: k[i] as f64 / n[i] as f64,
                 nll: f64::NAN,
+                nll_sd: f64::NAN,
             })
             .collect();
         EvalResult {

@@ -1455,6 +1455,7 @@ mod tests {
             correct,
             accuracy: f64::NAN,
             nll: f64::NAN,
+            nll_sd: f64::NAN,
         }
     }
 

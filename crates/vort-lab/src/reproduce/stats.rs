@@ -215,6 +215,7 @@ mod tests {
             correct,
             accuracy: f64::NAN,
             nll: f64::NAN,
+            nll_sd: f64::NAN,
         };
         // bin [1, 1]: 3 + 4 answers (thin, dropped); bin [4, 9]: 10 + 30 answers
         let s0 = [bin(1, 1, 1, 3), bin(4, 9, 5, 10)];

@@ -39,6 +39,14 @@ pub struct LagAccuracy {
     /// Mean cross-entropy in nats (NaN when n = 0); / ln 2 = bits per token.
     #[serde(default, deserialize_with = "nan_if_null")]
     pub nll: f64,
+    /// Sample standard deviation of the cross-entropy over the range's positions, nats (NaN
+    /// below 2 positions, and in files written before it existed).
+    #[serde(default = "nan", deserialize_with = "nan_if_null")]
+    pub nll_sd: f64,
+}
+
+fn nan() -> f64 {
+    f64::NAN
 }
 
 /// JSON has no NaN: serde_json writes it as null, so read null back as NaN (otherwise an
@@ -138,12 +146,13 @@ impl WindowScore {
     }
 }
 
-/// Running (answers, correct, Σ nll) of one lag range.
+/// Running (answers, correct, Σ nll, Σ nll²) of one lag range.
 #[derive(Debug, Clone, Copy, Default)]
 struct Tally {
     n: usize,
     correct: usize,
     nll: f64,
+    nll_sq: f64,
 }
 
 impl Tally {
@@ -151,6 +160,7 @@ impl Tally {
         self.n += 1;
         self.correct += usize::from(ok);
         self.nll += nll;
+        self.nll_sq += nll * nll;
     }
     fn row(&self, label: String, lo: usize, hi: usize) -> LagAccuracy {
         let mean = |x: f64| {
@@ -168,6 +178,14 @@ impl Tally {
             correct: self.correct,
             accuracy: mean(self.correct as f64),
             nll: mean(self.nll),
+            nll_sd: if self.n < 2 {
+                f64::NAN
+            } else {
+                let m = self.nll / self.n as f64;
+                ((self.nll_sq - self.n as f64 * m * m) / (self.n - 1) as f64)
+                    .max(0.0)
+                    .sqrt()
+            },
         }
     }
 }

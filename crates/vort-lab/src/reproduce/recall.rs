@@ -1169,6 +1169,35 @@ fn verdicts(rep: &RecallReport) -> String {
             )),
         }
     }
+    // beyond the paper: routed power law against the learned exponential over all answers,
+    // in every grid cell that softmax attention learned
+    for cell in cells_where(rep, |c| c.section == Section::Grid) {
+        let (Some(sm), Some(vort), Some(exp)) = (
+            cell_of(cell, "softmax"),
+            cell_of(cell, "vort"),
+            cell_of(cell, "exponential"),
+        ) else {
+            continue;
+        };
+        let (k, n) = pooled(sm, None);
+        let sane = k as f64 / n.max(1) as f64;
+        if sane < 0.9 {
+            s.push_str(&format!(
+                "- Grid cell {cell}: VORT against the exponential not compared: softmax \
+                 attention reached only {:.1}%.\n",
+                100.0 * sane
+            ));
+            continue;
+        }
+        let (d, se, word) = compare(pooled(vort, None), pooled(exp, None));
+        s.push_str(&format!(
+            "- Beyond the paper, grid cell {cell} (softmax {:.1}%): VORT - exponential = {:+.1} \
+             ± {:.1} points (SE) over all answers: VORT {word}.\n",
+            100.0 * sane,
+            100.0 * d,
+            100.0 * se
+        ));
+    }
     s.push('\n');
     s
 }

@@ -337,6 +337,11 @@ pub struct ReproduceArgs {
     /// shared with the whole preset, whose next run reuses them.
     #[arg(long = "cell", value_name = "NAME")]
     cells: Vec<String>,
+    /// Recall only: train nothing; write the report of the runs finished so far, listing the
+    /// (cell, mixer) pairs still pending (a long preset's progress, e.g. while it runs in the
+    /// background).
+    #[arg(long, conflicts_with = "fresh")]
+    report_only: bool,
     /// Retrain every run: delete DIR/runs first instead of reusing finished runs and
     /// resuming interrupted ones.
     #[arg(long)]
@@ -363,10 +368,12 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         Experiments::Books => "books",
         Experiments::Recall => "recall",
     };
-    if (a.config.is_some() || !a.cells.is_empty()) && !matches!(a.what, Experiments::Recall) {
+    if (a.config.is_some() || !a.cells.is_empty() || a.report_only)
+        && !matches!(a.what, Experiments::Recall)
+    {
         return Err(CliError::Usage(
-            "--config and --cell are for `reproduce recall` (the other experiments have fixed \
-             presets)"
+            "--config, --cell and --report-only are for `reproduce recall` (the other \
+             experiments have fixed presets)"
                 .into(),
         ));
     }
@@ -418,7 +425,7 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
                     "internal: the recall preset was not read".into(),
                 ));
             };
-            let rep = reproduce::recall::run(&preset, &out, true)?;
+            let rep = reproduce::recall::run(&preset, &out, true, !a.report_only)?;
             if rep.gate_passed == Some(false) {
                 eprintln!("gate FAILED: softmax attention did not solve the gate cell");
             }

@@ -74,7 +74,18 @@ fn tiny_recall_reproduction_runs_reports_and_reuses() {
     let out = std::env::temp_dir().join(format!("vort-recall-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let preset = RecallPreset::from_toml(PRESET, "tiny").unwrap();
-    let rep = recall::run(&preset, &out, false).unwrap();
+    // --report-only before anything ran: no cell, every (cell, mixer) pending, nothing trained
+    let early = recall::run(&preset, &out, false, false).unwrap();
+    assert!(early.cells.is_empty());
+    assert_eq!(early.pending.len(), 3, "{:?}", early.pending);
+    assert!(early.pending[0].starts_with("gate / softmax (lr 1.0e-3 seed 0)"));
+    assert!(!out
+        .join("runs/gate/softmax")
+        .join("lr1.0e-3/seed0/checkpoint.safetensors")
+        .exists());
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("**Partial report**"), "{md}");
+    let rep = recall::run(&preset, &out, false, true).unwrap();
     // gate: softmax (2 lrs + 1 more seed) and retnet (1 lr + 1 seed); long: retnet (1)
     assert_eq!(rep.cells.len(), 3);
     let soft = &rep.cells[0];
@@ -134,14 +145,25 @@ fn tiny_recall_reproduction_runs_reports_and_reuses() {
         .join("seed0/weights.safetensors");
     assert!(w.is_file(), "{} missing", w.display());
     // a second call trains nothing and reports the same numbers
-    let again = recall::run(&preset, &out, false).unwrap();
+    let again = recall::run(&preset, &out, false, true).unwrap();
     assert_eq!(again.reused, 8, "the diverged runs are reused too");
+    assert!(again.pending.is_empty());
     for (a, b) in rep.cells.iter().zip(&again.cells) {
         assert_eq!(a.best_lr, b.best_lr);
         let acc =
             |c: &recall::CellResult| -> Vec<usize> { c.seeds.iter().map(|r| r.correct).collect() };
         assert_eq!(acc(a), acc(b));
     }
+    // one unfinished run: --report-only reports the rest and names the pair it leaves out
+    std::fs::remove_file(w.parent().unwrap().join("eval.json")).unwrap();
+    let partial = recall::run(&preset, &out, false, false).unwrap();
+    assert_eq!(partial.cells.len(), 2);
+    assert_eq!(partial.pending.len(), 1);
+    assert!(
+        partial.pending[0].starts_with("long / retnet"),
+        "{:?}",
+        partial.pending
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
 

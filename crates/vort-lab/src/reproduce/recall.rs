@@ -463,6 +463,10 @@ pub struct RecallReport {
     pub wall_s: f64,
     /// Runs reused from an earlier call.
     pub reused: usize,
+    /// (cell, mixer) pairs left out because a run of theirs is not finished (a report
+    /// written without training, `--report-only`): "cell / mixer (first missing run)".
+    #[serde(default)]
+    pub pending: Vec<String>,
 }
 
 /// Floats of the recurrent state of `cfg`'s model at sequence length `l`: per layer and head,
@@ -553,7 +557,8 @@ fn one(
     lr: f64,
     seed: u64,
     progress: bool,
-) -> Result<(RunResult, bool), TrainError> {
+    train_missing: bool,
+) -> Result<Option<(RunResult, bool)>, TrainError> {
     let c = preset.run_config(cell, mixer, lr, seed)?;
     let dir = run_dir(out, cell, mixer, lr, seed);
     let eval_path = dir.join(train::EVAL_FILE);
@@ -576,7 +581,10 @@ fn one(
         .filter(|_| same_config)
         .and_then(|t| serde_json::from_str::<Diverged>(&t).ok());
     if let Some(d) = diverged_before {
-        return Ok((RunResult::diverged(seed, lr, d.step, &c), true));
+        return Ok(Some((RunResult::diverged(seed, lr, d.step, &c), true)));
+    }
+    if finished.is_none() && !train_missing {
+        return Ok(None);
     }
     let reused = finished.is_some();
     let eval = match finished {
@@ -599,7 +607,7 @@ fn one(
                     })
                     .map_err(|e| TrainError::Serialise(e.to_string()))?;
                     checkpoint::write_atomic(&diverged_path, json.as_bytes())?;
-                    return Ok((RunResult::diverged(seed, lr, step, &c), false));
+                    return Ok(Some((RunResult::diverged(seed, lr, step, &c), false)));
                 }
                 Err(e) => return Err(e),
             }
@@ -624,7 +632,7 @@ fn one(
         .iter()
         .map(|&l| extrapolate(&dir, &c, l, cell.extrapolate_examples, eval.step))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((
+    Ok(Some((
         RunResult {
             seed,
             lr,
@@ -644,10 +652,12 @@ fn one(
             diverged_at: None,
         },
         reused,
-    ))
+    )))
 }
 
-/// Runs `preset` into `out_dir` (see the module doc).
+/// Runs `preset` into `out_dir` (see the module doc). With `train_missing` false nothing is
+/// trained: the report covers the (cell, mixer) pairs whose runs are all finished and lists
+/// the others as pending (a report of a long preset so far).
 ///
 /// # Errors
 /// Training errors of any run, plot and I/O errors.
@@ -655,6 +665,7 @@ pub fn run(
     preset: &RecallPreset,
     out_dir: &Path,
     progress: bool,
+    train_missing: bool,
 ) -> Result<RecallReport, TrainError> {
     let t0 = Instant::now();
     std::fs::create_dir_all(out_dir).map_err(|e| checkpoint::io(out_dir, e))?;
@@ -664,6 +675,7 @@ pub fn run(
     let mut trained = 0usize;
     let mut reused = 0usize;
     let mut cells = Vec::new();
+    let mut pending = Vec::new();
     let mut step = |r: &RunResult, was_reused: bool, what: &str, secs: f64| {
         done += 1;
         if was_reused {
@@ -700,9 +712,28 @@ pub fn run(
         for mixer in preset.mixers_of(cell) {
             let lrs = preset.lrs_of(cell, mixer);
             let mut sweep = Vec::new();
+            let pending_run = |what: String| format!("{} / {} ({what})", cell.name, mixer.name);
+            let mut missing = None;
             for &lr in &lrs {
                 let ts = Instant::now();
-                let (r, was) = one(out_dir, preset, cell, mixer, lr, seeds[0], progress)?;
+                let Some((r, was)) = one(
+                    out_dir,
+                    preset,
+                    cell,
+                    mixer,
+                    lr,
+                    seeds[0],
+                    progress,
+                    train_missing,
+                )?
+                else {
+                    missing = Some(pending_run(format!(
+                        "lr {} seed {}",
+                        lr_label(lr),
+                        seeds[0]
+                    )));
+                    break;
+                };
                 let what = format!(
                     "{} {} lr {} seed {}",
                     cell.name,
@@ -712,6 +743,10 @@ pub fn run(
                 );
                 step(&r, was, &what, ts.elapsed().as_secs_f64());
                 sweep.push(r);
+            }
+            if let Some(m) = missing {
+                pending.push(m);
+                continue;
             }
             // the best validation accuracy; ties (e.g. several at 1.0) go to the rate that
             // got there in fewer steps
@@ -736,7 +771,20 @@ pub fn run(
             let mut runs = vec![sweep[best].clone()];
             for &seed in &seeds[1..] {
                 let ts = Instant::now();
-                let (r, was) = one(out_dir, preset, cell, mixer, best_lr, seed, progress)?;
+                let Some((r, was)) = one(
+                    out_dir,
+                    preset,
+                    cell,
+                    mixer,
+                    best_lr,
+                    seed,
+                    progress,
+                    train_missing,
+                )?
+                else {
+                    missing = Some(pending_run(format!("lr {} seed {seed}", lr_label(best_lr))));
+                    break;
+                };
                 let what = format!(
                     "{} {} lr {} seed {seed}",
                     cell.name,
@@ -745,6 +793,10 @@ pub fn run(
                 );
                 step(&r, was, &what, ts.elapsed().as_secs_f64());
                 runs.push(r);
+            }
+            if let Some(m) = missing {
+                pending.push(m);
+                continue;
             }
             if cell.release_weights {
                 let dir = run_dir(out_dir, cell, mixer, best_lr, seeds[0]);
@@ -788,6 +840,7 @@ pub fn run(
         gate_passed,
         wall_s: t0.elapsed().as_secs_f64(),
         reused,
+        pending,
     };
     plots(&rep, out_dir)?;
     // results.json keeps the α means, not the raw samples (they are in each run's eval.json)
@@ -1241,6 +1294,13 @@ fn markdown(rep: &RecallReport) -> String {
             100.0 * p.gate_accuracy
         )),
         None => s.push_str("No softmax run in a gate cell of this preset: no gate.\n\n"),
+    }
+    if !rep.pending.is_empty() {
+        s.push_str(&format!(
+            "**Partial report** (`--report-only`): these (cell, mixer) pairs are not finished \
+             and are left out: {}.\n\n",
+            rep.pending.join("; ")
+        ));
     }
     s.push_str(&verdicts(rep));
     for section in [Section::Gate, Section::Grid, Section::Lags] {

@@ -1118,6 +1118,12 @@ fn pooled(c: &CellResult, b: Option<usize>) -> (usize, usize) {
     }
 }
 
+/// Whether the seeds of `c`, pooled, reach the `threshold` accuracy (learned the cell).
+fn learned_pooled(c: &CellResult, threshold: f64) -> bool {
+    let (k, n) = pooled(c, None);
+    n > 0 && k as f64 >= threshold * n as f64
+}
+
 /// The answers at lags > 1000 of `c`'s seeds, pooled: at the training length when it has such
 /// lags, else at the longest extrapolation length that has them (a model trained at L = 512
 /// and scored on 2048-token sequences). Returns ((correct, answers), the length scored).
@@ -1198,7 +1204,12 @@ fn verdicts(rep: &RecallReport) -> String {
                     };
                     let ((a, len_a), (b, len_b)) = (far_answers(vort), far_answers(o));
                     let (d, se, word) = compare(a, b);
-                    let verdict = if len_a == len_b {
+                    // two memories that both failed to learn the task differ by noise and
+                    // chance-level strategies, not by memory
+                    let learned = |c| learned_pooled(c, rep.preset.learned_accuracy);
+                    let verdict = if !(learned(vort) || learned(o)) {
+                        "inconclusive (neither memory learned the cell)"
+                    } else if len_a == len_b {
                         claim_verdict(word)
                     } else {
                         "inconclusive (scored at different lengths)"
@@ -1239,6 +1250,14 @@ fn verdicts(rep: &RecallReport) -> String {
                 "- Grid cell {cell}: VORT against the exponential not compared: softmax \
                  attention reached only {:.1}%.\n",
                 100.0 * sane
+            ));
+            continue;
+        }
+        let learned = |c| learned_pooled(c, rep.preset.learned_accuracy);
+        if !(learned(vort) || learned(exp)) {
+            s.push_str(&format!(
+                "- Grid cell {cell}: VORT against the exponential inconclusive: neither \
+                 learned it.\n"
             ));
             continue;
         }
@@ -1615,6 +1634,54 @@ mod tests {
         // nothing anywhere: the empty own bucket
         let c = cell(vec![seed_with((0, 0), &[])], 512);
         assert_eq!(far_answers(&c), ((0, 0), 512));
+    }
+
+    /// The lag claim needs softmax to learn the cell and at least one of the two memories to
+    /// learn it too; two memories at chance are "inconclusive", not "no difference".
+    #[test]
+    fn lag_verdicts_need_a_memory_that_learned() {
+        let with_acc = |mixer: &str, correct: usize| {
+            let mut r = seed_with((correct / 10, 100), &[]);
+            (r.correct, r.answers) = (correct, 1000);
+            r.accuracy = correct as f64 / 1000.0;
+            CellResult {
+                cell: "lags".into(),
+                section: Section::Lags,
+                mixer: mixer.into(),
+                seq_len: 2048,
+                num_kv_pairs: 32,
+                power_a: 1.0,
+                train_mix: Vec::new(),
+                d_model: 64,
+                state_floats: 0,
+                sweep: Vec::new(),
+                best_lr: 1e-2,
+                seeds: vec![r],
+            }
+        };
+        let report = |vort: usize, exp: usize| RecallReport {
+            preset: RecallPreset::embedded("quick").unwrap(),
+            cells: vec![
+                with_acc("softmax", 995),
+                with_acc("vort", vort),
+                with_acc("exponential", exp),
+            ],
+            gate_passed: None,
+            wall_s: 0.0,
+            reused: 0,
+            pending: Vec::new(),
+        };
+        let v = verdicts(&report(30, 28));
+        assert!(
+            v.contains("inconclusive (neither memory learned the cell)"),
+            "{v}"
+        );
+        // VORT learned: far bucket 60/100 against 10/100
+        let v = verdicts(&report(600, 100));
+        assert!(
+            v.contains("VORT - exponential = +50.0") && v.contains(": reproduced."),
+            "{v}"
+        );
     }
 
     #[test]

@@ -548,6 +548,14 @@ impl RunResult {
     }
 }
 
+/// How [`run`] treats each run: progress output, and whether a run that is not finished is
+/// trained (or left pending).
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    progress: bool,
+    train_missing: bool,
+}
+
 /// Trains (or reuses) one run; returns its result and whether it was reused.
 fn one(
     out: &Path,
@@ -556,9 +564,12 @@ fn one(
     mixer: &MixerSpec,
     lr: f64,
     seed: u64,
-    progress: bool,
-    train_missing: bool,
+    mode: Mode,
 ) -> Result<Option<(RunResult, bool)>, TrainError> {
+    let Mode {
+        progress,
+        train_missing,
+    } = mode;
     let c = preset.run_config(cell, mixer, lr, seed)?;
     let dir = run_dir(out, cell, mixer, lr, seed);
     let eval_path = dir.join(train::EVAL_FILE);
@@ -668,6 +679,10 @@ pub fn run(
     train_missing: bool,
 ) -> Result<RecallReport, TrainError> {
     let t0 = Instant::now();
+    let mode = Mode {
+        progress,
+        train_missing,
+    };
     std::fs::create_dir_all(out_dir).map_err(|e| checkpoint::io(out_dir, e))?;
     let total = preset.run_count();
     let mut done = 0usize;
@@ -716,17 +731,7 @@ pub fn run(
             let mut missing = None;
             for &lr in &lrs {
                 let ts = Instant::now();
-                let Some((r, was)) = one(
-                    out_dir,
-                    preset,
-                    cell,
-                    mixer,
-                    lr,
-                    seeds[0],
-                    progress,
-                    train_missing,
-                )?
-                else {
+                let Some((r, was)) = one(out_dir, preset, cell, mixer, lr, seeds[0], mode)? else {
                     missing = Some(pending_run(format!(
                         "lr {} seed {}",
                         lr_label(lr),
@@ -771,17 +776,7 @@ pub fn run(
             let mut runs = vec![sweep[best].clone()];
             for &seed in &seeds[1..] {
                 let ts = Instant::now();
-                let Some((r, was)) = one(
-                    out_dir,
-                    preset,
-                    cell,
-                    mixer,
-                    best_lr,
-                    seed,
-                    progress,
-                    train_missing,
-                )?
-                else {
+                let Some((r, was)) = one(out_dir, preset, cell, mixer, best_lr, seed, mode)? else {
                     missing = Some(pending_run(format!("lr {} seed {seed}", lr_label(best_lr))));
                     break;
                 };

@@ -633,6 +633,13 @@ pub fn load_inference_model(path: &Path) -> Result<(RunConfig, Model, VarMap), T
 /// # Errors
 /// As [`load_inference_model`].
 pub fn load_inference(path: &Path) -> Result<(RunConfig, Model, VarMap, u64), TrainError> {
+    load_checked(path).map(|(c, m, vm, ck)| (c, m, vm, ck.step))
+}
+
+/// [`load_inference`], keeping the checkpoint it loaded (read and verified once).
+fn load_checked(
+    path: &Path,
+) -> Result<(RunConfig, Model, VarMap, checkpoint::Checkpoint), TrainError> {
     let (ck, ck_path) = inference_checkpoint(path)?;
     let cfg = inference_config(path, &ck)?;
     cfg.validate()?;
@@ -651,7 +658,7 @@ pub fn load_inference(path: &Path) -> Result<(RunConfig, Model, VarMap, u64), Tr
     for (var, t) in loaded {
         var.set(&t)?;
     }
-    Ok((cfg, model, vm, ck.step))
+    Ok((cfg, model, vm, ck))
 }
 
 /// Writes the trained weights of `path` (a run directory or a checkpoint file) to `out`:
@@ -662,8 +669,8 @@ pub fn load_inference(path: &Path) -> Result<(RunConfig, Model, VarMap, u64), Tr
 /// A missing, corrupt or mismatched checkpoint or config; I/O.
 pub fn export(path: &Path, out: &Path) -> Result<(usize, u64), TrainError> {
     // load the model first: an export is only written if it loads back into its config
-    let (_, _, vm, step) = load_inference(path)?;
-    let (ck, _) = inference_checkpoint(path)?;
+    let (_, _, vm, ck) = load_checked(path)?;
+    let step = ck.step;
     let w = ck.weights_only();
     let n = w.tensors.len();
     if n != super::named_vars(&vm).len() {

@@ -1,7 +1,7 @@
 //! `vort retention` (the layer's core on a safetensors file), `vort bench layer`, and the
 //! dispatch of `vort bench stream` (in `stream.rs`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
@@ -10,6 +10,7 @@ use serde::Serialize;
 use vort::bench::{self, CrossoverResult, DecodeResult, LayerBenchOpts, LayerBenchResult};
 use vort::io::{retention_from_safetensors, Form, RetentionOpts};
 use vort::{MemoryMode, VortError};
+use vort_lab::model::MemoryKind;
 
 use crate::args::{parse_count, parse_real};
 use crate::error::CliError;
@@ -59,9 +60,52 @@ pub struct RetentionArgs {
     /// Chunk length of the chunked form.
     #[arg(long, default_value = "64", value_parser = parse_count)]
     chunk: u64,
+    /// Use the memory of a trained VORT model: a run directory or a file of `vort export`.
+    /// Its config sets --memory (vort_mode), --banks, --delta, --eps (soe_eps), --horizon (the
+    /// model's, or its sequence length), --chunk and eps_den, so y is that model's retention
+    /// core on this input; those flags may not be given with it. The orders α still come from
+    /// the input, not from the model's router.
+    #[arg(
+        long,
+        value_name = "DIR|FILE",
+        conflicts_with_all = ["memory", "eps", "horizon", "banks", "delta", "chunk"]
+    )]
+    model: Option<PathBuf>,
     /// Print the run's summary as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// The retention settings of the trained model at `path` (see `--model`): refused (exit 2)
+/// unless its memory is VORT.
+fn model_opts(path: &Path, form: Form) -> Result<RetentionOpts, CliError> {
+    if !(path.is_file() || path.join(vort_lab::train::CONFIG_FILE).is_file()) {
+        return Err(CliError::Usage(format!(
+            "--model {} is neither a run directory (no {}) nor a file of `vort export`",
+            path.display(),
+            vort_lab::train::CONFIG_FILE
+        )));
+    }
+    let cfg = vort_lab::train::eval::trained_config(path)?;
+    let m = &cfg.model;
+    if m.memory != MemoryKind::Vort {
+        return Err(CliError::Usage(format!(
+            "--model {}: its memory is {}, not VORT; `vort retention` computes VORT's \
+             retention core only",
+            path.display(),
+            m.memory
+        )));
+    }
+    Ok(RetentionOpts {
+        form,
+        memory: m.vort_mode,
+        eps: m.soe_eps,
+        horizon: Some(m.memory_horizon(cfg.task.seq_len)),
+        banks: m.banks,
+        delta: m.delta,
+        chunk: m.chunk,
+        eps_den: m.eps_den,
+    })
 }
 
 fn parse_form(s: &str) -> Result<Form, String> {
@@ -79,15 +123,18 @@ pub fn run_retention(a: RetentionArgs) -> Result<(), CliError> {
     if a.horizon == Some(0) {
         return Err(CliError::Usage("--horizon must be >= 1".into()));
     }
-    let opts = RetentionOpts {
-        form: a.form,
-        memory: a.memory,
-        eps: a.eps,
-        horizon: a.horizon,
-        banks: usize::try_from(a.banks).unwrap_or(usize::MAX),
-        delta: a.delta,
-        chunk: a.chunk as usize,
-        ..RetentionOpts::default()
+    let opts = match &a.model {
+        Some(path) => model_opts(path, a.form)?,
+        None => RetentionOpts {
+            form: a.form,
+            memory: a.memory,
+            eps: a.eps,
+            horizon: a.horizon,
+            banks: usize::try_from(a.banks).unwrap_or(usize::MAX),
+            delta: a.delta,
+            chunk: a.chunk as usize,
+            ..RetentionOpts::default()
+        },
     };
     // the recipe is checked before the input is read or anything is written
     opts.node_spec(1).validate()?;
@@ -107,13 +154,13 @@ pub fn run_retention(a: RetentionArgs) -> Result<(), CliError> {
     }
     emit(&format!(
         "y [{t}, {d}] written to {out}\nform {form:?}, memory {mem:?}: {n} nodes, kernel certified to \
-         {err:.2e} on lags 1..={h}{clamped}\n",
+         {err:.2e} on lags 1..={h}{clamped}{model}\n",
         h = report.horizon,
         t = report.t,
         d = report.d,
         out = a.output.display(),
         form = a.form,
-        mem = a.memory,
+        mem = opts.memory,
         n = report.nodes,
         err = report.kernel_max_rel_error,
         clamped = if report.clamped_orders > 0 {
@@ -124,6 +171,14 @@ pub fn run_retention(a: RetentionArgs) -> Result<(), CliError> {
         } else {
             String::new()
         },
+        model = a.model.as_ref().map_or(String::new(), |m| format!(
+            "\nsettings of the model {}: delta {}, eps {:e}, chunk {}, eps_den {:e}",
+            m.display(),
+            opts.delta,
+            opts.eps,
+            opts.chunk,
+            opts.eps_den
+        )),
     ))
 }
 

@@ -394,3 +394,107 @@ fn numpy_reference_reproduces_the_committed_pair() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// `retention --model` takes the memory settings of a trained VORT model (run directory or
+/// exported file): the same y as the flags those settings stand for (tiny_run.toml: shared
+/// nodes, δ 0.1, soe_eps 1e-3, chunk 32, horizon = seq_len 128); those flags may not be given
+/// with it, and a model whose memory is not VORT is refused (exit 2).
+#[test]
+fn retention_takes_a_trained_models_memory_settings() {
+    let tiny = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tiny_run.toml");
+    let input = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/retention_pair/in.safetensors"
+    );
+    let run = tmp("model-run");
+    let _ = std::fs::remove_dir_all(&run);
+    let r = run.to_str().unwrap();
+    let o = vort(&[
+        "train", "--task", "zipf", "--memory", "vort", "--config", tiny, "--out", r,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let file = run.with_extension("safetensors");
+    let f = file.to_str().unwrap();
+    assert!(vort(&["export", "--run", r, "--out", f]).status.success());
+
+    let out = |name: &str| tmp(name).to_str().unwrap().to_string();
+    let (by_flags, by_dir, by_file) = (out("m-flags"), out("m-dir"), out("m-file"));
+    let o = vort(&[
+        "retention",
+        "--input",
+        input,
+        "--output",
+        &by_flags,
+        "--memory",
+        "shared",
+        "--delta",
+        "0.1",
+        "--eps",
+        "1e-3",
+        "--horizon",
+        "128",
+        "--chunk",
+        "32",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (model, output) in [(r, &by_dir), (f, &by_file)] {
+        let o = vort(&[
+            "retention",
+            "--input",
+            input,
+            "--output",
+            output,
+            "--model",
+            model,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(report["horizon"], 128, "{report}");
+        assert_eq!(read_y(Path::new(output)), read_y(Path::new(&by_flags)));
+    }
+    // a flag the model sets
+    assert_one_line_error(
+        &vort(&[
+            "retention",
+            "--input",
+            input,
+            "--output",
+            &by_dir,
+            "--model",
+            r,
+            "--eps",
+            "1e-4",
+        ]),
+        2,
+    );
+    // a model whose memory is softmax attention
+    let soft = tmp("model-softmax");
+    std::fs::create_dir_all(&soft).unwrap();
+    let cfg = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    assert!(cfg.contains("memory = \"vort\""), "{cfg}");
+    std::fs::write(
+        soft.join("config.toml"),
+        cfg.replace("memory = \"vort\"", "memory = \"softmax\""),
+    )
+    .unwrap();
+    let err = assert_one_line_error(
+        &vort(&[
+            "retention",
+            "--input",
+            input,
+            "--output",
+            &by_dir,
+            "--model",
+            soft.to_str().unwrap(),
+        ]),
+        2,
+    );
+    assert!(err.contains("not VORT"), "{err}");
+    for p in [&run, &soft] {
+        let _ = std::fs::remove_dir_all(p);
+    }
+    for p in [&file, &tmp("m-flags"), &tmp("m-dir"), &tmp("m-file")] {
+        let _ = std::fs::remove_file(p);
+    }
+}

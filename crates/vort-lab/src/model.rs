@@ -211,13 +211,19 @@ impl ModelConfig {
         }
     }
 
-    /// The block configuration of layer `layer` (seeded from `seed`), for sequences of `seq_len`.
-    pub fn block_config(&self, seed: u64, layer: usize, seq_len: usize) -> BlockConfig {
-        let horizon = if self.horizon == 0 {
+    /// The certified SOE horizon of the memory for sequences of `seq_len` (`horizon`, or
+    /// `seq_len` where it is 0).
+    pub fn memory_horizon(&self, seq_len: usize) -> u64 {
+        if self.horizon == 0 {
             seq_len as u64
         } else {
             self.horizon
-        };
+        }
+    }
+
+    /// The block configuration of layer `layer` (seeded from `seed`), for sequences of `seq_len`.
+    pub fn block_config(&self, seed: u64, layer: usize, seq_len: usize) -> BlockConfig {
+        let horizon = self.memory_horizon(seq_len);
         let memory = match self.memory {
             MemoryKind::Vort => Memory::Vort {
                 nodes: self.node_spec(horizon),

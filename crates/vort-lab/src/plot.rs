@@ -378,17 +378,26 @@ where
     let (y0, y1) = padded_range(ys, panel.log_y, 0.05);
     // Ticks closer to 0 than 1e-9 of a linear axis's span are 0 (not -1.4e-20).
     let snap = |log: bool, lo: f64, hi: f64| if log { 0.0 } else { 1e-9 * (hi - lo) };
-    let zero = (snap(panel.log_x, x0, x1), snap(panel.log_y, y0, y1));
+    // a log axis over a decade or more labels only 1, 2 and 5 × 10^k (plotters ticks every
+    // 10^k multiple, whose labels overlap at the top of each decade)
+    let ticks = AxisTicks {
+        zero: (snap(panel.log_x, x0, x1), snap(panel.log_y, y0, y1)),
+        thin: (
+            panel.log_x && x1 >= 10.0 * x0,
+            panel.log_y && y1 >= 10.0 * y0,
+        ),
+        legend: legend_corner(panel, (x0, x1), (y0, y1)),
+    };
     match (panel.log_x, panel.log_y) {
-        (false, false) => draw_panel(area, panel, x0..x1, y0..y1, zero),
-        (true, false) => draw_panel(area, panel, (x0..x1).log_scale(), y0..y1, zero),
-        (false, true) => draw_panel(area, panel, x0..x1, (y0..y1).log_scale(), zero),
+        (false, false) => draw_panel(area, panel, x0..x1, y0..y1, ticks),
+        (true, false) => draw_panel(area, panel, (x0..x1).log_scale(), y0..y1, ticks),
+        (false, true) => draw_panel(area, panel, x0..x1, (y0..y1).log_scale(), ticks),
         (true, true) => draw_panel(
             area,
             panel,
             (x0..x1).log_scale(),
             (y0..y1).log_scale(),
-            zero,
+            ticks,
         ),
     }
 }
@@ -398,7 +407,7 @@ fn draw_panel<DB, X, Y>(
     panel: &Panel,
     x: X,
     y: Y,
-    zero: (f64, f64),
+    ticks: AxisTicks,
 ) -> DrawResult
 where
     DB: DrawingBackend,
@@ -420,8 +429,8 @@ where
         .y_desc(panel.y_label.as_str())
         .label_style((FAMILY, 15))
         .axis_desc_style((FAMILY, 17))
-        .x_label_formatter(&|v| tick_label(if v.abs() < zero.0 { 0.0 } else { *v }))
-        .y_label_formatter(&|v| tick_label(if v.abs() < zero.1 { 0.0 } else { *v }))
+        .x_label_formatter(&|v| axis_label(*v, ticks.zero.0, ticks.thin.0))
+        .y_label_formatter(&|v| axis_label(*v, ticks.zero.1, ticks.thin.1))
         .light_line_style(RGBColor(235, 235, 235))
         .bold_line_style(RGBColor(205, 205, 205))
         .draw()?;
@@ -482,7 +491,7 @@ where
     if labelled {
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
+            .position(ticks.legend)
             .label_font((FAMILY, 15))
             .background_style(WHITE.mix(0.85))
             .border_style(RGBColor(160, 160, 160))
@@ -518,6 +527,72 @@ fn padded_range(values: impl Iterator<Item = f64>, log: bool, pad: f64) -> (f64,
     }
 }
 
+/// How a panel labels its axes and where its legend goes: tick values closer to 0 than
+/// `zero` are 0; `thin` keeps only the labels of 1, 2 and 5 × 10^k; `legend` is the corner.
+struct AxisTicks {
+    zero: (f64, f64),
+    thin: (bool, bool),
+    legend: SeriesLabelPosition,
+}
+
+/// The corner of the panel whose legend box (about a third of the width, 45% of the height)
+/// covers the fewest data points and bar ends, upper right first on ties: a legend drawn over
+/// a marker hides a result.
+fn legend_corner(panel: &Panel, x: (f64, f64), y: (f64, f64)) -> SeriesLabelPosition {
+    let unit = |v: f64, (lo, hi): (f64, f64), log: bool| {
+        if log {
+            (v.ln() - lo.ln()) / (hi.ln() - lo.ln())
+        } else {
+            (v - lo) / (hi - lo)
+        }
+    };
+    let marks: Vec<(f64, f64)> = panel
+        .series
+        .iter()
+        .flat_map(|s| {
+            s.points
+                .iter()
+                .copied()
+                .chain(s.bars.iter().flat_map(|&(x, lo, hi)| [(x, lo), (x, hi)]))
+        })
+        .map(|(px, py)| (unit(px, x, panel.log_x), unit(py, y, panel.log_y)))
+        .filter(|(u, v)| u.is_finite() && v.is_finite())
+        .collect();
+    let covered = |right: bool, upper: bool| {
+        marks
+            .iter()
+            .filter(|&&(u, v)| {
+                (if right { u > 0.62 } else { u < 0.38 })
+                    && (if upper { v > 0.55 } else { v < 0.45 })
+            })
+            .count()
+    };
+    [
+        (SeriesLabelPosition::UpperRight, covered(true, true)),
+        (SeriesLabelPosition::LowerRight, covered(true, false)),
+        (SeriesLabelPosition::UpperLeft, covered(false, true)),
+        (SeriesLabelPosition::LowerLeft, covered(false, false)),
+    ]
+    .into_iter()
+    .min_by_key(|&(_, n)| n)
+    .map_or(SeriesLabelPosition::UpperRight, |(p, _)| p)
+}
+
+/// The label of tick `v` (see [`AxisTicks`]): empty for a thinned-out tick.
+fn axis_label(v: f64, zero: f64, thin: bool) -> String {
+    let v = if v.abs() < zero { 0.0 } else { v };
+    if thin && v > 0.0 {
+        let mantissa = v / 10f64.powf(v.log10().floor());
+        if ![1.0, 2.0, 5.0, 10.0]
+            .iter()
+            .any(|m| (mantissa - m).abs() < 1e-6 * m)
+        {
+            return String::new();
+        }
+    }
+    tick_label(v)
+}
+
 /// Short tick labels: 1e5 rather than 100000, 0.001 rather than 1.0000000000000002e-3.
 pub fn tick_label(v: f64) -> String {
     if v == 0.0 || !v.is_finite() {
@@ -547,6 +622,37 @@ mod tests {
         assert_eq!(tick_label(0.5), "0.5");
         assert_eq!(tick_label(10.0), "10");
         assert_eq!(tick_label(0.0), "0");
+        // a thinned log axis keeps 1, 2, 5 × 10^k only
+        let labels: Vec<String> = [10000.0, 20000.0, 30000.0, 50000.0, 90000.0, 1e5]
+            .iter()
+            .map(|&v| axis_label(v, 0.0, true))
+            .collect();
+        assert_eq!(labels, ["10000", "20000", "", "50000", "", "1e5"]);
+        assert_eq!(axis_label(30000.0, 0.0, false), "30000");
+        assert_eq!(axis_label(1e-12, 1e-9, false), "0");
+    }
+
+    /// The legend goes to the emptiest corner: markers in the upper right push it away, and
+    /// an empty panel keeps the upper right.
+    #[test]
+    fn legends_avoid_the_markers() {
+        let panel = |points: Vec<(f64, f64)>| Panel {
+            title: String::new(),
+            x_label: String::new(),
+            y_label: String::new(),
+            log_x: true,
+            log_y: false,
+            series: vec![Series::points("a", points)],
+        };
+        let top_right = panel(vec![(9e4, 0.95), (8e4, 0.9), (1e3, 0.1), (2e3, 0.9)]);
+        assert!(matches!(
+            legend_corner(&top_right, (1e3, 1e5), (0.0, 1.0)),
+            SeriesLabelPosition::LowerRight
+        ));
+        assert!(matches!(
+            legend_corner(&panel(Vec::new()), (1e3, 1e5), (0.0, 1.0)),
+            SeriesLabelPosition::UpperRight
+        ));
     }
 
     #[test]

@@ -504,3 +504,29 @@ fn checkpoint_from_before_a_new_field_resumes() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A run directory is locked while a process trains or extends it: a second trainer or an
+/// extension is refused with `RunBusy` (exit status 2) and writes nothing; the lock goes with
+/// its holder; a refused run in a directory that did not exist leaves none behind.
+#[test]
+fn a_locked_run_directory_is_refused() {
+    let cfg = tiny(TaskKind::LabelCopy, MemoryKind::Exponential, 2);
+    let dir = tmp("locked");
+    std::fs::create_dir_all(&dir).unwrap();
+    let held = train::RunLock::acquire(&dir).unwrap();
+    let err = train::run_with(&cfg, &dir, false, &quiet()).unwrap_err();
+    assert!(matches!(err, TrainError::RunBusy(_)), "{err}");
+    assert!(err.is_bad_input());
+    assert!(!dir.join(train::CONFIG_FILE).exists());
+    drop(held);
+    train::run_with(&cfg, &dir, false, &quiet()).unwrap();
+    let held = train::RunLock::acquire(&dir).unwrap();
+    let err = train::extend_run(&dir, 4).unwrap_err();
+    assert!(matches!(err, TrainError::RunBusy(_)), "{err}");
+    drop(held);
+    assert_eq!(train::extend_run(&dir, 4).unwrap().train.steps, 4);
+    let none = tmp("locked-none");
+    assert!(train::run_with(&cfg, &none, true, &quiet()).is_err());
+    assert!(!none.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

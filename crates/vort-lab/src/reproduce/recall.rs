@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::{claim_verdict, compare, lag_curve, pct, sum_rows, wilson};
+use super::stats::{claim_verdict, compare_seeds, lag_curve, pct, sum_rows, wilson};
 use crate::model::MemoryKind;
 use crate::plot::{histogram, panels_plot, Panel, Series};
 use crate::tasks::{MixLength, BUCKETS};
@@ -1119,24 +1119,37 @@ fn learned_pooled(c: &CellResult, threshold: f64) -> bool {
     n > 0 && k as f64 >= threshold * n as f64
 }
 
-/// The answers at lags > 1000 of `c`'s seeds, pooled: at the training length when it has such
-/// lags, else at the longest extrapolation length that has them (a model trained at L = 512
-/// and scored on 2048-token sequences). Returns ((correct, answers), the length scored).
-fn far_answers(c: &CellResult) -> ((usize, usize), usize) {
+/// The answers at lags > 1000 of `c`'s seeds, (correct, answers) per seed: at the training
+/// length when it has such lags, else at the longest extrapolation length that has them (a
+/// model trained at L = 512 and scored on 2048-token sequences). Returns (per seed, the length
+/// scored).
+fn far_answers(c: &CellResult) -> (Vec<(usize, usize)>, usize) {
     let far = BUCKETS.len() - 1;
-    let own = pooled(c, Some(far));
-    if own.1 > 0 {
-        return (own, c.seq_len);
+    let own = || -> Vec<(usize, usize)> {
+        c.seeds
+            .iter()
+            .map(|r| (r.buckets[far].correct, r.buckets[far].n))
+            .collect()
+    };
+    if pooled(c, Some(far)).1 > 0 {
+        return (own(), c.seq_len);
     }
     let lengths = c.seeds.first().map_or(0, |r| r.extrapolation.len());
     (0..lengths)
         .rev()
         .map(|i| {
-            let k = sum_rows(extrapolations(c, i).map(|x| &x.buckets[far]));
-            (k, c.seeds[0].extrapolation[i].seq_len)
+            let per_seed: Vec<(usize, usize)> = extrapolations(c, i)
+                .map(|x| (x.buckets[far].correct, x.buckets[far].n))
+                .collect();
+            (per_seed, c.seeds[0].extrapolation[i].seq_len)
         })
-        .find(|(k, _)| k.1 > 0)
-        .unwrap_or((own, c.seq_len))
+        .find(|(s, _)| s.iter().any(|r| r.1 > 0))
+        .unwrap_or_else(|| (own(), c.seq_len))
+}
+
+/// (correct, answers) of every seed of `c` over all its answers.
+fn per_seed(c: &CellResult) -> Vec<(usize, usize)> {
+    c.seeds.iter().map(|r| (r.correct, r.answers)).collect()
 }
 
 /// The extrapolation scores of every seed of `c` at its `i`-th scored length.
@@ -1160,9 +1173,12 @@ fn cells_where(rep: &RecallReport, keep: impl Fn(&CellResult) -> bool) -> Vec<&s
 /// One generated line per claim, with its rule (see the report's "Verdicts").
 fn verdicts(rep: &RecallReport) -> String {
     let mut s = String::from(
-        "## Verdicts\n\nRule: a difference between two accuracies counts when it exceeds twice \
-         its binomial standard error (answers pooled over seeds); a comparison of memories \
-         counts only in a cell where softmax attention learned it (>= 90%).\n\n",
+        "## Verdicts\n\nRule: a difference between two accuracies (answers pooled over seeds) \
+         counts when it exceeds twice its standard error: the larger of the binomial SE and, \
+         with at least two seeds a side, the SE of the per-seed accuracies (Welch), since seeds \
+         differ by more than their answers' noise. A comparison of memories counts only in a \
+         cell where softmax attention learned it (>= 90%) and at least one of the two memories \
+         reached the preset's learned accuracy.\n\n",
     );
     let cell_of = |name: &str, mixer: &str| {
         rep.cells
@@ -1198,23 +1214,24 @@ fn verdicts(rep: &RecallReport) -> String {
                         continue;
                     };
                     let ((a, len_a), (b, len_b)) = (far_answers(vort), far_answers(o));
-                    let (d, se, word) = compare(a, b);
+                    let cmp = compare_seeds(&a, &b);
                     // two memories that both failed to learn the task differ by noise and
                     // chance-level strategies, not by memory
                     let learned = |c| learned_pooled(c, rep.preset.learned_accuracy);
                     let verdict = if !(learned(vort) || learned(o)) {
                         "inconclusive (neither memory learned the cell)"
                     } else if len_a == len_b {
-                        claim_verdict(word)
+                        claim_verdict(cmp.word)
                     } else {
                         "inconclusive (scored at different lengths)"
                     };
                     s.push_str(&format!(
                         "- The paper's claim that power-law memory recalls better than {other} at \
                          lags > 1000, cell {cell} (scored at L = {len_a}): VORT - {other} = \
-                         {:+.1} ± {:.1} points (SE): {verdict}.\n",
-                        100.0 * d,
-                        100.0 * se
+                         {:+.1} ± {:.1} points ({}): {verdict}.\n",
+                        100.0 * cmp.diff,
+                        100.0 * cmp.se,
+                        cmp.basis()
                     ));
                 }
             }
@@ -1256,13 +1273,15 @@ fn verdicts(rep: &RecallReport) -> String {
             ));
             continue;
         }
-        let (d, se, word) = compare(pooled(vort, None), pooled(exp, None));
+        let cmp = compare_seeds(&per_seed(vort), &per_seed(exp));
         s.push_str(&format!(
             "- Beyond the paper, grid cell {cell} (softmax {:.1}%): VORT - exponential = {:+.1} \
-             ± {:.1} points (SE) over all answers: VORT {word}.\n",
+             ± {:.1} points ({}) over all answers: VORT {}.\n",
             100.0 * sane,
-            100.0 * d,
-            100.0 * se
+            100.0 * cmp.diff,
+            100.0 * cmp.se,
+            cmp.basis(),
+            cmp.word
         ));
     }
     s.push('\n');
@@ -1602,7 +1621,7 @@ mod tests {
     }
 
     /// The lag claim reads lags > 1000 where they exist: at the training length, else at the
-    /// longest extrapolation length that has them, pooled over seeds.
+    /// longest extrapolation length that has them, per seed.
     #[test]
     fn far_answers_fall_back_to_the_longest_extrapolation() {
         let cell = |seeds: Vec<RunResult>, seq_len: usize| CellResult {
@@ -1621,14 +1640,14 @@ mod tests {
         };
         // trained at 2048: its own far bucket
         let c = cell(vec![seed_with((3, 10), &[(8192, (1, 50))])], 2048);
-        assert_eq!(far_answers(&c), ((3, 10), 2048));
+        assert_eq!(far_answers(&c), (vec![(3, 10)], 2048));
         // trained at 512 (no lags > 1000): the longest length with far answers, two seeds
         let ext = [(2048, (4, 20)), (8192, (6, 40)), (32768, (0, 0))];
         let c = cell(vec![seed_with((0, 0), &ext), seed_with((0, 0), &ext)], 512);
-        assert_eq!(far_answers(&c), ((12, 80), 8192));
+        assert_eq!(far_answers(&c), (vec![(6, 40), (6, 40)], 8192));
         // nothing anywhere: the empty own bucket
         let c = cell(vec![seed_with((0, 0), &[])], 512);
-        assert_eq!(far_answers(&c), ((0, 0), 512));
+        assert_eq!(far_answers(&c), (vec![(0, 0)], 512));
     }
 
     /// The lag claim needs softmax to learn the cell and at least one of the two memories to

@@ -617,6 +617,22 @@ fn inference_config(path: &Path, ck: &checkpoint::Checkpoint) -> Result<RunConfi
     }
 }
 
+/// The run config of a trained model (a run directory or a file written by `vort export`),
+/// checked, without building the model or reading the task's data.
+///
+/// # Errors
+/// A path that is neither, or a missing, corrupt or invalid config.
+pub fn trained_config(path: &Path) -> Result<RunConfig, TrainError> {
+    let cfg = if path.is_file() {
+        let (ck, _) = inference_checkpoint(path)?;
+        inference_config(path, &ck)?
+    } else {
+        RunConfig::load(&path.join(CONFIG_FILE))?
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
 /// A run's trained model for inference only: built from the run's config and the checkpoint's
 /// parameters, without opening the task's data (a run directory, or a file written by `vort
 /// export`, is enough to generate from).

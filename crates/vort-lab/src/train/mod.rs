@@ -44,6 +44,8 @@ pub const EVAL_FILE: &str = "eval.json";
 /// [`checkpoint::Checkpoint::weights_only`]): evaluation and generation read it when the run
 /// has no checkpoint.
 pub const WEIGHTS_FILE: &str = "weights.safetensors";
+/// The lock file of a run directory ([`RunLock`]).
+pub const LOCK_FILE: &str = "run.lock";
 
 /// Why training (or evaluation) stopped.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +98,9 @@ pub enum TrainError {
     /// A fresh run was asked in a directory that already holds one.
     #[error("{0} already holds a run (checkpoint present); resume it or choose another directory")]
     RunExists(String),
+    /// Another process holds the run directory's lock ([`RunLock`]).
+    #[error("{0} is in use by another vort process ({LOCK_FILE} is locked): wait for it to finish, or choose another directory")]
+    RunBusy(String),
     /// Training diverged (non-finite loss).
     #[error("non-finite loss {loss} at step {step}")]
     Diverged {
@@ -135,6 +140,7 @@ impl TrainError {
                 | TrainError::CheckpointCorrupt { .. }
                 | TrainError::CheckpointMismatch { .. }
                 | TrainError::RunExists(_)
+                | TrainError::RunBusy(_)
         )
     }
 }
@@ -743,14 +749,49 @@ pub fn run(config: &RunConfig, run_dir: &Path, resume: bool) -> Result<TrainSumm
     )
 }
 
-/// Trains `config` in `run_dir`. Fresh (`resume = false`): refuses a directory that already
-/// holds a checkpoint. Resume: loads and verifies `run_dir/checkpoint.safetensors` against
-/// `config` before writing anything, drops metrics lines past the checkpoint, and continues.
-/// Writes config.toml, metrics.jsonl, checkpoints and eval.json.
+/// An exclusive lock on a run directory, held while a process trains or extends the run: a
+/// second process on the same directory (a `reproduce` and a `train --resume`, say) is refused
+/// with [`TrainError::RunBusy`] instead of interleaving its checkpoints and metrics with the
+/// first's. It is an advisory `flock` on `run_dir/run.lock`, released by the OS when the
+/// process ends however it ends, so a killed run leaves no stale lock; the empty file stays.
+#[derive(Debug)]
+pub struct RunLock {
+    _file: std::fs::File,
+}
+
+impl RunLock {
+    /// Takes the lock of `run_dir`, which must exist.
+    ///
+    /// # Errors
+    /// [`TrainError::RunBusy`] if another process (or another lock in this one) holds it; I/O.
+    pub fn acquire(run_dir: &Path) -> Result<RunLock, TrainError> {
+        let path = run_dir.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| checkpoint::io(&path, e))?;
+        match file.try_lock() {
+            Ok(()) => Ok(RunLock { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                Err(TrainError::RunBusy(run_dir.display().to_string()))
+            }
+            Err(std::fs::TryLockError::Error(e)) => Err(checkpoint::io(&path, e)),
+        }
+    }
+}
+
+/// Trains `config` in `run_dir`, holding its [`RunLock`]. Fresh (`resume = false`): refuses a
+/// directory that already holds a checkpoint. Resume: loads and verifies
+/// `run_dir/checkpoint.safetensors` against `config` before writing anything, drops metrics
+/// lines past the checkpoint, and continues. Writes config.toml, metrics.jsonl, checkpoints
+/// and eval.json (and the empty run.lock).
 ///
 /// # Errors
 /// Invalid config, [`TrainError::RunExists`], [`TrainError::NoCheckpoint`],
-/// [`TrainError::CheckpointCorrupt`], [`TrainError::CheckpointMismatch`], I/O, divergence.
+/// [`TrainError::CheckpointCorrupt`], [`TrainError::CheckpointMismatch`],
+/// [`TrainError::RunBusy`], I/O, divergence.
 pub fn run_with(
     config: &RunConfig,
     run_dir: &Path,
@@ -760,6 +801,25 @@ pub fn run_with(
     config.validate()?;
     // before anything is allocated: an absurd size is one line, not an abort
     config.check_memory(opts.max_memory)?;
+    let created = !run_dir.exists();
+    std::fs::create_dir_all(run_dir).map_err(|e| checkpoint::io(run_dir, e))?;
+    let result =
+        RunLock::acquire(run_dir).and_then(|_lock| run_locked(config, run_dir, resume, opts));
+    if result.is_err() && created {
+        // a run refused before it wrote anything leaves no directory behind
+        let _ = std::fs::remove_file(run_dir.join(LOCK_FILE));
+        let _ = std::fs::remove_dir(run_dir);
+    }
+    result
+}
+
+/// [`run_with`] once the run directory exists and is locked.
+fn run_locked(
+    config: &RunConfig,
+    run_dir: &Path,
+    resume: bool,
+    opts: &RunOptions,
+) -> Result<TrainSummary, TrainError> {
     let dev = device();
     let mut tr = Trainer::new(config, &dev)?;
     let ck_path = run_dir.join(CHECKPOINT_FILE);
@@ -1078,10 +1138,11 @@ pub fn available_memory() -> Option<u64> {
 ///
 /// # Errors
 /// No run or checkpoint in `run_dir`; `steps` not above the checkpoint's step (nothing to
-/// add: shortening a run is not resuming it); I/O.
+/// add: shortening a run is not resuming it); another process holds the run; I/O.
 pub fn extend_run(run_dir: &Path, steps: u64) -> Result<RunConfig, TrainError> {
     let cfg_path = run_dir.join(CONFIG_FILE);
     let mut cfg = RunConfig::load(&cfg_path)?;
+    let _lock = RunLock::acquire(run_dir)?;
     let ck_path = run_dir.join(CHECKPOINT_FILE);
     let mut ck = Checkpoint::load(&ck_path)?;
     ck.check_config(&cfg.to_toml()?, &ck_path)?;

@@ -16,7 +16,7 @@
 //! - `SlidingSoftmax`: the same restricted to the last `window` tokens, O(T·window), the
 //!   softmax baseline that stays affordable at long T (e.g. 8K-byte book sequences on CPU).
 
-use candle_core::{DType, Device, Tensor, Var, D};
+use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
@@ -444,12 +444,10 @@ impl Block {
             .contiguous()?)
     }
 
-    /// L2-normalised rows times a per-head scale: z [B, H, T, dh], scale [H].
+    /// L2-normalised rows times a per-head scale: z [B, H, T, dh], scale [H] (fused:
+    /// [`crate::ops::qk_norm`]; its plain twin is `ops::reference::qk_norm`).
     fn normalise_qk(z: &Tensor, scale: &Tensor) -> Result<Tensor> {
-        let h = scale.dim(0)?;
-        let norm = (z.sqr()?.sum_keepdim(D::Minus1)? + 1e-12)?.sqrt()?;
-        Ok(z.broadcast_div(&norm)?
-            .broadcast_mul(&scale.reshape((1, h, 1, 1))?)?)
+        crate::ops::qk_norm(z, scale)
     }
 
     /// Orders α [B, H, T] and entity logits [B, T] from x [B, T, Dm] and entropy [B, T].

@@ -199,8 +199,8 @@ impl Features {
                 let rows: usize = dims[..dims.len() - 1].iter().product();
                 let z2 = z.reshape((rows, self.d))?;
                 let proj = z2.matmul(&wt.to_dtype(z.dtype())?)?; // [rows, m]
-                let sq = (z2.sqr()?.sum_keepdim(1)? * 0.5)?;
-                let phi = (proj.broadcast_sub(&sq)?.exp()? / (self.m as f64).sqrt())?;
+                                                                 // exp(proj - |z|²/2) / √m, one fused pass (twin: ops::reference::favor_exp)
+                let phi = crate::ops::favor_exp(&proj, &z2)?;
                 let mut out = dims[..dims.len() - 1].to_vec();
                 out.push(self.m);
                 Ok(phi.reshape(out)?)

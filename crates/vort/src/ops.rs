@@ -2,7 +2,8 @@
 //! take several passes over memory (`vort bench train`'s profile, results/bench/train.md).
 //!
 //! [`gelu`]: the tanh approximation of GELU (the same function as candle's `Tensor::gelu`,
-//! its plain twin in the tests),
+//! its plain twin in the tests; in f32 through σ(2z) = (1 + tanh z)/2 and an arithmetic exp, so
+//! that the loops vectorise),
 //!
 //! ```text
 //! gelu(x)  = x/2 · (1 + tanh z),   z = √(2/π) (x + 0.044715 x³)
@@ -55,17 +56,56 @@ pub fn gelu(x: &Tensor) -> Result<Tensor> {
 struct Gelu;
 
 trait HostFloat: candle_core::WithDType + Send + Sync {
-    fn tanh(self) -> Self;
+    /// e^x ([`exp_f32`] in f32, so that loops vectorise).
+    fn exp(self) -> Self;
+    /// σ(2z) = (1 + tanh z) / 2, the factor GELU needs.
+    fn sigmoid2(self) -> Self;
 }
 impl HostFloat for f32 {
-    fn tanh(self) -> Self {
-        f32::tanh(self)
+    #[inline(always)]
+    fn exp(self) -> Self {
+        exp_f32(self)
+    }
+    /// 1 / (1 + e^(-2z)) with [`exp_f32`]: no libm call, so the GELU loops vectorise (glibc's
+    /// scalar `tanhf` took 9% of a books-d256 training step, results/bench/train.md).
+    #[inline(always)]
+    fn sigmoid2(self) -> Self {
+        1.0 / (1.0 + exp_f32(-2.0 * self))
     }
 }
 impl HostFloat for f64 {
-    fn tanh(self) -> Self {
-        f64::tanh(self)
+    fn exp(self) -> Self {
+        f64::exp(self)
     }
+    fn sigmoid2(self) -> Self {
+        0.5 * (1.0 + f64::tanh(self))
+    }
+}
+
+/// e^x in f32 from arithmetic alone (Cephes' `expf`: x = n ln2 + r with |r| <= ln2/2, a
+/// degree-6 polynomial for e^r, 2^n from the exponent bits), within ~2 ulp of `f32::exp` on
+/// [-87, 88]; arguments are clamped there (e^-87 ≈ 1.6e-38, e^88 ≈ 1.7e38), and NaN stays NaN.
+/// Rounding to the nearest n uses the 1.5·2^23 trick instead of `floor`, which is a libm call
+/// without SSE4.1 and would stop the loop from vectorising.
+#[inline(always)]
+fn exp_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.987_569_1e-4_f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 0.5;
+    let e = p * r * r + r + 1.0;
+    // n in [-126, 127]: a normal power of two
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    e * scale
 }
 
 fn consts<T: HostFloat>() -> (T, T, T) {
@@ -76,31 +116,33 @@ fn consts<T: HostFloat>() -> (T, T, T) {
     )
 }
 
+// With σ = σ(2z) = (1 + tanh z)/2: gelu(x) = x σ and gelu'(x) = σ + 2x σ(1 - σ) dz/dx,
+// since (1 - tanh² z)/2 = 2σ(1 - σ).
 fn gelu_fwd<T: HostFloat>(x: &[T]) -> Vec<T> {
-    let (s, c, half) = consts::<T>();
+    let (s, c, _) = consts::<T>();
     let mut y = vec![T::zero(); x.len()];
     y.par_chunks_mut(PAR_CHUNK)
         .zip(x.par_chunks(PAR_CHUNK))
         .for_each(|(ys, xs)| {
             for (y, &x) in ys.iter_mut().zip(xs) {
-                let th = (s * (x + c * x * x * x)).tanh();
-                *y = half * x * (T::one() + th);
+                *y = x * (s * (x + c * x * x * x)).sigmoid2();
             }
         });
     y
 }
 
 fn gelu_bwd<T: HostFloat>(x: &[T], g: &[T]) -> Vec<T> {
-    let (s, c, half) = consts::<T>();
+    let (s, c, _) = consts::<T>();
     let three_c = T::from_f64(3.0 * GELU_C);
+    let two = T::from_f64(2.0);
     let mut dx = vec![T::zero(); x.len()];
     dx.par_chunks_mut(PAR_CHUNK)
         .zip(x.par_chunks(PAR_CHUNK).zip(g.par_chunks(PAR_CHUNK)))
         .for_each(|(ds, (xs, gs))| {
             for ((d, &x), &g) in ds.iter_mut().zip(xs).zip(gs) {
-                let th = (s * (x + c * x * x * x)).tanh();
+                let sg = (s * (x + c * x * x * x)).sigmoid2();
                 let dz = s * (T::one() + three_c * x * x);
-                *d = g * (half * (T::one() + th) + half * x * (T::one() - th * th) * dz);
+                *d = g * (sg + two * x * sg * (T::one() - sg) * dz);
             }
         });
     dx
@@ -364,6 +406,239 @@ impl CustomOp2 for RmsNorm {
         g: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         host_bwd2(self, x, w, g)
+    }
+}
+
+/// Rows scaled to a per-head length: ẑ = s_h z / sqrt(|z|² + 1e-12) for z [B, H, T, d] and
+/// s [H] (the q/k normalisation of every block), forward and backward one parallel pass each
+/// (the plain form is six candle ops, and its gradient of s a single-threaded reduction).
+/// With u = z/n, n = sqrt(|z|² + 1e-12):
+///
+/// ```text
+/// dz = (s g - u (u · s g)) / n,   ds_h = Σ_{rows of head h} g · u
+/// ```
+///
+/// # Errors
+/// Shape or dtype mismatches.
+pub fn qk_norm(z: &Tensor, scale: &Tensor) -> Result<Tensor> {
+    let (_, h, t, d) = z.dims4()?;
+    if scale.dims() != [h] {
+        return Err(crate::error::VortError::Shape {
+            name: "scale".into(),
+            got: scale.dims().to_vec(),
+            expected: format!("[{h}]"),
+        });
+    }
+    Ok(z.contiguous()?
+        .apply_op2(&scale.contiguous()?, QkNorm { t, d })?)
+}
+
+/// [`qk_norm`]'s op: rows of `d`, `t` rows per (batch, head).
+struct QkNorm {
+    t: usize,
+    d: usize,
+}
+
+/// The ε under the square root of [`qk_norm`].
+const QK_NORM_EPS: f64 = 1e-12;
+
+impl HostOp2 for QkNorm {
+    const NAME: &'static str = "qk_norm";
+    fn fwd<T: HostFloat>(&self, z: &[T], s: &[T]) -> Vec<T> {
+        let (t, d, h) = (self.t, self.d, s.len());
+        let mut y = vec![T::zero(); z.len()];
+        y.par_chunks_mut(t * d)
+            .zip(z.par_chunks(t * d))
+            .enumerate()
+            .for_each(|(bh, (ys, zs))| {
+                let sh = s[bh % h].to_f64();
+                for (yr, zr) in ys.chunks_mut(d).zip(zs.chunks(d)) {
+                    let n2: f64 = zr.iter().map(|v| v.to_f64() * v.to_f64()).sum();
+                    let c = T::from_f64(sh / (n2 + QK_NORM_EPS).sqrt());
+                    for (y, &z) in yr.iter_mut().zip(zr) {
+                        *y = z * c;
+                    }
+                }
+            });
+        y
+    }
+    fn bwd<T: HostFloat>(&self, z: &[T], s: &[T], g: &[T]) -> (Vec<T>, Vec<T>) {
+        let (t, d, h) = (self.t, self.d, s.len());
+        let mut dz = vec![T::zero(); z.len()];
+        // per (batch, head) block: its share of ds
+        let ds_blocks: Vec<f64> = dz
+            .par_chunks_mut(t * d)
+            .zip(z.par_chunks(t * d).zip(g.par_chunks(t * d)))
+            .enumerate()
+            .map(|(bh, (dzs, (zs, gs)))| {
+                let sh = s[bh % h].to_f64();
+                let mut ds = 0.0;
+                for ((dzr, zr), gr) in dzs.chunks_mut(d).zip(zs.chunks(d)).zip(gs.chunks(d)) {
+                    let n = (zr.iter().map(|v| v.to_f64() * v.to_f64()).sum::<f64>() + QK_NORM_EPS)
+                        .sqrt();
+                    // u·g
+                    let ug: f64 = zr
+                        .iter()
+                        .zip(gr)
+                        .map(|(z, g)| z.to_f64() * g.to_f64())
+                        .sum::<f64>()
+                        / n;
+                    ds += ug;
+                    for ((dz, &z), &g) in dzr.iter_mut().zip(zr).zip(gr) {
+                        let u = z.to_f64() / n;
+                        *dz = T::from_f64(sh * (g.to_f64() - u * ug) / n);
+                    }
+                }
+                ds
+            })
+            .collect();
+        let mut ds = vec![0f64; h];
+        for (bh, v) in ds_blocks.iter().enumerate() {
+            ds[bh % h] += v;
+        }
+        (dz, ds.into_iter().map(T::from_f64).collect())
+    }
+}
+
+impl CustomOp2 for QkNorm {
+    fn name(&self) -> &'static str {
+        "vort-qk-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        Ok((host_fwd2(self, s1, l1, s2, l2)?, l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        z: &Tensor,
+        s: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        host_bwd2(self, z, s, g)
+    }
+}
+
+/// The elementwise half of the FAVOR+ feature map: φ = exp(p - |z|²/2) / √m for the
+/// projections p = z ωᵀ [R, m] and the rows z [R, d] (see [`crate::features`]), forward and
+/// backward one parallel pass each (the plain form is six candle ops and three reductions):
+///
+/// ```text
+/// dp = g ∘ φ,   dz = -(Σ_j dp_j) z
+/// ```
+///
+/// # Errors
+/// Shape or dtype mismatches.
+pub fn favor_exp(p: &Tensor, z: &Tensor) -> Result<Tensor> {
+    let (r, m) = p.dims2()?;
+    let (rz, d) = z.dims2()?;
+    if r != rz {
+        return Err(crate::error::VortError::Shape {
+            name: "z".into(),
+            got: z.dims().to_vec(),
+            expected: format!("[{r}, d]"),
+        });
+    }
+    Ok(p.contiguous()?
+        .apply_op2(&z.contiguous()?, FavorExp { m, d })?)
+}
+
+/// [`favor_exp`]'s op.
+struct FavorExp {
+    m: usize,
+    d: usize,
+}
+
+impl FavorExp {
+    /// φ of one row: exp(p - |z|²/2) / √m.
+    fn row<T: HostFloat>(&self, pr: &[T], zr: &[T], out: &mut [T]) {
+        let half_sq: f64 = 0.5 * zr.iter().map(|v| v.to_f64() * v.to_f64()).sum::<f64>();
+        // exp(p - sq - ln √m): the 1/√m folded into the exponent
+        let shift = T::from_f64(half_sq + 0.5 * (self.m as f64).ln());
+        for (o, &p) in out.iter_mut().zip(pr) {
+            *o = (p - shift).exp();
+        }
+    }
+}
+
+impl HostOp2 for FavorExp {
+    const NAME: &'static str = "favor_exp";
+    fn fwd<T: HostFloat>(&self, p: &[T], z: &[T]) -> Vec<T> {
+        let (m, d) = (self.m, self.d);
+        let mut phi = vec![T::zero(); p.len()];
+        phi.par_chunks_mut(PAR_ROWS * m)
+            .zip(p.par_chunks(PAR_ROWS * m).zip(z.par_chunks(PAR_ROWS * d)))
+            .for_each(|(os, (ps, zs))| {
+                for ((or, pr), zr) in os.chunks_mut(m).zip(ps.chunks(m)).zip(zs.chunks(d)) {
+                    self.row(pr, zr, or);
+                }
+            });
+        phi
+    }
+    fn bwd<T: HostFloat>(&self, p: &[T], z: &[T], g: &[T]) -> (Vec<T>, Vec<T>) {
+        let (m, d) = (self.m, self.d);
+        let mut dp = vec![T::zero(); p.len()];
+        let mut dz = vec![T::zero(); z.len()];
+        dp.par_chunks_mut(PAR_ROWS * m)
+            .zip(dz.par_chunks_mut(PAR_ROWS * d))
+            .zip(
+                p.par_chunks(PAR_ROWS * m)
+                    .zip(z.par_chunks(PAR_ROWS * d).zip(g.par_chunks(PAR_ROWS * m))),
+            )
+            .for_each(|((dps, dzs), (ps, (zs, gs)))| {
+                for ((((dpr, dzr), pr), zr), gr) in dps
+                    .chunks_mut(m)
+                    .zip(dzs.chunks_mut(d))
+                    .zip(ps.chunks(m))
+                    .zip(zs.chunks(d))
+                    .zip(gs.chunks(m))
+                {
+                    // φ recomputed into dp, then dp = g ∘ φ
+                    self.row(pr, zr, dpr);
+                    let mut total = 0f64;
+                    for (x, &g) in dpr.iter_mut().zip(gr) {
+                        *x *= g;
+                        total += x.to_f64();
+                    }
+                    for (dz, &z) in dzr.iter_mut().zip(zr) {
+                        *dz = T::from_f64(-total * z.to_f64());
+                    }
+                }
+            });
+        (dp, dz)
+    }
+}
+
+impl CustomOp2 for FavorExp {
+    fn name(&self) -> &'static str {
+        "vort-favor-exp"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        Ok((host_fwd2(self, s1, l1, s2, l2)?, l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        p: &Tensor,
+        z: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        host_bwd2(self, p, z, g)
     }
 }
 
@@ -650,6 +925,27 @@ pub mod reference {
         Ok(x.broadcast_div(&(ms + eps)?.sqrt()?)?.broadcast_mul(w)?)
     }
 
+    /// [`super::qk_norm`] in plain candle ops: z / sqrt(|z|² + 1e-12) · s_h, z [B, H, T, d].
+    ///
+    /// # Errors
+    /// Shape mismatches.
+    pub fn qk_norm(z: &Tensor, scale: &Tensor) -> Result<Tensor> {
+        let h = scale.dim(0)?;
+        let norm = (z.sqr()?.sum_keepdim(D::Minus1)? + 1e-12)?.sqrt()?;
+        Ok(z.broadcast_div(&norm)?
+            .broadcast_mul(&scale.reshape((1, h, 1, 1))?)?)
+    }
+
+    /// [`super::favor_exp`] in plain candle ops: exp(p - |z|²/2) / √m, p [R, m], z [R, d].
+    ///
+    /// # Errors
+    /// Shape mismatches.
+    pub fn favor_exp(p: &Tensor, z: &Tensor) -> Result<Tensor> {
+        let m = p.dim(1)?;
+        let sq = (z.sqr()?.sum_keepdim(1)? * 0.5)?;
+        Ok((p.broadcast_sub(&sq)?.exp()? / (m as f64).sqrt())?)
+    }
+
     /// The short causal depthwise convolution in plain candle ops (see [`super::short_conv`]).
     ///
     /// # Errors
@@ -670,5 +966,27 @@ pub mod reference {
         }
         let tail = xp.narrow(1, t, k - 1)?.detach();
         Ok((y, tail))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exp_f32;
+
+    /// The arithmetic exp against libm's over its whole range, the clamped ends and NaN.
+    #[test]
+    fn exp_f32_is_within_a_few_ulp_of_libm() {
+        let mut worst = 0f64;
+        for i in 0..=200_000 {
+            let x = -87.0 + 175.0 * i as f32 / 200_000.0;
+            let (got, want) = (exp_f32(x) as f64, (x as f64).exp());
+            worst = worst.max(((got - want) / want).abs());
+        }
+        // 2 ulp of f32 is 2.4e-7
+        assert!(worst < 2.5e-7, "{worst:e}");
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert!(exp_f32(-1e4) > 0.0 && exp_f32(-1e4) < 1e-37);
+        assert!(exp_f32(1e4).is_finite() && exp_f32(1e4) > 1e38);
+        assert!(exp_f32(f32::NAN).is_nan());
     }
 }

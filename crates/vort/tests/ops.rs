@@ -273,3 +273,102 @@ fn fused_causal_softmax_matches_the_plain_form() {
     assert!((p[0][1].iter().sum::<f32>() - 1.0).abs() < 1e-6);
     assert!(vort::ops::causal_softmax_rows(&l, 0).is_err());
 }
+
+/// The fused q/k normalisation against the plain candle form: outputs and the gradients of z
+/// and of the per-head scale, f32 and f64, on one row of width 1, odd sizes, more rows than a
+/// parallel task, and a non-contiguous input.
+#[test]
+fn fused_qk_norm_matches_the_plain_form() {
+    for (dt, tol) in [(DType::F64, 1e-12), (DType::F32, 2e-6)] {
+        for shape in [vec![1, 1, 1, 1], vec![2, 3, 7, 5], vec![2, 2, 300, 16]] {
+            let h = shape[1];
+            let z = filled(&shape, 4, dt);
+            let s = filled(&[h], 5, dt);
+            let g = filled(&shape, 6, dt);
+            let run = |fused: bool| {
+                let y = if fused {
+                    vort::ops::qk_norm(z.as_tensor(), s.as_tensor()).unwrap()
+                } else {
+                    vort::ops::reference::qk_norm(z.as_tensor(), s.as_tensor()).unwrap()
+                };
+                let gr = (&y * g.as_tensor())
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .backward()
+                    .unwrap();
+                (
+                    to_f64(&y),
+                    to_f64(gr.get(z.as_tensor()).unwrap()),
+                    to_f64(gr.get(s.as_tensor()).unwrap()),
+                )
+            };
+            let (yp, zp, sp) = run(false);
+            let (yf, zf, sf) = run(true);
+            for (name, a, b) in [("y", &yf, &yp), ("dz", &zf, &zp), ("ds", &sf, &sp)] {
+                if shape[3] == 1 && name == "dz" {
+                    // width 1: z/|z| is flat, dz is 1e-12-scale cancellation in both forms
+                    let worst = a
+                        .iter()
+                        .zip(b)
+                        .map(|(p, q)| (p - q).abs())
+                        .fold(0.0, f64::max);
+                    assert!(worst <= 1e-6, "{dt:?} {shape:?}: dz {worst:e}");
+                    continue;
+                }
+                let e = rel_rms(a, b);
+                assert!(e <= tol, "{dt:?} {shape:?}: {name} {e:e}");
+            }
+        }
+    }
+    // a non-contiguous z (the head and time axes swapped) gives the contiguous result
+    let z = filled(&[2, 5, 3, 4], 7, DType::F32);
+    let zt = z.as_tensor().transpose(1, 2).unwrap();
+    let s = Tensor::new(&[1.5f32, 2.0, 0.5], &Device::Cpu).unwrap();
+    let a = to_f64(&vort::ops::qk_norm(&zt, &s).unwrap());
+    let b = to_f64(&vort::ops::reference::qk_norm(&zt, &s).unwrap());
+    assert!(rel_rms(&a, &b) <= 2e-6);
+    // a scale of the wrong length is refused
+    assert!(vort::ops::qk_norm(&zt, &Tensor::ones(2, DType::F32, &Device::Cpu).unwrap()).is_err());
+}
+
+/// The fused FAVOR+ exponential against the plain candle form: outputs and the gradients of
+/// the projections and of the rows, f32 and f64, one row, odd widths, more rows than a
+/// parallel task; mismatched row counts are refused.
+#[test]
+fn fused_favor_exp_matches_the_plain_form() {
+    for (dt, tol) in [(DType::F64, 1e-12), (DType::F32, 2e-6)] {
+        for (r, m, d) in [(1, 1, 1), (7, 5, 3), (600, 32, 16)] {
+            let p = filled(&[r, m], 8, dt);
+            let z = filled(&[r, d], 9, dt);
+            let g = filled(&[r, m], 10, dt);
+            let run = |fused: bool| {
+                let y = if fused {
+                    vort::ops::favor_exp(p.as_tensor(), z.as_tensor()).unwrap()
+                } else {
+                    vort::ops::reference::favor_exp(p.as_tensor(), z.as_tensor()).unwrap()
+                };
+                let gr = (&y * g.as_tensor())
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .backward()
+                    .unwrap();
+                (
+                    to_f64(&y),
+                    to_f64(gr.get(p.as_tensor()).unwrap()),
+                    to_f64(gr.get(z.as_tensor()).unwrap()),
+                )
+            };
+            let (yp, pp, zp) = run(false);
+            let (yf, pf, zf) = run(true);
+            for (name, a, b) in [("y", &yf, &yp), ("dp", &pf, &pp), ("dz", &zf, &zp)] {
+                let e = rel_rms(a, b);
+                assert!(e <= tol, "{dt:?} ({r}, {m}, {d}): {name} {e:e}");
+            }
+        }
+    }
+    let p = Tensor::ones((3, 4), DType::F32, &Device::Cpu).unwrap();
+    let z = Tensor::ones((2, 4), DType::F32, &Device::Cpu).unwrap();
+    assert!(vort::ops::favor_exp(&p, &z).is_err());
+}

@@ -360,15 +360,7 @@ where
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.0))
         .filter(|v| v.is_finite() && (!panel.log_x || *v > 0.0));
-    let ys = panel
-        .series
-        .iter()
-        .flat_map(|s| {
-            s.points
-                .iter()
-                .copied()
-                .chain(s.bars.iter().flat_map(|&(x, lo, hi)| [(x, lo), (x, hi)]))
-        })
+    let ys = marks(panel)
         .filter(|p| p.0.is_finite() && (!panel.log_x || p.0 > 0.0))
         .map(|p| p.1)
         .filter(|v| v.is_finite() && (!panel.log_y || *v > 0.0));
@@ -535,6 +527,16 @@ struct AxisTicks {
     legend: SeriesLabelPosition,
 }
 
+/// Every drawn (x, y) of a panel: its points and both ends of its error bars.
+fn marks(panel: &Panel) -> impl Iterator<Item = (f64, f64)> + '_ {
+    panel.series.iter().flat_map(|s| {
+        s.points
+            .iter()
+            .copied()
+            .chain(s.bars.iter().flat_map(|&(x, lo, hi)| [(x, lo), (x, hi)]))
+    })
+}
+
 /// The corner of the panel whose legend box (about a third of the width, 45% of the height)
 /// covers the fewest data points and bar ends, upper right first on ties: a legend drawn over
 /// a marker hides a result.
@@ -546,15 +548,7 @@ fn legend_corner(panel: &Panel, x: (f64, f64), y: (f64, f64)) -> SeriesLabelPosi
             (v - lo) / (hi - lo)
         }
     };
-    let marks: Vec<(f64, f64)> = panel
-        .series
-        .iter()
-        .flat_map(|s| {
-            s.points
-                .iter()
-                .copied()
-                .chain(s.bars.iter().flat_map(|&(x, lo, hi)| [(x, lo), (x, hi)]))
-        })
+    let marks: Vec<(f64, f64)> = marks(panel)
         .map(|(px, py)| (unit(px, x, panel.log_x), unit(py, y, panel.log_y)))
         .filter(|(u, v)| u.is_finite() && v.is_finite())
         .collect();

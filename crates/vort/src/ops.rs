@@ -260,6 +260,41 @@ trait HostOp2 {
     fn fwd<T: HostFloat>(&self, a: &[T], b: &[T]) -> Vec<T>;
     /// The gradients (da, db) for the output's cotangent g.
     fn bwd<T: HostFloat>(&self, a: &[T], b: &[T], g: &[T]) -> (Vec<T>, Vec<T>);
+    /// Refuses inputs the op cannot take (before anything is computed); the output has a's
+    /// shape.
+    fn check(&self, _a: &Layout, _b: &Layout) -> candle_core::Result<()> {
+        Ok(())
+    }
+}
+
+/// A [`HostOp2`] as a candle op with its backward: `a.apply_op2(b, Host2(op))`.
+struct Host2<O>(O);
+
+impl<O: HostOp2 + Send + Sync> CustomOp2 for Host2<O> {
+    fn name(&self) -> &'static str {
+        O::NAME
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.0.check(l1, l2)?;
+        Ok((host_fwd2(&self.0, s1, l1, s2, l2)?, l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        host_bwd2(&self.0, a, b, g)
+    }
 }
 
 fn host_fwd2<O: HostOp2>(
@@ -309,7 +344,7 @@ fn host_bwd2<O: HostOp2>(
 /// Shape or dtype mismatches.
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
     Ok(x.contiguous()?
-        .apply_op2(&w.contiguous()?, RmsNorm { eps })?)
+        .apply_op2(&w.contiguous()?, Host2(RmsNorm { eps }))?)
 }
 
 struct RmsNorm {
@@ -366,27 +401,14 @@ fn rms_bwd<T: HostFloat>(x: &[T], w: &[T], g: &[T], eps: f64) -> (Vec<T>, Vec<T>
 }
 
 impl HostOp2 for RmsNorm {
-    const NAME: &'static str = "rms_norm";
+    const NAME: &'static str = "vort-rms-norm";
     fn fwd<T: HostFloat>(&self, x: &[T], w: &[T]) -> Vec<T> {
         rms_fwd(x, w, self.eps)
     }
     fn bwd<T: HostFloat>(&self, x: &[T], w: &[T], g: &[T]) -> (Vec<T>, Vec<T>) {
         rms_bwd(x, w, g, self.eps)
     }
-}
-
-impl CustomOp2 for RmsNorm {
-    fn name(&self) -> &'static str {
-        "vort-rms-norm"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn check(&self, l1: &Layout, l2: &Layout) -> candle_core::Result<()> {
         let d = l1.shape().dims().last().copied().unwrap_or(0);
         if l2.shape().dims() != [d] || d == 0 {
             candle_core::bail!(
@@ -395,17 +417,7 @@ impl CustomOp2 for RmsNorm {
                 l2.shape()
             );
         }
-        Ok((host_fwd2(self, s1, l1, s2, l2)?, l1.shape().clone()))
-    }
-
-    fn bwd(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        host_bwd2(self, x, w, g)
+        Ok(())
     }
 }
 
@@ -430,7 +442,7 @@ pub fn qk_norm(z: &Tensor, scale: &Tensor) -> Result<Tensor> {
         });
     }
     Ok(z.contiguous()?
-        .apply_op2(&scale.contiguous()?, QkNorm { t, d })?)
+        .apply_op2(&scale.contiguous()?, Host2(QkNorm { t, d }))?)
 }
 
 /// [`qk_norm`]'s op: rows of `d`, `t` rows per (batch, head).
@@ -443,7 +455,7 @@ struct QkNorm {
 const QK_NORM_EPS: f64 = 1e-12;
 
 impl HostOp2 for QkNorm {
-    const NAME: &'static str = "qk_norm";
+    const NAME: &'static str = "vort-qk-norm";
     fn fwd<T: HostFloat>(&self, z: &[T], s: &[T]) -> Vec<T> {
         let (t, d, h) = (self.t, self.d, s.len());
         let mut y = vec![T::zero(); z.len()];
@@ -500,32 +512,6 @@ impl HostOp2 for QkNorm {
     }
 }
 
-impl CustomOp2 for QkNorm {
-    fn name(&self) -> &'static str {
-        "vort-qk-norm"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        Ok((host_fwd2(self, s1, l1, s2, l2)?, l1.shape().clone()))
-    }
-
-    fn bwd(
-        &self,
-        z: &Tensor,
-        s: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        host_bwd2(self, z, s, g)
-    }
-}
-
 /// The elementwise half of the FAVOR+ feature map: φ = exp(p - |z|²/2) / √m for the
 /// projections p = z ωᵀ [R, m] and the rows z [R, d] (see [`crate::features`]), forward and
 /// backward one parallel pass each (the plain form is six candle ops and three reductions):
@@ -547,7 +533,7 @@ pub fn favor_exp(p: &Tensor, z: &Tensor) -> Result<Tensor> {
         });
     }
     Ok(p.contiguous()?
-        .apply_op2(&z.contiguous()?, FavorExp { m, d })?)
+        .apply_op2(&z.contiguous()?, Host2(FavorExp { m, d }))?)
 }
 
 /// [`favor_exp`]'s op.
@@ -569,7 +555,7 @@ impl FavorExp {
 }
 
 impl HostOp2 for FavorExp {
-    const NAME: &'static str = "favor_exp";
+    const NAME: &'static str = "vort-favor-exp";
     fn fwd<T: HostFloat>(&self, p: &[T], z: &[T]) -> Vec<T> {
         let (m, d) = (self.m, self.d);
         let mut phi = vec![T::zero(); p.len()];
@@ -613,32 +599,6 @@ impl HostOp2 for FavorExp {
                 }
             });
         (dp, dz)
-    }
-}
-
-impl CustomOp2 for FavorExp {
-    fn name(&self) -> &'static str {
-        "vort-favor-exp"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        Ok((host_fwd2(self, s1, l1, s2, l2)?, l1.shape().clone()))
-    }
-
-    fn bwd(
-        &self,
-        p: &Tensor,
-        z: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        host_bwd2(self, p, z, g)
     }
 }
 

@@ -99,6 +99,21 @@ fn fused_gelu_gradient_is_the_exact_derivative() {
     assert!(e <= 1e-9, "{e:e}");
 }
 
+/// y and the gradients of a and b of the loss Σ y ∘ g.
+fn value_and_grads(y: &Tensor, g: &Var, a: &Var, b: &Var) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let gr = (y * g.as_tensor())
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    (
+        to_f64(y),
+        to_f64(gr.get(a.as_tensor()).unwrap()),
+        to_f64(gr.get(b.as_tensor()).unwrap()),
+    )
+}
+
 /// Deterministic values in [-2, 2) for a shape.
 fn filled(shape: &[usize], seed: u64, dt: DType) -> Var {
     let n: usize = shape.iter().product();
@@ -129,17 +144,7 @@ fn fused_rms_norm_matches_the_plain_form() {
                 } else {
                     vort::ops::reference::rms_norm(x.as_tensor(), w.as_tensor(), 1e-6).unwrap()
                 };
-                let gr = (&y * g.as_tensor())
-                    .unwrap()
-                    .sum_all()
-                    .unwrap()
-                    .backward()
-                    .unwrap();
-                (
-                    to_f64(&y),
-                    to_f64(gr.get(x.as_tensor()).unwrap()),
-                    to_f64(gr.get(w.as_tensor()).unwrap()),
-                )
+                value_and_grads(&y, &g, &x, &w)
             };
             let (yp, xp, wp) = run(false);
             let (yf, xf, wf) = run(true);
@@ -291,17 +296,7 @@ fn fused_qk_norm_matches_the_plain_form() {
                 } else {
                     vort::ops::reference::qk_norm(z.as_tensor(), s.as_tensor()).unwrap()
                 };
-                let gr = (&y * g.as_tensor())
-                    .unwrap()
-                    .sum_all()
-                    .unwrap()
-                    .backward()
-                    .unwrap();
-                (
-                    to_f64(&y),
-                    to_f64(gr.get(z.as_tensor()).unwrap()),
-                    to_f64(gr.get(s.as_tensor()).unwrap()),
-                )
+                value_and_grads(&y, &g, &z, &s)
             };
             let (yp, zp, sp) = run(false);
             let (yf, zf, sf) = run(true);
@@ -348,17 +343,7 @@ fn fused_favor_exp_matches_the_plain_form() {
                 } else {
                     vort::ops::reference::favor_exp(p.as_tensor(), z.as_tensor()).unwrap()
                 };
-                let gr = (&y * g.as_tensor())
-                    .unwrap()
-                    .sum_all()
-                    .unwrap()
-                    .backward()
-                    .unwrap();
-                (
-                    to_f64(&y),
-                    to_f64(gr.get(p.as_tensor()).unwrap()),
-                    to_f64(gr.get(z.as_tensor()).unwrap()),
-                )
+                value_and_grads(&y, &g, &p, &z)
             };
             let (yp, pp, zp) = run(false);
             let (yf, pf, zf) = run(true);

@@ -434,11 +434,11 @@ impl HostOp2 for RmsNorm {
 /// Shape or dtype mismatches.
 pub fn qk_norm(z: &Tensor, scale: &Tensor) -> Result<Tensor> {
     let (_, h, t, d) = z.dims4()?;
-    if scale.dims() != [h] {
+    if scale.dims() != [h] || d == 0 {
         return Err(crate::error::VortError::Shape {
             name: "scale".into(),
             got: scale.dims().to_vec(),
-            expected: format!("[{h}]"),
+            expected: format!("[{h}] for z [.., {h}, .., d >= 1]"),
         });
     }
     Ok(z.contiguous()?
@@ -458,9 +458,10 @@ impl HostOp2 for QkNorm {
     const NAME: &'static str = "vort-qk-norm";
     fn fwd<T: HostFloat>(&self, z: &[T], s: &[T]) -> Vec<T> {
         let (t, d, h) = (self.t, self.d, s.len());
+        let block = (t * d).max(1); // an empty z (T = 0) has no blocks
         let mut y = vec![T::zero(); z.len()];
-        y.par_chunks_mut(t * d)
-            .zip(z.par_chunks(t * d))
+        y.par_chunks_mut(block)
+            .zip(z.par_chunks(block))
             .enumerate()
             .for_each(|(bh, (ys, zs))| {
                 let sh = s[bh % h].to_f64();
@@ -476,11 +477,12 @@ impl HostOp2 for QkNorm {
     }
     fn bwd<T: HostFloat>(&self, z: &[T], s: &[T], g: &[T]) -> (Vec<T>, Vec<T>) {
         let (t, d, h) = (self.t, self.d, s.len());
+        let block = (t * d).max(1);
         let mut dz = vec![T::zero(); z.len()];
         // per (batch, head) block: its share of ds
         let ds_blocks: Vec<f64> = dz
-            .par_chunks_mut(t * d)
-            .zip(z.par_chunks(t * d).zip(g.par_chunks(t * d)))
+            .par_chunks_mut(block)
+            .zip(z.par_chunks(block).zip(g.par_chunks(block)))
             .enumerate()
             .map(|(bh, (dzs, (zs, gs)))| {
                 let sh = s[bh % h].to_f64();
@@ -525,11 +527,11 @@ impl HostOp2 for QkNorm {
 pub fn favor_exp(p: &Tensor, z: &Tensor) -> Result<Tensor> {
     let (r, m) = p.dims2()?;
     let (rz, d) = z.dims2()?;
-    if r != rz {
+    if r != rz || m == 0 || d == 0 {
         return Err(crate::error::VortError::Shape {
-            name: "z".into(),
-            got: z.dims().to_vec(),
-            expected: format!("[{r}, d]"),
+            name: "p, z".into(),
+            got: [p.dims(), z.dims()].concat(),
+            expected: format!("[{r}, m >= 1] and [{r}, d >= 1]"),
         });
     }
     Ok(p.contiguous()?

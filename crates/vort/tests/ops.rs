@@ -323,6 +323,13 @@ fn fused_qk_norm_matches_the_plain_form() {
     let a = to_f64(&vort::ops::qk_norm(&zt, &s).unwrap());
     let b = to_f64(&vort::ops::reference::qk_norm(&zt, &s).unwrap());
     assert!(rel_rms(&a, &b) <= 2e-6);
+    // no tokens: an empty result, not a panic
+    let empty = Tensor::zeros((2, 3, 0, 4), DType::F32, &Device::Cpu).unwrap();
+    let s3 = Tensor::ones(3, DType::F32, &Device::Cpu).unwrap();
+    assert_eq!(
+        vort::ops::qk_norm(&empty, &s3).unwrap().dims(),
+        [2, 3, 0, 4]
+    );
     // a scale of the wrong length is refused
     assert!(vort::ops::qk_norm(&zt, &Tensor::ones(2, DType::F32, &Device::Cpu).unwrap()).is_err());
 }
@@ -356,4 +363,6 @@ fn fused_favor_exp_matches_the_plain_form() {
     let p = Tensor::ones((3, 4), DType::F32, &Device::Cpu).unwrap();
     let z = Tensor::ones((2, 4), DType::F32, &Device::Cpu).unwrap();
     assert!(vort::ops::favor_exp(&p, &z).is_err());
+    let no_width = Tensor::ones((3, 0), DType::F32, &Device::Cpu).unwrap();
+    assert!(vort::ops::favor_exp(&p, &no_width).is_err());
 }

@@ -246,14 +246,20 @@ pub struct EvalArgs {
     json: bool,
 }
 
-pub fn run_eval(a: EvalArgs) -> Result<(), CliError> {
-    if !(a.run.is_file() || a.run.join(CONFIG_FILE).is_file()) {
-        return Err(CliError::Usage(format!(
-            "{} is neither a run directory (no {CONFIG_FILE}) nor a file of `vort export`; \
-             train one with `vort train`",
-            a.run.display()
-        )));
+/// Refuses (exit 2) a path that is neither a run directory nor a file of `vort export`;
+/// `hint` ends the message (what to do instead).
+pub fn check_trained_path(path: &Path, hint: &str) -> Result<(), CliError> {
+    if path.is_file() || path.join(CONFIG_FILE).is_file() {
+        return Ok(());
     }
+    Err(CliError::Usage(format!(
+        "{} is neither a run directory (no {CONFIG_FILE}) nor a file of `vort export`; {hint}",
+        path.display()
+    )))
+}
+
+pub fn run_eval(a: EvalArgs) -> Result<(), CliError> {
+    check_trained_path(&a.run, "train one with `vort train`")?;
     let e = match &a.data {
         Some(f) => vort_lab::eval::run_on_file(&a.run, f)?,
         None => vort_lab::eval::run(&a.run)?,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use vort_lab::tasks::TaskKind;
 use vort_lab::train::generate::{generate, GenerateOptions};
-use vort_lab::train::{eval, TrainError, CONFIG_FILE};
+use vort_lab::train::{eval, TrainError};
 
 use crate::args::{parse_count, parse_real};
 use crate::error::CliError;
@@ -45,13 +45,7 @@ pub fn run(a: GenerateArgs) -> Result<(), CliError> {
             a.temperature
         )));
     }
-    if !(a.run.is_file() || a.run.join(CONFIG_FILE).is_file()) {
-        return Err(CliError::Usage(format!(
-            "{} is neither a run directory (no {CONFIG_FILE}) nor a file of `vort export`; \
-             train one with `vort train --task books`",
-            a.run.display()
-        )));
-    }
+    crate::experiment::check_trained_path(&a.run, "train one with `vort train --task books`")?;
     let prompt = match (&a.prompt, &a.prompt_file) {
         (Some(p), _) => p.as_bytes().to_vec(),
         (None, Some(f)) => std::fs::read(f)

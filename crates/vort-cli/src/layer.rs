@@ -79,13 +79,7 @@ pub struct RetentionArgs {
 /// The retention settings of the trained model at `path` (see `--model`): refused (exit 2)
 /// unless its memory is VORT.
 fn model_opts(path: &Path, form: Form) -> Result<RetentionOpts, CliError> {
-    if !(path.is_file() || path.join(vort_lab::train::CONFIG_FILE).is_file()) {
-        return Err(CliError::Usage(format!(
-            "--model {} is neither a run directory (no {}) nor a file of `vort export`",
-            path.display(),
-            vort_lab::train::CONFIG_FILE
-        )));
-    }
+    crate::experiment::check_trained_path(path, "--model takes a trained VORT model")?;
     let cfg = vort_lab::train::eval::trained_config(path)?;
     let m = &cfg.model;
     if m.memory != MemoryKind::Vort {

@@ -1,4 +1,4 @@
-//! `cargo run --release -p vort --example bench_layer [plain] [decode] [crossover]`: the layer
+//! `cargo run --release -p vort --example bench_layer [plain] [decode] [crossover] [chunk=N]`: the layer
 //! benchmarks of `vort::bench` as JSON (the CLI's `vort bench layer` wraps the same functions).
 
 #[global_allocator]
@@ -18,9 +18,15 @@ fn main() -> vort::Result<()> {
     }
     let sgemm = vort::bench::bench_sgemm(2048, 5)?;
     println!("sgemm {}", serde_json::to_string(&sgemm).unwrap());
+    // `chunk=N`: the chunk length of the fused op (default: the bench's 64)
+    let chunk = args
+        .iter()
+        .find_map(|a| a.strip_prefix("chunk=")?.parse().ok());
+    let defaults = vort::bench::LayerBenchOpts::default();
     let opts = vort::bench::LayerBenchOpts {
         plain: has("plain"),
-        ..Default::default()
+        chunk: chunk.unwrap_or(defaults.chunk),
+        ..defaults
     };
     for r in vort::bench::bench_layer(&opts)? {
         println!(

@@ -154,6 +154,12 @@ fn tiny_recall_reproduction_runs_reports_and_reuses() {
             |c: &recall::CellResult| -> Vec<usize> { c.seeds.iter().map(|r| r.correct).collect() };
         assert_eq!(acc(a), acc(b));
     }
+    // a cached extrapolation is not reused for another number of scored sequences
+    let mut more = preset.clone();
+    more.cells[1].extrapolate_examples = 6;
+    let rescored = recall::run(&more, &out, false, false).unwrap();
+    assert_eq!(rescored.cells[2].seeds[0].extrapolation[0].answers, 6 * 2);
+    assert_eq!(rescored.cells[2].seeds[0].extrapolation[0].examples, 6);
     // one unfinished run: --report-only reports the rest and names the pair it leaves out
     std::fs::remove_file(w.parent().unwrap().join("eval.json")).unwrap();
     let partial = recall::run(&preset, &out, false, false).unwrap();

@@ -352,6 +352,9 @@ pub struct RunResult {
 pub struct Extrapolation {
     /// Sequence length L of the scored sequences.
     pub seq_len: usize,
+    /// Sequences scored (a cached score of another count is recomputed).
+    #[serde(default)]
+    pub examples: usize,
     /// Accuracy over every answer.
     pub accuracy: f64,
     /// Correct answers.
@@ -363,7 +366,8 @@ pub struct Extrapolation {
 }
 
 /// Scores the model of the run in `dir` (config `c`) at length `seq_len` (see
-/// [`CellSpec::extrapolate`]); the result is cached as `extrapolate-L<len>.json` in `dir`.
+/// [`CellSpec::extrapolate`]); the result is cached as `extrapolate-L<len>.json` in `dir`,
+/// and reused while the number of scored sequences is unchanged.
 fn extrapolate(
     dir: &Path,
     c: &RunConfig,
@@ -375,6 +379,7 @@ fn extrapolate(
     if let Some(e) = std::fs::read_to_string(&cache)
         .ok()
         .and_then(|t| serde_json::from_str::<Extrapolation>(&t).ok())
+        .filter(|e| e.examples == examples)
     {
         return Ok(e);
     }
@@ -401,6 +406,7 @@ fn extrapolate(
     )?;
     let x = Extrapolation {
         seq_len,
+        examples,
         accuracy: e.accuracy,
         correct: e.buckets.iter().map(|b| b.correct).sum(),
         answers: e.buckets.iter().map(|b| b.n).sum(),
@@ -1610,6 +1616,7 @@ mod tests {
                 .iter()
                 .map(|&(seq_len, f)| Extrapolation {
                     seq_len,
+                    examples: 0,
                     accuracy: f64::NAN,
                     correct: 0,
                     answers: 0,

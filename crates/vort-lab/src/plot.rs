@@ -409,8 +409,28 @@ where
     X::CoordDescType: Ranged<ValueType = f64> + ValueFormatter<f64>,
     Y::CoordDescType: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
-    let mut chart = ChartBuilder::on(area)
-        .caption(&panel.title, (FAMILY, 22))
+    // with every corner taken, the title spans the panel and the legend gets a strip to the
+    // right of the plot, as wide as its longest entry
+    let (chart_area, legend_area) = match ticks.legend {
+        Some(_) => (area.clone(), None),
+        None => {
+            let legend_width = panel
+                .series
+                .iter()
+                .map(|s| s.name.chars().count() as u32)
+                .max()
+                .map_or(0, |n| 8 * n + 50);
+            let body = area.titled(&panel.title, (FAMILY, 22))?;
+            let (w, _) = body.dim_in_pixel();
+            let (plot, legend) = body.split_horizontally(w.saturating_sub(legend_width));
+            (plot, Some(legend))
+        }
+    };
+    let mut builder = ChartBuilder::on(&chart_area);
+    if legend_area.is_none() {
+        builder.caption(&panel.title, (FAMILY, 22));
+    }
+    let mut chart = builder
         .margin(15)
         .x_label_area_size(50)
         .y_label_area_size(90)
@@ -427,6 +447,7 @@ where
         .bold_line_style(RGBColor(205, 205, 205))
         .draw()?;
     let mut labelled = false;
+    let mut entries: Vec<(&str, RGBColor, SeriesStyle)> = Vec::new();
     for (i, s) in panel.series.iter().enumerate() {
         let color = PALETTE[s.color.unwrap_or(i) % PALETTE.len()];
         let pts: Vec<(f64, f64)> = s
@@ -462,6 +483,7 @@ where
         };
         if !s.name.is_empty() {
             labelled = true;
+            entries.push((s.name.as_str(), color, s.style));
             let kind = s.style;
             anno.label(s.name.as_str())
                 .legend(move |(x, y)| match kind {
@@ -480,10 +502,33 @@ where
                 });
         }
     }
-    if labelled {
+    if let Some(strip) = legend_area {
+        for (i, &(name, color, style)) in entries.iter().enumerate() {
+            let y = 40 + 22 * i as i32;
+            let symbol = match style {
+                SeriesStyle::Points => Circle::new((14, y), 3, color.filled()).into_dyn(),
+                SeriesStyle::Dashed => plotters::element::DashedPathElement::new(
+                    vec![(4, y), (24, y)],
+                    6,
+                    4,
+                    color.stroke_width(2),
+                )
+                .into_dyn(),
+                SeriesStyle::Line => {
+                    PathElement::new(vec![(4, y), (24, y)], color.stroke_width(2)).into_dyn()
+                }
+            };
+            strip.draw(&symbol)?;
+            strip.draw(&Text::new(
+                name,
+                (32, y - 8),
+                (FAMILY, 15).into_font().color(&BLACK),
+            ))?;
+        }
+    } else if labelled {
         chart
             .configure_series_labels()
-            .position(ticks.legend)
+            .position(ticks.legend.unwrap_or(SeriesLabelPosition::UpperRight))
             .label_font((FAMILY, 15))
             .background_style(WHITE.mix(0.85))
             .border_style(RGBColor(160, 160, 160))
@@ -520,11 +565,12 @@ fn padded_range(values: impl Iterator<Item = f64>, log: bool, pad: f64) -> (f64,
 }
 
 /// How a panel labels its axes and where its legend goes: tick values closer to 0 than
-/// `zero` are 0; `thin` keeps only the labels of 1, 2 and 5 × 10^k; `legend` is the corner.
+/// `zero` are 0; `thin` keeps only the labels of 1, 2 and 5 × 10^k; `legend` is the corner
+/// (None: every corner holds data, and the legend goes to the right of the plot).
 struct AxisTicks {
     zero: (f64, f64),
     thin: (bool, bool),
-    legend: SeriesLabelPosition,
+    legend: Option<SeriesLabelPosition>,
 }
 
 /// Every drawn (x, y) of a panel: its points and both ends of its error bars.
@@ -540,18 +586,33 @@ fn marks(panel: &Panel) -> impl Iterator<Item = (f64, f64)> + '_ {
 /// The corner of the panel whose legend box (about a third of the width, 45% of the height)
 /// covers the fewest data points and bar ends, upper right first on ties: a legend drawn over
 /// a marker hides a result.
-fn legend_corner(panel: &Panel, x: (f64, f64), y: (f64, f64)) -> SeriesLabelPosition {
-    let unit = |v: f64, (lo, hi): (f64, f64), log: bool| {
-        if log {
-            (v.ln() - lo.ln()) / (hi.ln() - lo.ln())
-        } else {
-            (v - lo) / (hi - lo)
-        }
+fn legend_corner(panel: &Panel, x: (f64, f64), y: (f64, f64)) -> Option<SeriesLabelPosition> {
+    let unit = |(px, py): (f64, f64)| {
+        let f = |v: f64, (lo, hi): (f64, f64), log: bool| {
+            if log {
+                (v.ln() - lo.ln()) / (hi.ln() - lo.ln())
+            } else {
+                (v - lo) / (hi - lo)
+            }
+        };
+        (f(px, x, panel.log_x), f(py, y, panel.log_y))
     };
-    let marks: Vec<(f64, f64)> = marks(panel)
-        .map(|(px, py)| (unit(px, x, panel.log_x), unit(py, y, panel.log_y)))
-        .filter(|(u, v)| u.is_finite() && v.is_finite())
-        .collect();
+    let mut marks: Vec<(f64, f64)> = marks(panel).map(unit).collect();
+    // a line covers the corners it passes through, not only those of its vertices
+    for s in panel
+        .series
+        .iter()
+        .filter(|s| s.style != SeriesStyle::Points)
+    {
+        for w in s.points.windows(2) {
+            let (a, b) = (unit(w[0]), unit(w[1]));
+            marks.extend((1..16).map(|i| {
+                let t = f64::from(i) / 16.0;
+                (a.0 + t * (b.0 - a.0), a.1 + t * (b.1 - a.1))
+            }));
+        }
+    }
+    marks.retain(|(u, v)| u.is_finite() && v.is_finite());
     let covered = |right: bool, upper: bool| {
         marks
             .iter()
@@ -561,15 +622,16 @@ fn legend_corner(panel: &Panel, x: (f64, f64), y: (f64, f64)) -> SeriesLabelPosi
             })
             .count()
     };
-    [
+    let (corner, n) = [
         (SeriesLabelPosition::UpperRight, covered(true, true)),
         (SeriesLabelPosition::LowerRight, covered(true, false)),
         (SeriesLabelPosition::UpperLeft, covered(false, true)),
         (SeriesLabelPosition::LowerLeft, covered(false, false)),
     ]
     .into_iter()
-    .min_by_key(|&(_, n)| n)
-    .map_or(SeriesLabelPosition::UpperRight, |(p, _)| p)
+    .min_by_key(|&(_, n)| n)?;
+    // every corner holds data: the legend goes beside the plot instead
+    (n == 0).then_some(corner)
 }
 
 /// The label of tick `v` (see [`AxisTicks`]): empty for a thinned-out tick.
@@ -641,11 +703,21 @@ mod tests {
         let top_right = panel(vec![(9e4, 0.95), (8e4, 0.9), (1e3, 0.1), (2e3, 0.9)]);
         assert!(matches!(
             legend_corner(&top_right, (1e3, 1e5), (0.0, 1.0)),
-            SeriesLabelPosition::LowerRight
+            Some(SeriesLabelPosition::LowerRight)
         ));
         assert!(matches!(
             legend_corner(&panel(Vec::new()), (1e3, 1e5), (0.0, 1.0)),
-            SeriesLabelPosition::UpperRight
+            Some(SeriesLabelPosition::UpperRight)
+        ));
+        // marks in every corner: beside the plot
+        let full = panel(vec![(1e3, 0.0), (1e3, 1.0), (1e5, 0.0), (1e5, 1.0)]);
+        assert!(legend_corner(&full, (1e3, 1e5), (0.0, 1.0)).is_none());
+        // a line through a corner covers it though no vertex lies there
+        let mut diagonal = panel(Vec::new());
+        diagonal.series = vec![Series::line("a", vec![(1e3, 0.0), (1e5, 1.0)])];
+        assert!(matches!(
+            legend_corner(&diagonal, (1e3, 1e5), (0.0, 1.0)),
+            Some(SeriesLabelPosition::UpperLeft | SeriesLabelPosition::LowerRight)
         ));
     }
 

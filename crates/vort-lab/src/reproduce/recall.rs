@@ -1025,6 +1025,26 @@ fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
                     .with_bars(curve.bars),
             );
         }
+        // the paper's accuracy at lags > 1000, dashed over that bucket in the colour of the
+        // first mixer it applies to (VORT and the power law share one number)
+        let mut drawn: Vec<f64> = Vec::new();
+        for c in rep.cells.iter().filter(|c| c.cell == cell) {
+            let Some(x) = paper_lag_number(&c.mixer) else {
+                continue;
+            };
+            if drawn.contains(&x) || c.seq_len <= 1000 {
+                continue;
+            }
+            drawn.push(x);
+            let ci = names.iter().position(|n| n == &c.mixer).unwrap_or(0);
+            series.push(
+                Series::dashed(
+                    format!("paper, lags > 1000: {} {x}%", c.mixer),
+                    vec![(1001.0, x / 100.0), (c.seq_len as f64, x / 100.0)],
+                )
+                .with_color(ci),
+            );
+        }
         panels.push(Panel {
             title: format!(
                 "{cell}: test accuracy by lag (doubling bins with >= {MIN_BIN} answers, all \
@@ -1558,7 +1578,7 @@ fn markdown(rep: &RecallReport) -> String {
          call: {:.0} s ({} of the runs reused from an earlier call). Every run's config, \
          metrics and evaluation: `runs/`.\n",
         if rep.cells.iter().any(|c| c.section == Section::Lags) {
-            ", `acc_by_lag.png`"
+            ", `acc_by_lag.png` (dashed: the paper's accuracy at lags > 1000)"
         } else {
             ""
         },

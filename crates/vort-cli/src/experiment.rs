@@ -322,7 +322,8 @@ pub struct ReproduceArgs {
     #[arg(long, conflicts_with_all = ["medium", "full"])]
     quick: bool,
     /// Wider models, more steps and seeds. Recall: many hours on 2 cores (run it in the
-    /// background; --cell runs one cell); synthetic and books: about an hour.
+    /// background; --cell runs one cell; several processes on one --out share its runs, see
+    /// the README); synthetic and books: about an hour.
     #[arg(long, conflicts_with = "full")]
     medium: bool,
     /// Paper-scale settings (many hours on 2 cores; meant for a GPU).

@@ -197,3 +197,43 @@ fn a_preset_narrows_to_named_cells() {
     let order: Vec<&str> = p.mixers_of(&p.cells[0]).map(|m| m.name.as_str()).collect();
     assert_eq!(order, ["softmax", "retnet"]);
 }
+
+/// Two processes may share a preset: a run whose directory another holds locked is skipped,
+/// the others are trained meanwhile, and the call waits for it and reports everything. Here
+/// the test holds the lock of the first rate's run until the second rate's run is done.
+#[test]
+fn a_run_in_use_elsewhere_is_waited_for() {
+    let out = std::env::temp_dir().join(format!("vort-recall-busy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let mut preset = RecallPreset::from_toml(PRESET, "tiny").unwrap();
+    preset.only(&["long".into()]).unwrap();
+    let held = out.join("runs/long/retnet/lr1.0e-2/seed0");
+    std::fs::create_dir_all(&held).unwrap();
+    let lock = vort_lab::train::RunLock::acquire(&held).unwrap();
+    let t0 = std::time::Instant::now();
+    let worker = {
+        let (preset, out) = (preset.clone(), out.clone());
+        std::thread::spawn(move || recall::run(&preset, &out, false, true))
+    };
+    // meanwhile the other rate is trained (it diverges: lr 1e30)
+    let other = out.join("runs/long/retnet/lr1.0e30/seed0/diverged.json");
+    while !other.is_file() {
+        assert!(
+            t0.elapsed().as_secs() < 120,
+            "the free run is trained while the other waits"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(
+        !held.join("eval.json").exists(),
+        "a locked run is not trained"
+    );
+    drop(lock);
+    let rep = worker.join().unwrap().unwrap();
+    assert!(rep.pending.is_empty(), "{:?}", rep.pending);
+    assert_eq!(rep.cells.len(), 1);
+    assert_eq!(rep.cells[0].best_lr, 1e-2);
+    assert!(held.join("eval.json").is_file());
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -560,9 +560,21 @@ impl RunResult {
 struct Mode {
     progress: bool,
     train_missing: bool,
+    /// Print the runs reused from an earlier call (the first pass only).
+    print_reused: bool,
 }
 
-/// Trains (or reuses) one run; returns its result and whether it was reused.
+/// What [`one`] found or did.
+enum Outcome {
+    /// Finished: its result, and whether it was reused.
+    Done(Box<RunResult>, bool),
+    /// Not finished, and this call trains nothing.
+    Missing,
+    /// Another vort process is training it (its run directory is locked).
+    Busy,
+}
+
+/// Trains (or reuses) one run.
 fn one(
     out: &Path,
     preset: &RecallPreset,
@@ -571,10 +583,11 @@ fn one(
     lr: f64,
     seed: u64,
     mode: Mode,
-) -> Result<Option<(RunResult, bool)>, TrainError> {
+) -> Result<Outcome, TrainError> {
     let Mode {
         progress,
         train_missing,
+        ..
     } = mode;
     let c = preset.run_config(cell, mixer, lr, seed)?;
     let dir = run_dir(out, cell, mixer, lr, seed);
@@ -598,10 +611,13 @@ fn one(
         .filter(|_| same_config)
         .and_then(|t| serde_json::from_str::<Diverged>(&t).ok());
     if let Some(d) = diverged_before {
-        return Ok(Some((RunResult::diverged(seed, lr, d.step, &c), true)));
+        return Ok(Outcome::Done(
+            Box::new(RunResult::diverged(seed, lr, d.step, &c)),
+            true,
+        ));
     }
     if finished.is_none() && !train_missing {
-        return Ok(None);
+        return Ok(Outcome::Missing);
     }
     let reused = finished.is_some();
     let eval = match finished {
@@ -624,8 +640,13 @@ fn one(
                     })
                     .map_err(|e| TrainError::Serialise(e.to_string()))?;
                     checkpoint::write_atomic(&diverged_path, json.as_bytes())?;
-                    return Ok(Some((RunResult::diverged(seed, lr, step, &c), false)));
+                    return Ok(Outcome::Done(
+                        Box::new(RunResult::diverged(seed, lr, step, &c)),
+                        false,
+                    ));
                 }
+                // another process trains it: leave it to that one (see `run`)
+                Err(TrainError::RunBusy(_)) => return Ok(Outcome::Busy),
                 Err(e) => return Err(e),
             }
         }
@@ -649,8 +670,8 @@ fn one(
         .iter()
         .map(|&l| extrapolate(&dir, &c, l, cell.extrapolate_examples, eval.step))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Some((
-        RunResult {
+    Ok(Outcome::Done(
+        Box::new(RunResult {
             seed,
             lr,
             val_accuracy: val,
@@ -667,14 +688,19 @@ fn one(
             alpha: eval.alpha.clone(),
             extrapolation,
             diverged_at: None,
-        },
+        }),
         reused,
-    )))
+    ))
 }
 
 /// Runs `preset` into `out_dir` (see the module doc). With `train_missing` false nothing is
 /// trained: the report covers the (cell, mixer) pairs whose runs are all finished and lists
 /// the others as pending (a report of a long preset so far).
+///
+/// Several processes may run the same preset into the same `out_dir` at once (e.g. one per
+/// core pair, each with `RAYON_NUM_THREADS` set): each skips the runs whose directories
+/// another holds locked ([`train::RunLock`]) and trains the next free one, then waits for the
+/// skipped runs and writes the whole report.
 ///
 /// # Errors
 /// Training errors of any run, plot and I/O errors.
@@ -685,10 +711,41 @@ pub fn run(
     train_missing: bool,
 ) -> Result<RecallReport, TrainError> {
     let t0 = Instant::now();
-    let mode = Mode {
+    let mut mode = Mode {
         progress,
         train_missing,
+        print_reused: true,
     };
+    loop {
+        let (mut rep, busy) = run_pass(preset, out_dir, mode)?;
+        if busy == 0 || !train_missing {
+            rep.wall_s = t0.elapsed().as_secs_f64();
+            return Ok(rep);
+        }
+        if progress {
+            eprintln!(
+                "waiting for {busy} run(s) in use by another vort process (checking every {} s)",
+                BUSY_POLL.as_secs()
+            );
+        }
+        mode.print_reused = false;
+        std::thread::sleep(BUSY_POLL);
+    }
+}
+
+/// How often a run of a preset looks again at the runs another process trains.
+const BUSY_POLL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// One pass over the preset (see [`run`]): the report, and how many runs it skipped because
+/// another process holds them.
+fn run_pass(
+    preset: &RecallPreset,
+    out_dir: &Path,
+    mode: Mode,
+) -> Result<(RecallReport, usize), TrainError> {
+    let Mode { progress, .. } = mode;
+    let t0 = Instant::now();
+    let mut busy = 0usize;
     std::fs::create_dir_all(out_dir).map_err(|e| checkpoint::io(out_dir, e))?;
     let total = preset.run_count();
     let mut done = 0usize;
@@ -705,7 +762,7 @@ pub fn run(
             trained += 1;
             trained_s += secs;
         }
-        if progress {
+        if progress && (mode.print_reused || !was_reused) {
             let eta = if trained > 0 {
                 let left = (total - done) as f64 * trained_s / trained as f64;
                 format!(", ETA {:.0} min", left / 60.0)
@@ -737,13 +794,26 @@ pub fn run(
             let mut missing = None;
             for &lr in &lrs {
                 let ts = Instant::now();
-                let Some((r, was)) = one(out_dir, preset, cell, mixer, lr, seeds[0], mode)? else {
-                    missing = Some(pending_run(format!(
-                        "lr {} seed {}",
-                        lr_label(lr),
-                        seeds[0]
-                    )));
-                    break;
+                let (r, was) = match one(out_dir, preset, cell, mixer, lr, seeds[0], mode)? {
+                    Outcome::Done(r, was) => (*r, was),
+                    Outcome::Missing => {
+                        missing = Some(pending_run(format!(
+                            "lr {} seed {}",
+                            lr_label(lr),
+                            seeds[0]
+                        )));
+                        break;
+                    }
+                    // the other rates of the sweep can still be trained here meanwhile
+                    Outcome::Busy => {
+                        busy += 1;
+                        missing = Some(pending_run(format!(
+                            "lr {} seed {}: in use by another vort process",
+                            lr_label(lr),
+                            seeds[0]
+                        )));
+                        continue;
+                    }
                 };
                 let what = format!(
                     "{} {} lr {} seed {}",
@@ -782,9 +852,21 @@ pub fn run(
             let mut runs = vec![sweep[best].clone()];
             for &seed in &seeds[1..] {
                 let ts = Instant::now();
-                let Some((r, was)) = one(out_dir, preset, cell, mixer, best_lr, seed, mode)? else {
-                    missing = Some(pending_run(format!("lr {} seed {seed}", lr_label(best_lr))));
-                    break;
+                let (r, was) = match one(out_dir, preset, cell, mixer, best_lr, seed, mode)? {
+                    Outcome::Done(r, was) => (*r, was),
+                    Outcome::Missing => {
+                        missing =
+                            Some(pending_run(format!("lr {} seed {seed}", lr_label(best_lr))));
+                        break;
+                    }
+                    Outcome::Busy => {
+                        busy += 1;
+                        missing = Some(pending_run(format!(
+                            "lr {} seed {seed}: in use by another vort process",
+                            lr_label(best_lr)
+                        )));
+                        continue;
+                    }
                 };
                 let what = format!(
                     "{} {} lr {} seed {seed}",
@@ -861,7 +943,7 @@ pub fn run(
         serde_json::to_string_pretty(&lean).map_err(|e| TrainError::Serialise(e.to_string()))?;
     checkpoint::write_atomic(&out_dir.join("results.json"), json.as_bytes())?;
     checkpoint::write_atomic(&out_dir.join("report.md"), markdown(&rep).as_bytes())?;
-    Ok(rep)
+    Ok((rep, busy))
 }
 
 /// Memory nodes N of the model of `cfg` (1 for one exponential per head, M for the mixture).

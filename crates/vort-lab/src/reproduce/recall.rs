@@ -1019,42 +1019,53 @@ fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
     if !panels.is_empty() {
         panels_plot(&out.join("acc_vs_width.png"), &panels)?;
     }
-    // accuracy against state size, with Zoology's points
-    let mut series = Vec::new();
-    for (ci, name) in names.iter().enumerate() {
-        let pts: Vec<(f64, f64)> = rep
-            .cells
-            .iter()
-            .filter(|c| c.section != Section::Lags && &c.mixer == name)
-            .map(|c| (c.state_floats as f64, c.mean_sd().0))
-            .collect();
-        if !pts.is_empty() {
-            series.push(Series::points(name.clone(), pts).with_color(ci));
+    // accuracy against state size, one panel per grid cell (L, K) with a marker per width,
+    // and Zoology's published points (from its figures, the same on every panel)
+    let mut panels = Vec::new();
+    for &(l, k) in &grid_cells {
+        let mut series = Vec::new();
+        for (ci, name) in names.iter().enumerate() {
+            let pts: Vec<(f64, f64)> = rep
+                .cells
+                .iter()
+                .filter(|c| {
+                    c.section != Section::Lags
+                        && &c.mixer == name
+                        && (c.seq_len, c.num_kv_pairs) == (l, k)
+                })
+                .map(|c| (c.state_floats as f64, c.mean_sd().0))
+                .collect();
+            if !pts.is_empty() {
+                series.push(Series::points(name.clone(), pts).with_color(ci));
+            }
         }
-    }
-    for (i, label) in ["Based (Zoology)", "GLA (Zoology)", "Mamba-2 (Zoology)"]
-        .iter()
-        .enumerate()
-    {
-        let pts: Vec<(f64, f64)> = ZOOLOGY_POINTS
+        for (i, label) in ["Based (Zoology)", "GLA (Zoology)", "Mamba-2 (Zoology)"]
             .iter()
-            .filter(|p| p.0 == *label)
-            .map(|p| (p.1, p.2))
-            .collect();
-        // markers: a single published point (GLA) would not show as a line
-        series.push(Series::points(*label, pts).with_color(names.len() + i));
-    }
-    panels_plot(
-        &out.join("acc_vs_state.png"),
-        &[Panel {
-            title: "MQAR test accuracy against recurrent state size (all grid cells)".into(),
-            x_label: "state floats (whole model)".into(),
+            .enumerate()
+        {
+            let pts: Vec<(f64, f64)> = ZOOLOGY_POINTS
+                .iter()
+                .filter(|p| p.0 == *label)
+                .map(|p| (p.1, p.2))
+                .collect();
+            // markers: a single published point (GLA) would not show as a line
+            series.push(Series::points(*label, pts).with_color(names.len() + i));
+        }
+        panels.push(Panel {
+            title: format!(
+                "MQAR L = {l}, K = {k}: test accuracy against recurrent state size (mean over \
+                 seeds)"
+            ),
+            x_label: "state floats (whole model; softmax: its KV cache at L)".into(),
             y_label: "accuracy".into(),
             log_x: true,
             log_y: false,
             series,
-        }],
-    )?;
+        });
+    }
+    if !panels.is_empty() {
+        panels_plot(&out.join("acc_vs_state.png"), &panels)?;
+    }
     // the learning-rate sweeps: validation accuracy against lr, one panel per cell
     let mut panels = Vec::new();
     for cell in cells_where(rep, |_| true) {

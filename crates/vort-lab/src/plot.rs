@@ -584,8 +584,8 @@ fn marks(panel: &Panel) -> impl Iterator<Item = (f64, f64)> + '_ {
 }
 
 /// The corner of the panel whose legend box (about a third of the width, 45% of the height)
-/// covers the fewest data points and bar ends, upper right first on ties: a legend drawn over
-/// a marker hides a result.
+/// covers no data point, bar end or line, upper right first; None when every corner holds data
+/// (the legend then goes beside the plot): a legend drawn over a marker hides a result.
 fn legend_corner(panel: &Panel, x: (f64, f64), y: (f64, f64)) -> Option<SeriesLabelPosition> {
     let unit = |(px, py): (f64, f64)| {
         let f = |v: f64, (lo, hi): (f64, f64), log: bool| {

@@ -716,13 +716,16 @@ pub fn run(
         train_missing,
         print_reused: true,
     };
+    let mut waited_for = 0;
     loop {
         let (mut rep, busy) = run_pass(preset, out_dir, mode)?;
         if busy == 0 || !train_missing {
             rep.wall_s = t0.elapsed().as_secs_f64();
             return Ok(rep);
         }
-        if progress {
+        // said once, and again only when the number changes
+        if progress && busy != waited_for {
+            waited_for = busy;
             eprintln!(
                 "waiting for {busy} run(s) in use by another vort process (checking every {} s)",
                 BUSY_POLL.as_secs()

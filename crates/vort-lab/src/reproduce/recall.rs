@@ -980,6 +980,22 @@ fn mixer_names(rep: &RecallReport) -> Vec<String> {
     rep.preset.mixers.iter().map(|m| m.name.clone()).collect()
 }
 
+/// (x(cell), mean test accuracy) of `mixer` in every non-lag cell at (L, K) = `lk`.
+fn grid_points(
+    rep: &RecallReport,
+    mixer: &str,
+    lk: (usize, usize),
+    x: impl Fn(&CellResult) -> f64,
+) -> Vec<(f64, f64)> {
+    rep.cells
+        .iter()
+        .filter(|c| {
+            c.section != Section::Lags && c.mixer == mixer && (c.seq_len, c.num_kv_pairs) == lk
+        })
+        .map(|c| (x(c), c.mean_sd().0))
+        .collect()
+}
+
 fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
     let names = mixer_names(rep);
     // accuracy against width, one panel per grid cell (L, K)
@@ -995,16 +1011,7 @@ fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
     for &(l, k) in &grid_cells {
         let mut series = Vec::new();
         for (ci, name) in names.iter().enumerate() {
-            let mut pts: Vec<(f64, f64)> = rep
-                .cells
-                .iter()
-                .filter(|c| {
-                    c.section != Section::Lags
-                        && &c.mixer == name
-                        && (c.seq_len, c.num_kv_pairs) == (l, k)
-                })
-                .map(|c| (c.d_model as f64, c.mean_sd().0))
-                .collect();
+            let mut pts = grid_points(rep, name, (l, k), |c| c.d_model as f64);
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             if !pts.is_empty() {
                 series.push(Series::line(name.clone(), pts).with_color(ci));
@@ -1028,16 +1035,7 @@ fn plots(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
     for &(l, k) in &grid_cells {
         let mut series = Vec::new();
         for (ci, name) in names.iter().enumerate() {
-            let pts: Vec<(f64, f64)> = rep
-                .cells
-                .iter()
-                .filter(|c| {
-                    c.section != Section::Lags
-                        && &c.mixer == name
-                        && (c.seq_len, c.num_kv_pairs) == (l, k)
-                })
-                .map(|c| (c.state_floats as f64, c.mean_sd().0))
-                .collect();
+            let pts = grid_points(rep, name, (l, k), |c| c.state_floats as f64);
             if !pts.is_empty() {
                 series.push(Series::points(name.clone(), pts).with_color(ci));
             }

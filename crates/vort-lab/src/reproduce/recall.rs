@@ -719,8 +719,10 @@ pub fn run(
     let mut waited_for = 0;
     loop {
         let (mut rep, busy) = run_pass(preset, out_dir, mode)?;
+        // the report is written once, when nothing is left to wait for
         if busy == 0 || !train_missing {
             rep.wall_s = t0.elapsed().as_secs_f64();
+            write_report(&rep, out_dir)?;
             return Ok(rep);
         }
         // said once, and again only when the number changes
@@ -739,15 +741,14 @@ pub fn run(
 /// How often a run of a preset looks again at the runs another process trains.
 const BUSY_POLL: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// One pass over the preset (see [`run`]): the report, and how many runs it skipped because
-/// another process holds them.
+/// One pass over the preset (see [`run`], which writes the report): the report, and how many
+/// runs it skipped because another process holds them.
 fn run_pass(
     preset: &RecallPreset,
     out_dir: &Path,
     mode: Mode,
 ) -> Result<(RecallReport, usize), TrainError> {
     let Mode { progress, .. } = mode;
-    let t0 = Instant::now();
     let mut busy = 0usize;
     std::fs::create_dir_all(out_dir).map_err(|e| checkpoint::io(out_dir, e))?;
     let total = preset.run_count();
@@ -924,11 +925,16 @@ fn run_pass(
         preset: preset.clone(),
         cells,
         gate_passed,
-        wall_s: t0.elapsed().as_secs_f64(),
+        wall_s: 0.0, // set by `run`, over every pass
         reused,
         pending,
     };
-    plots(&rep, out_dir)?;
+    Ok((rep, busy))
+}
+
+/// Writes the plots, results.json and report.md of `rep` into `out_dir`.
+fn write_report(rep: &RecallReport, out_dir: &Path) -> Result<(), TrainError> {
+    plots(rep, out_dir)?;
     // results.json keeps the α means, not the raw samples (they are in each run's eval.json)
     let mut lean = rep.clone();
     for r in lean
@@ -945,8 +951,8 @@ fn run_pass(
     let json =
         serde_json::to_string_pretty(&lean).map_err(|e| TrainError::Serialise(e.to_string()))?;
     checkpoint::write_atomic(&out_dir.join("results.json"), json.as_bytes())?;
-    checkpoint::write_atomic(&out_dir.join("report.md"), markdown(&rep).as_bytes())?;
-    Ok((rep, busy))
+    checkpoint::write_atomic(&out_dir.join("report.md"), markdown(rep).as_bytes())?;
+    Ok(())
 }
 
 /// Memory nodes N of the model of `cfg` (1 for one exponential per head, M for the mixture).

@@ -10,6 +10,7 @@ use vort_lab::model::{MemoryKind, Model, ModelConfig};
 use vort_lab::tasks::external::LabelledSet;
 use vort_lab::tasks::mqar::{gap_weights, weighted_without_replacement};
 use vort_lab::tasks::{Source, Stream, TaskConfig, TaskError, TaskKind};
+use vort_lab::train::checkpoint::Checkpoint;
 use vort_lab::train::{self, RunConfig, RunOptions, TrainConfig};
 use vort_math::rng::SplitMix64;
 
@@ -573,4 +574,118 @@ fn training_mixture_cycles_lengths_and_keeps_tokens_per_step() {
     assert!(!text.contains("train_mix"), "{text}");
     let back: TaskConfig = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
     assert_eq!(back, c);
+}
+
+/// The validation accuracies a run logged, by step.
+fn val_scores(dir: &Path) -> Vec<(u64, f64)> {
+    std::fs::read_to_string(dir.join(train::METRICS_FILE))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<train::Metrics>(l).ok())
+        .filter_map(|m| m.val_acc.map(|v| (m.step, v)))
+        .collect()
+}
+
+/// A preset that changes only a cell's early-stop threshold keeps what it can: a run that
+/// stopped early under the old threshold is continued, bit for bit, into the run the new one
+/// trains from scratch; a run that reached neither threshold is the same run; a run the new
+/// threshold would have stopped before its checkpoint, or one that differs in anything else,
+/// is not adopted and is left as it was.
+#[test]
+fn a_changed_early_stop_keeps_or_continues_the_run() {
+    let steps = 60;
+    let mut never = tiny_run(MemoryKind::Softmax, steps);
+    never.train.eval_every = 10;
+    never.train.val_sequences = 32;
+    never.train.checkpoint_every = 10;
+    let full = tmp("adopt-full");
+    train::run_with(&never, &full, false, &RunOptions::default()).unwrap();
+    let scores = val_scores(&full);
+    assert_eq!(scores.len(), 6, "{scores:?}");
+    // a threshold first reached before the last step: the run trained with it stops there
+    let (stop, threshold) = scores
+        .iter()
+        .enumerate()
+        .find(|(i, (s, v))| *s < steps && *v > 0.0 && scores[..*i].iter().all(|p| p.1 < *v))
+        .map(|(_, p)| *p)
+        .expect("a validation score above all earlier ones before the end");
+    let mut early = never.clone();
+    early.train.early_stop_accuracy = threshold;
+    let cut = tmp("adopt-cut");
+    let s = train::run_with(&early, &cut, false, &RunOptions::default()).unwrap();
+    assert_eq!(s.steps, stop);
+    assert!(cut.join(train::EVAL_FILE).exists());
+
+    // without early stop, the stopped run is continued, not trained again
+    assert_eq!(
+        train::adopt_early_stop(&cut, &never).unwrap(),
+        train::Adopted::Continues
+    );
+    assert!(
+        !cut.join(train::EVAL_FILE).exists(),
+        "its evaluation was the stopped run's"
+    );
+    let saved = std::fs::read_to_string(cut.join(train::CONFIG_FILE)).unwrap();
+    assert_eq!(RunConfig::from_toml(&saved, "config.toml").unwrap(), never);
+    let s = train::run_with(&never, &cut, true, &RunOptions::default()).unwrap();
+    assert_eq!(s.steps, steps);
+    let ck = |d: &Path| Checkpoint::load(&d.join(train::CHECKPOINT_FILE)).unwrap();
+    let (a, b) = (ck(&full), ck(&cut));
+    assert_eq!((a.step, a.adam_t), (b.step, b.adam_t));
+    assert_eq!(a.tensors.len(), b.tensors.len());
+    for (name, t) in &a.tensors {
+        assert_eq!(
+            t.data, b.tensors[name].data,
+            "{name} differs after the continuation"
+        );
+    }
+    assert_eq!(val_scores(&cut), scores);
+
+    // a threshold the full run never reached: the same run, its evaluation kept
+    let best = scores.iter().map(|p| p.1).fold(0.0, f64::max);
+    if best < 1.0 {
+        let mut higher = never.clone();
+        higher.train.early_stop_accuracy = (best + 1.0) / 2.0;
+        assert_eq!(
+            train::adopt_early_stop(&full, &higher).unwrap(),
+            train::Adopted::Same
+        );
+        assert!(full.join(train::EVAL_FILE).exists());
+        let saved = std::fs::read_to_string(full.join(train::CONFIG_FILE)).unwrap();
+        assert_eq!(RunConfig::from_toml(&saved, "config.toml").unwrap(), higher);
+        assert_eq!(ck(&full).config, higher.to_toml().unwrap());
+        // and back again
+        assert_eq!(
+            train::adopt_early_stop(&full, &never).unwrap(),
+            train::Adopted::Same
+        );
+    }
+
+    // the threshold that stopped `cut` would stop the full run before its checkpoint (at
+    // step 60): that state is gone, so the run is not adopted, and nothing is rewritten
+    let before = std::fs::read(full.join(train::CONFIG_FILE)).unwrap();
+    assert_eq!(
+        train::adopt_early_stop(&full, &early).unwrap(),
+        train::Adopted::No
+    );
+    // another field than the threshold: not adopted either
+    let mut other = never.clone();
+    other.train.lr *= 2.0;
+    assert_eq!(
+        train::adopt_early_stop(&full, &other).unwrap(),
+        train::Adopted::No
+    );
+    assert_eq!(
+        std::fs::read(full.join(train::CONFIG_FILE)).unwrap(),
+        before
+    );
+    // a run another process holds is refused with RunBusy
+    let _held = train::RunLock::acquire(&full).unwrap();
+    assert!(matches!(
+        train::adopt_early_stop(&full, &early),
+        Err(train::TrainError::RunBusy(_))
+    ));
+    for d in [full, cut] {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }

@@ -160,9 +160,36 @@ fn tiny_recall_reproduction_runs_reports_and_reuses() {
     let rescored = recall::run(&more, &out, false, false).unwrap();
     assert_eq!(rescored.cells[2].seeds[0].extrapolation[0].answers, 6 * 2);
     assert_eq!(rescored.cells[2].seeds[0].extrapolation[0].examples, 6);
+    // a cell whose early stop changes to a threshold its run never reached keeps the run (and
+    // its extrapolation): the run is the one the new config trains, and nothing is trained
+    let mut stricter = more.clone();
+    stricter.cells[1]
+        .train
+        .insert("early_stop_accuracy".into(), toml::Value::Float(1.0));
+    assert!(long.seeds[0].val_accuracy < 1.0);
+    let kept = recall::run(&stricter, &out, false, true).unwrap();
+    // all but the diverged lr-1e30 run of that cell, which has no checkpoint to adopt: it
+    // trains again, to the same divergence
+    assert_eq!(kept.reused, 7);
+    assert_eq!(
+        kept.cells[2]
+            .sweep
+            .iter()
+            .map(|r| r.diverged_at.is_some())
+            .collect::<Vec<_>>(),
+        rep.cells[2]
+            .sweep
+            .iter()
+            .map(|r| r.diverged_at.is_some())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(kept.cells[2].seeds[0].correct, long.seeds[0].correct);
+    assert_eq!(kept.cells[2].seeds[0].extrapolation[0].answers, 6 * 2);
+    let saved = std::fs::read_to_string(w.parent().unwrap().join("config.toml")).unwrap();
+    assert!(saved.contains("early_stop_accuracy = 1.0"), "{saved}");
     // one unfinished run: --report-only reports the rest and names the pair it leaves out
     std::fs::remove_file(w.parent().unwrap().join("eval.json")).unwrap();
-    let partial = recall::run(&preset, &out, false, false).unwrap();
+    let partial = recall::run(&stricter, &out, false, false).unwrap();
     assert_eq!(partial.cells.len(), 2);
     assert_eq!(partial.pending.len(), 1);
     assert!(

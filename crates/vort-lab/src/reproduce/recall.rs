@@ -28,7 +28,7 @@ use crate::model::MemoryKind;
 use crate::plot::{histogram, panels_plot, Panel, Series};
 use crate::tasks::{MixLength, BUCKETS};
 use crate::train::eval::{EvalResult, LagAccuracy};
-use crate::train::{self, checkpoint, Metrics, RunConfig, RunOptions, TrainError};
+use crate::train::{self, checkpoint, Adopted, Metrics, RunConfig, RunOptions, TrainError};
 
 /// The embedded presets, by scale name.
 pub const PRESETS: [(&str, &str); 3] = [
@@ -368,6 +368,22 @@ pub struct Extrapolation {
 /// Scores the model of the run in `dir` (config `c`) at length `seq_len` (see
 /// [`CellSpec::extrapolate`]); the result is cached as `extrapolate-L<len>.json` in `dir`,
 /// and reused while the number of scored sequences is unchanged.
+/// Removes a run's extrapolation caches (`extrapolate-L*.json`): they belong to the model the
+/// run had, and a continued run has another.
+fn remove_extrapolations(dir: &Path) -> Result<(), TrainError> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("extrapolate-L") && name.ends_with(".json") {
+            std::fs::remove_file(e.path()).map_err(|err| checkpoint::io(&e.path(), err))?;
+        }
+    }
+    Ok(())
+}
+
 fn extrapolate(
     dir: &Path,
     c: &RunConfig,
@@ -595,10 +611,25 @@ fn one(
     let saved = std::fs::read_to_string(dir.join(train::CONFIG_FILE)).ok();
     // finished: evaluated, with the same config. Compared parsed, not as text: a config
     // written before a field existed reads that field's default, which is what it ran with
-    let same_config = saved
+    let saved = saved
         .as_deref()
-        .and_then(|t| RunConfig::from_toml(t, "config.toml").ok())
-        .is_some_and(|s| s == c);
+        .and_then(|t| RunConfig::from_toml(t, "config.toml").ok());
+    let same_config = match saved {
+        Some(s) if s == c => true,
+        // a preset that changed only the early-stop threshold keeps the runs that threshold
+        // cannot change, and continues those it stopped too soon (see `adopt_early_stop`)
+        Some(_) if train_missing => match train::adopt_early_stop(&dir, &c) {
+            Ok(Adopted::Same) => true,
+            Ok(Adopted::Continues) => {
+                remove_extrapolations(&dir)?;
+                false
+            }
+            Ok(Adopted::No) => false,
+            Err(TrainError::RunBusy(_)) => return Ok(Outcome::Busy),
+            Err(e) => return Err(e),
+        },
+        _ => false,
+    };
     let finished = match std::fs::read_to_string(&eval_path) {
         Ok(e) if same_config => serde_json::from_str::<EvalResult>(&e).ok(),
         _ => None,

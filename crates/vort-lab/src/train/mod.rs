@@ -813,6 +813,92 @@ pub fn run_with(
     result
 }
 
+/// What [`adopt_early_stop`] made of a run directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adopted {
+    /// The run is not the wanted one (another field differs, there is no checkpoint, or under
+    /// the wanted threshold it would have stopped at a step whose state is not kept).
+    No,
+    /// The run is exactly the one the wanted config trains: its files now say so.
+    Same,
+    /// The run is a prefix of the wanted one (it stopped early under the old threshold, and
+    /// the wanted threshold was not reached): its files now say the wanted config, its
+    /// evaluation and released weights are removed, and resuming continues it.
+    Continues,
+}
+
+/// Lets a run trained with one `train.early_stop_accuracy` serve a config that differs from
+/// its own only in that threshold, without training it again.
+///
+/// Training is deterministic in (config, step), and the threshold decides only where a run
+/// ends: the first validation step whose accuracy reaches it (0 = never), else
+/// `train.steps`. So if no validation score up to the run's checkpoint reached the wanted
+/// threshold, the wanted run passes through that checkpoint: it is the same run when the
+/// checkpoint is at `train.steps`, and the same run continued otherwise. If the first score
+/// to reach it is at the checkpoint's step of a run evaluated there, it is the same run.
+/// If it is earlier, that step's state is gone: [`Adopted::No`].
+///
+/// Holds the run's [`RunLock`] while it reads and rewrites (config.toml and the
+/// checkpoint's config, through the atomic writer).
+///
+/// # Errors
+/// [`TrainError::RunBusy`] if another process holds the run; I/O; a corrupt checkpoint.
+pub fn adopt_early_stop(run_dir: &Path, wanted: &RunConfig) -> Result<Adopted, TrainError> {
+    let config_path = run_dir.join(CONFIG_FILE);
+    let ck_path = run_dir.join(CHECKPOINT_FILE);
+    if !config_path.is_file() || !ck_path.is_file() {
+        return Ok(Adopted::No);
+    }
+    let _lock = RunLock::acquire(run_dir)?;
+    let Some(saved) = std::fs::read_to_string(&config_path)
+        .ok()
+        .and_then(|t| RunConfig::from_toml(&t, "config.toml").ok())
+    else {
+        return Ok(Adopted::No);
+    };
+    let mut only_threshold = saved.clone();
+    only_threshold.train.early_stop_accuracy = wanted.train.early_stop_accuracy;
+    if only_threshold != *wanted {
+        return Ok(Adopted::No);
+    }
+    let mut ck = Checkpoint::load(&ck_path)?;
+    let end = ck.step;
+    let evaluated_at_end = std::fs::read_to_string(run_dir.join(EVAL_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_str::<eval::EvalResult>(&t).ok())
+        .is_some_and(|e| e.step == end);
+    let threshold = wanted.train.early_stop_accuracy;
+    // the first validation step (up to the checkpoint) where the wanted run would stop
+    let stops_at = std::fs::read_to_string(run_dir.join(METRICS_FILE))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Metrics>(l).ok())
+        .filter(|m| m.step <= end)
+        .find(|m| threshold > 0.0 && m.val_acc.is_some_and(|v| v >= threshold))
+        .map(|m| m.step);
+    let adopted = match stops_at {
+        Some(s) if s == end && evaluated_at_end => Adopted::Same,
+        Some(_) => return Ok(Adopted::No),
+        None if end >= wanted.train.steps => Adopted::Same,
+        None => Adopted::Continues,
+    };
+    if adopted == Adopted::Continues {
+        // what the run's end produced is not the continued run's: removed first, so that an
+        // interruption below leaves a run that is adopted again, never one reused as finished
+        for f in [EVAL_FILE, WEIGHTS_FILE] {
+            let p = run_dir.join(f);
+            if p.exists() {
+                std::fs::remove_file(&p).map_err(|e| checkpoint::io(&p, e))?;
+            }
+        }
+    }
+    let toml_text = wanted.to_toml()?;
+    ck.config.clone_from(&toml_text);
+    ck.save(&ck_path)?;
+    checkpoint::write_atomic(&config_path, toml_text.as_bytes())?;
+    Ok(adopted)
+}
+
 /// [`run_with`] once the run directory exists and is locked.
 fn run_locked(
     config: &RunConfig,

@@ -441,6 +441,37 @@ fn absurd_sizes_are_refused_before_allocation() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("eval_sequences"), "{e}");
+    // a length mixture trains at its entries' lengths (same tokens per step), so a softmax
+    // run tested at L = 4096 but trained on 64-512 needs far less than one trained at 4096,
+    // and no less than its largest entry trained alone or its evaluation batch at 4096
+    let mut at4096 = RunConfig::from_toml(
+        "[task]\nkind = \"mqar\"\nseq_len = 4096\nnum_kv_pairs = 32\nvocab_size = 512\n\
+         [model]\nmemory = \"softmax\"\nd_model = 128\nheads = 2\nhead_dim = 64\n\
+         [train]\nbatch_size = 4\n",
+        "t",
+    )
+    .unwrap();
+    let alone = at4096.estimate_memory().activations;
+    at4096.task.train_mix = [(64, 4), (128, 8), (256, 16), (512, 32)]
+        .map(|(seq_len, num_kv_pairs)| vort_lab::tasks::MixLength {
+            seq_len,
+            num_kv_pairs,
+        })
+        .to_vec();
+    let mixed = at4096.estimate_memory().activations;
+    assert!(mixed < alone / 2.0, "{mixed} vs {alone}");
+    let mut largest = at4096.clone();
+    largest.task.train_mix.clear();
+    largest.task.seq_len = 512;
+    largest.train.batch_size = 32;
+    assert!(mixed >= largest.estimate_memory().activations);
+    let mut eval_only = at4096.clone();
+    eval_only.task.train_mix.truncate(1);
+    assert_eq!(
+        eval_only.estimate_memory().activations,
+        mixed,
+        "the evaluation dominates"
+    );
     // the recall presets fit in 2 GB
     for (name, _) in vort_lab::reproduce::recall::PRESETS {
         let p = vort_lab::reproduce::recall::RecallPreset::embedded(name).unwrap();

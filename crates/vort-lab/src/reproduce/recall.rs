@@ -365,9 +365,6 @@ pub struct Extrapolation {
     pub buckets: Vec<LagAccuracy>,
 }
 
-/// Scores the model of the run in `dir` (config `c`) at length `seq_len` (see
-/// [`CellSpec::extrapolate`]); the result is cached as `extrapolate-L<len>.json` in `dir`,
-/// and reused while the number of scored sequences is unchanged.
 /// Removes a run's extrapolation caches (`extrapolate-L*.json`): they belong to the model the
 /// run had, and a continued run has another.
 fn remove_extrapolations(dir: &Path) -> Result<(), TrainError> {
@@ -384,6 +381,9 @@ fn remove_extrapolations(dir: &Path) -> Result<(), TrainError> {
     Ok(())
 }
 
+/// Scores the model of the run in `dir` (config `c`) at length `seq_len` (see
+/// [`CellSpec::extrapolate`]); the result is cached as `extrapolate-L<len>.json` in `dir`,
+/// and reused while the number of scored sequences is unchanged.
 fn extrapolate(
     dir: &Path,
     c: &RunConfig,

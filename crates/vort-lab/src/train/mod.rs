@@ -1109,13 +1109,15 @@ fn truncate_metrics(path: &PathBuf, step: u64) -> Result<(), TrainError> {
 }
 
 /// A coarse estimate of the memory a training run needs, for refusing absurd configs before
-/// anything is allocated (it errs high: every activation of the step kept for the backward
+/// anything is allocated (it errs high: every activation of a step kept for the backward
 /// pass). Bytes, f32 throughout.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct MemoryEstimate {
     /// Parameters with their gradients and both AdamW moments (4 copies).
     pub parameters: f64,
-    /// Activations of one step kept for the backward pass.
+    /// Activations: of the largest training step (one length of the mixture, if any), kept
+    /// for the backward pass, or of an evaluation batch at the config's length (forward
+    /// only), whichever is larger.
     pub activations: f64,
 }
 
@@ -1127,7 +1129,8 @@ impl MemoryEstimate {
 }
 
 impl RunConfig {
-    /// The memory estimate of one training step of this run (see [`MemoryEstimate`]).
+    /// The memory estimate of this run's largest step, training or evaluation (see
+    /// [`MemoryEstimate`]).
     pub fn estimate_memory(&self) -> MemoryEstimate {
         let m = &self.model;
         let (v, dm) = (self.task.vocab() as f64, m.d_model as f64);
@@ -1141,31 +1144,51 @@ impl RunConfig {
         if m.uses_entropy() {
             params += v * v;
         }
-        let (b, t) = (self.train.batch_size as f64, self.task.seq_len as f64);
         let feats = match m.feature_map {
             vort::features::FeatureMap::Elu => dh,
             _ => m.features as f64,
         };
-        // per layer: the residual stream and its norms, projections, the feature maps, the
-        // node weights (VORT: up to ~32 nodes), the MLP, softmax's T x window scores
-        let nodes = 32.0;
-        let window = match m.softmax_window {
-            0 => t,
-            w => (w as f64).min(t),
+        // floats of `b` sequences of `t` tokens through `kept` layers at once, with `scores`
+        // copies of softmax's T x window scores. Per layer: the residual stream and its norms,
+        // projections, the feature maps, the node weights (VORT: up to ~32 nodes), the MLP
+        let activations = |b: f64, t: f64, kept: f64, scores: f64| {
+            let nodes = 32.0;
+            let window = match m.softmax_window {
+                0 => t,
+                w => (w as f64).min(t),
+            };
+            let mixer = if m.memory == crate::model::MemoryKind::Softmax {
+                scores * h * t * window
+            } else {
+                h * t * (4.0 * feats + 3.0 * (dh + 1.0) + 2.0 * nodes)
+            };
+            let per_layer = b * (t * (12.0 * dm + 6.0 * hd + 3.0 * mlp) + mixer);
+            let mut act = kept * per_layer + b * t * dm * 4.0;
+            if m.uses_entropy() {
+                act += 3.0 * b * t * v;
+            }
+            act
         };
-        let mixer = if m.memory == crate::model::MemoryKind::Softmax {
-            4.0 * h * t * window
-        } else {
-            h * t * (4.0 * feats + 3.0 * (dh + 1.0) + 2.0 * nodes)
-        };
-        let per_layer = b * (t * (12.0 * dm + 6.0 * hd + 3.0 * mlp) + mixer);
-        let mut act = l * per_layer + b * t * dm * 4.0;
-        if m.uses_entropy() {
-            act += 3.0 * b * t * v;
-        }
+        // a training step keeps every layer for the backward pass (4 copies of the scores);
+        // with a length mixture, each step has one entry's length at the same tokens per step
+        let mix = self.task.train_mix.len().max(1) as u64;
+        let train = (0..mix)
+            .map(|step| {
+                let (tc, b) = self.task.train_length(step, self.train.batch_size);
+                activations(b as f64, tc.seq_len as f64, l, 4.0)
+            })
+            .fold(0.0, f64::max);
+        // evaluation runs forward only, at the config's own length: one layer live at a time
+        // (the scores and their softmax: counted 3 times, to err high)
+        let eval = activations(
+            self.train.eval_batch() as f64,
+            self.task.seq_len as f64,
+            1.0,
+            3.0,
+        );
         MemoryEstimate {
             parameters: 4.0 * 4.0 * params,
-            activations: 4.0 * act,
+            activations: 4.0 * train.max(eval),
         }
     }
 

@@ -1276,32 +1276,28 @@ fn learned_pooled(c: &CellResult, threshold: f64) -> bool {
     n > 0 && k as f64 >= threshold * n as f64
 }
 
-/// The answers at lags > 1000 of `c`'s seeds, (correct, answers) per seed: at the training
-/// length when it has such lags, else at the longest extrapolation length that has them (a
-/// model trained at L = 512 and scored on 2048-token sequences). Returns (per seed, the length
-/// scored).
-fn far_answers(c: &CellResult) -> (Vec<(usize, usize)>, usize) {
+/// The answers at lags > 1000 of `c`'s seeds, (correct, answers) per seed, at every length
+/// scored that has such lags: the cell's own length first, then its extrapolation lengths in
+/// order (a model trained at L = 512 is read on 2048-token sequences; one tested at 2048 also
+/// on 4096). Returns (per seed, the length scored) per length.
+fn far_answers(c: &CellResult) -> Vec<(Vec<(usize, usize)>, usize)> {
     let far = BUCKETS.len() - 1;
-    let own = || -> Vec<(usize, usize)> {
-        c.seeds
-            .iter()
-            .map(|r| (r.buckets[far].correct, r.buckets[far].n))
-            .collect()
-    };
-    if pooled(c, Some(far)).1 > 0 {
-        return (own(), c.seq_len);
-    }
+    let own: Vec<(usize, usize)> = c
+        .seeds
+        .iter()
+        .map(|r| (r.buckets[far].correct, r.buckets[far].n))
+        .collect();
     let lengths = c.seeds.first().map_or(0, |r| r.extrapolation.len());
-    (0..lengths)
-        .rev()
-        .map(|i| {
-            let per_seed: Vec<(usize, usize)> = extrapolations(c, i)
-                .map(|x| (x.buckets[far].correct, x.buckets[far].n))
-                .collect();
-            (per_seed, c.seeds[0].extrapolation[i].seq_len)
-        })
-        .find(|(s, _)| s.iter().any(|r| r.1 > 0))
-        .unwrap_or_else(|| (own(), c.seq_len))
+    let scored = (0..lengths).map(|i| {
+        let per_seed: Vec<(usize, usize)> = extrapolations(c, i)
+            .map(|x| (x.buckets[far].correct, x.buckets[far].n))
+            .collect();
+        (per_seed, c.seeds[0].extrapolation[i].seq_len)
+    });
+    std::iter::once((own, c.seq_len))
+        .chain(scored)
+        .filter(|(s, _)| s.iter().any(|r| r.1 > 0))
+        .collect()
 }
 
 /// (correct, answers) of every seed of `c` over all its answers.
@@ -1370,26 +1366,30 @@ fn verdicts(rep: &RecallReport) -> String {
                     let Some(o) = cell_of(cell, other) else {
                         continue;
                     };
-                    let ((a, len_a), (b, len_b)) = (far_answers(vort), far_answers(o));
-                    let cmp = compare_seeds(&a, &b);
-                    // two memories that both failed to learn the task differ by noise and
-                    // chance-level strategies, not by memory
-                    let learned = |c| learned_pooled(c, rep.preset.learned_accuracy);
-                    let verdict = if !(learned(vort) || learned(o)) {
-                        "inconclusive (neither memory learned the cell)"
-                    } else if len_a == len_b {
-                        claim_verdict(cmp.word)
-                    } else {
-                        "inconclusive (scored at different lengths)"
-                    };
-                    s.push_str(&format!(
-                        "- The paper's claim that power-law memory recalls better than {other} at \
-                         lags > 1000, cell {cell} (scored at L = {len_a}): VORT - {other} = \
-                         {:+.1} ± {:.1} points ({}): {verdict}.\n",
-                        100.0 * cmp.diff,
-                        100.0 * cmp.se,
-                        cmp.basis()
-                    ));
+                    let theirs = far_answers(o);
+                    // one line per length scored by both (the same models at each length)
+                    for (a, len) in far_answers(vort) {
+                        let Some((b, _)) = theirs.iter().find(|(_, l)| *l == len) else {
+                            continue;
+                        };
+                        let cmp = compare_seeds(&a, b);
+                        // two memories that both failed to learn the task differ by noise and
+                        // chance-level strategies, not by memory
+                        let learned = |c| learned_pooled(c, rep.preset.learned_accuracy);
+                        let verdict = if learned(vort) || learned(o) {
+                            claim_verdict(cmp.word)
+                        } else {
+                            "inconclusive (neither memory learned the cell)"
+                        };
+                        s.push_str(&format!(
+                            "- The paper's claim that power-law memory recalls better than \
+                             {other} at lags > 1000, cell {cell} (scored at L = {len}): VORT - \
+                             {other} = {:+.1} ± {:.1} points ({}): {verdict}.\n",
+                            100.0 * cmp.diff,
+                            100.0 * cmp.se,
+                            cmp.basis()
+                        ));
+                    }
                 }
             }
             Some(a) => s.push_str(&format!(
@@ -1778,10 +1778,9 @@ mod tests {
         }
     }
 
-    /// The lag claim reads lags > 1000 where they exist: at the training length, else at the
-    /// longest extrapolation length that has them, per seed.
+    /// The lag claim reads lags > 1000 at every length scored that has them, per seed.
     #[test]
-    fn far_answers_fall_back_to_the_longest_extrapolation() {
+    fn far_answers_are_read_at_every_length_scored() {
         let cell = |seeds: Vec<RunResult>, seq_len: usize| CellResult {
             cell: "c".into(),
             section: Section::Lags,
@@ -1796,16 +1795,22 @@ mod tests {
             best_lr: 1e-3,
             seeds,
         };
-        // trained at 2048: its own far bucket
+        // tested at 2048: its own far bucket, then the extrapolation's
         let c = cell(vec![seed_with((3, 10), &[(8192, (1, 50))])], 2048);
-        assert_eq!(far_answers(&c), (vec![(3, 10)], 2048));
-        // trained at 512 (no lags > 1000): the longest length with far answers, two seeds
+        assert_eq!(
+            far_answers(&c),
+            vec![(vec![(3, 10)], 2048), (vec![(1, 50)], 8192)]
+        );
+        // trained at 512 (no lags > 1000): every length with far answers, two seeds
         let ext = [(2048, (4, 20)), (8192, (6, 40)), (32768, (0, 0))];
         let c = cell(vec![seed_with((0, 0), &ext), seed_with((0, 0), &ext)], 512);
-        assert_eq!(far_answers(&c), (vec![(6, 40), (6, 40)], 8192));
-        // nothing anywhere: the empty own bucket
+        assert_eq!(
+            far_answers(&c),
+            vec![(vec![(4, 20); 2], 2048), (vec![(6, 40); 2], 8192)]
+        );
+        // nothing anywhere: no length to read the claim at
         let c = cell(vec![seed_with((0, 0), &[])], 512);
-        assert_eq!(far_answers(&c), (vec![(0, 0)], 512));
+        assert!(far_answers(&c).is_empty());
     }
 
     /// The lag claim needs softmax to learn the cell and at least one of the two memories to

@@ -245,12 +245,17 @@ fn param(vm: &VarMap, name: &str, init: Tensor) -> Result<Tensor> {
     Ok(t)
 }
 
+/// σ(x) with the gradient σ(1 − σ) taken from the output. Composed as 1 / (1 + e^(−x)),
+/// autodiff multiplies −1/u² = 0 by e^(−x) = inf once x < −88 (f32): a NaN gradient from a
+/// finite loss (the router's logits reach that at lr 3e-2, results/recall-medium/notes.md).
 fn sigmoid(x: &Tensor) -> Result<Tensor> {
-    Ok((x.neg()?.exp()? + 1.0)?.recip()?)
+    Ok(candle_nn::ops::sigmoid(x)?)
 }
 
+/// softplus(x) = max(x, 0) + ln(1 + e^(−|x|)): finite for every finite x, where ln(1 + e^x)
+/// overflows past x = 88 (f32).
 fn softplus(x: &Tensor) -> Result<Tensor> {
-    Ok((x.exp()? + 1.0)?.log()?)
+    Ok((x.relu()? + (x.abs()?.neg()?.exp()? + 1.0)?.log()?)?)
 }
 
 impl Block {

@@ -866,3 +866,61 @@ fn block_step_equals_streaming_forward() {
         assert!(blk.step(&x, Some(&e), None).is_err(), "{mem:?}: T = 12");
     }
 }
+
+/// A router driven to saturation (α pinned at δ or at 1, the entity gate at 0 or 1) and an
+/// exponential decay rate far out keep every gradient finite. The router's σ composed as
+/// 1 / (1 + e^(−z)) gave a NaN gradient from a finite loss once z < −88 (f32), which stopped
+/// VORT runs at lr 3e-2 (results/recall-medium/notes.md, session 21).
+#[test]
+fn saturated_routers_and_rates_keep_gradients_finite() {
+    let vort = |routing| Memory::Vort {
+        nodes: NodeSpec {
+            mode: MemoryMode::Shared,
+            banks: 1,
+            delta: 0.2,
+            horizon: 64,
+            eps: 1e-3,
+        },
+        routing,
+    };
+    for mem in [
+        vort(Routing::Full),
+        vort(Routing::EntityOnly),
+        Memory::Exponential,
+    ] {
+        let vm = VarMap::new();
+        let blk = Block::new(cfg(mem.clone(), FeatureMap::Favor), &vm, "s", &Device::Cpu).unwrap();
+        {
+            let data = vm.data().lock().unwrap();
+            let set = |name: &str, v: &[f32], shape: &[usize]| {
+                data[name]
+                    .set(&Tensor::from_vec(v.to_vec(), shape, &Device::Cpu).unwrap())
+                    .unwrap();
+            };
+            if data.contains_key("s.router.c") {
+                // head 0 far below (α = δ), head 1 far above (α = 1); the probe saturates the
+                // entity gate in both directions across tokens
+                set("s.router.c", &[-300.0, 300.0], &[2]);
+                set("s.router.probe", &[400.0; 12], &[12, 1]);
+            } else {
+                set("s.decay_rho", &[-300.0, 300.0], &[2, 1]);
+            }
+        }
+        let (x, ent) = input(1, 20, 12, 11);
+        let out = blk.forward(&x, Some(&ent)).unwrap();
+        let mut loss = out.y.sqr().unwrap().sum_all().unwrap();
+        if let Some(l) = &out.entity_logit {
+            loss = (loss + l.tanh().unwrap().sum_all().unwrap()).unwrap();
+        }
+        assert!(to_f64(&loss)[0].is_finite(), "{mem:?}: loss");
+        let grads = loss.backward().unwrap();
+        for (name, var) in vm.data().lock().unwrap().iter() {
+            if let Some(g) = grads.get(var.as_tensor()) {
+                assert!(
+                    to_f64(g).iter().all(|v| v.is_finite()),
+                    "{mem:?}: non-finite gradient of {name}"
+                );
+            }
+        }
+    }
+}

@@ -534,16 +534,20 @@ fn metrics_of(dir: &Path) -> Vec<Metrics> {
         .collect()
 }
 
-/// Marker of a run whose loss became non-finite (`diverged.json`).
+/// Marker of a run whose loss or gradient became non-finite (`diverged.json`).
 const DIVERGED_FILE: &str = "diverged.json";
 
 /// What `diverged.json` holds.
 #[derive(Debug, Serialize, Deserialize)]
 struct Diverged {
-    /// The step whose loss was not finite.
+    /// The step whose loss or gradient was not finite.
     step: u64,
-    /// That loss, as text (NaN or inf).
+    /// That step's loss, as text (NaN or inf when it was the loss).
     loss: String,
+    /// That step's gradient norm, as text (NaN when the loss was not finite; absent in
+    /// markers written before it was recorded).
+    #[serde(default)]
+    grad_norm: String,
 }
 
 impl RunResult {
@@ -664,10 +668,15 @@ fn one(
                     Some(r) => r,
                     None => train::eval::run(&dir)?,
                 },
-                Err(TrainError::Diverged { step, loss }) => {
+                Err(TrainError::Diverged {
+                    step,
+                    loss,
+                    grad_norm,
+                }) => {
                     let json = serde_json::to_string(&Diverged {
                         step,
                         loss: loss.to_string(),
+                        grad_norm: grad_norm.to_string(),
                     })
                     .map_err(|e| TrainError::Serialise(e.to_string()))?;
                     checkpoint::write_atomic(&diverged_path, json.as_bytes())?;
@@ -805,7 +814,7 @@ fn run_pass(
                 String::new()
             };
             let result = match r.diverged_at {
-                Some(step) => format!("diverged at step {step} (non-finite loss)"),
+                Some(step) => format!("diverged at step {step} (non-finite loss or gradient)"),
                 None => format!(
                     "test {:.1}% (val {:.1}%, {} steps, {:.0} tok/s)",
                     100.0 * r.accuracy,

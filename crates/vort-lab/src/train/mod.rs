@@ -101,13 +101,16 @@ pub enum TrainError {
     /// Another process holds the run directory's lock ([`RunLock`]).
     #[error("{0} is in use by another vort process ({LOCK_FILE} is locked): wait for it to finish, or choose another directory")]
     RunBusy(String),
-    /// Training diverged (non-finite loss).
-    #[error("non-finite loss {loss} at step {step}")]
+    /// Training diverged: a non-finite loss, or a non-finite gradient from a finite loss
+    /// (caught before the update, which would have made every weight it reaches NaN).
+    #[error("training diverged at step {step}: loss {loss}, gradient norm {grad_norm} (nothing was updated)")]
     Diverged {
         /// Step.
         step: u64,
         /// Loss.
         loss: f64,
+        /// Global gradient norm (NaN when the loss already was not finite).
+        grad_norm: f64,
     },
     /// The model's output at inference (evaluation, streams) is not finite: the weights or
     /// the activations overflowed. Nothing is reported or written from it (exit status 1).
@@ -585,7 +588,8 @@ pub fn optimizer(cfg: &RunConfig, vm: &VarMap) -> Result<AdamW, TrainError> {
 /// (`step` is the count after it; timing fields are 0).
 ///
 /// # Errors
-/// candle errors, [`TrainError::Diverged`] for a non-finite loss (nothing updated).
+/// candle errors, [`TrainError::Diverged`] for a non-finite loss or gradient (nothing
+/// updated).
 pub fn optimizer_step(
     model: &Model,
     opt: &mut AdamW,
@@ -598,11 +602,22 @@ pub fn optimizer_step(
     let l = losses(model, c, batch, &out, device)?;
     let loss = scalar(&l.total)?;
     if !loss.is_finite() {
-        return Err(TrainError::Diverged { step, loss });
+        return Err(TrainError::Diverged {
+            step,
+            loss,
+            grad_norm: f64::NAN,
+        });
     }
     let grads = l.total.backward()?;
     let vars: Vec<&Var> = opt.slots.iter().map(|s| &s.var).collect();
     let (norm, factor) = clip_factor(&grads, &vars, c.train.grad_clip)?;
+    if !norm.is_finite() {
+        return Err(TrainError::Diverged {
+            step,
+            loss,
+            grad_norm: norm,
+        });
+    }
     let lr = learning_rate(
         step,
         c.train.warmup_steps,

@@ -1371,7 +1371,9 @@ fn verdicts(rep: &RecallReport) -> String {
         };
         match sane {
             Some(a) if a >= 0.9 => {
-                for other in ["exponential", "mixture"] {
+                // the paper's two baselines, then (beyond the paper) the fixed power law:
+                // whether the routing of α, not the power law alone, makes the difference
+                for other in ["exponential", "mixture", "power-law"] {
                     let Some(o) = cell_of(cell, other) else {
                         continue;
                     };
@@ -1385,14 +1387,26 @@ fn verdicts(rep: &RecallReport) -> String {
                         // two memories that both failed to learn the task differ by noise and
                         // chance-level strategies, not by memory
                         let learned = |c| learned_pooled(c, rep.preset.learned_accuracy);
-                        let verdict = if learned(vort) || learned(o) {
-                            claim_verdict(cmp.word)
+                        let fixed = other == "power-law";
+                        // against the fixed power law there is no claim to check, only a
+                        // difference to state
+                        let verdict = match (learned(vort) || learned(o), fixed) {
+                            (false, _) => "inconclusive (neither memory learned the cell)".into(),
+                            (true, false) => claim_verdict(cmp.word).to_string(),
+                            (true, true) => format!("VORT {}", cmp.word),
+                        };
+                        let lead = if fixed {
+                            "Beyond the paper, routed α against the same power law with a fixed \
+                             α"
+                            .to_string()
                         } else {
-                            "inconclusive (neither memory learned the cell)"
+                            format!(
+                                "The paper's claim that power-law memory recalls better than \
+                                 {other}"
+                            )
                         };
                         s.push_str(&format!(
-                            "- The paper's claim that power-law memory recalls better than \
-                             {other} at lags > 1000, cell {cell} (scored at L = {len}): VORT - \
+                            "- {lead} at lags > 1000, cell {cell} (scored at L = {len}): VORT - \
                              {other} = {:+.1} ± {:.1} points ({}): {verdict}.\n",
                             100.0 * cmp.diff,
                             100.0 * cmp.se,

@@ -1865,6 +1865,7 @@ mod tests {
                 with_acc("softmax", 995),
                 with_acc("vort", vort),
                 with_acc("exponential", exp),
+                with_acc("power-law", exp),
             ],
             gate_passed: None,
             wall_s: 0.0,
@@ -1880,6 +1881,13 @@ mod tests {
         let v = verdicts(&report(600, 100));
         assert!(
             v.contains("VORT - exponential = +50.0") && v.contains(": reproduced."),
+            "{v}"
+        );
+        // the fixed power law is a difference to state, not the paper's claim
+        assert!(
+            v.contains("routed α against the same power law with a fixed α")
+                && v.contains("VORT - power-law = +50.0")
+                && v.contains(": VORT higher."),
             "{v}"
         );
     }

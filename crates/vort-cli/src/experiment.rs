@@ -29,11 +29,13 @@ pub struct TrainArgs {
     /// mqar (Zoology's multi-query associative recall: vocab_size, seq_len, num_kv_pairs,
     /// power_a, ... in the config's [task]), books (byte-level language modelling on the books
     /// of `vort data fetch books`), or the superseded sparse tasks zipf and label-copy.
+    /// Default: the config's `[task] kind` (required without --config or --resume).
     #[arg(long, value_parser = parse_task)]
-    task: TaskKind,
-    /// vort, power-law, exponential, retnet, mixture or softmax.
+    task: Option<TaskKind>,
+    /// vort, power-law, exponential, retnet, mixture or softmax. Default: the config's
+    /// `[model] memory` (required without --config or --resume).
     #[arg(long, value_parser = parse_memory)]
-    memory: MemoryKind,
+    memory: Option<MemoryKind>,
     /// A TOML config (unknown fields are errors); --task and --memory override its kinds.
     /// Without it the embedded defaults are used.
     #[arg(long, value_name = "FILE")]
@@ -85,8 +87,20 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
         Some(path) => RunConfig::load(path)?,
         None => RunConfig::default(),
     };
-    config.task.kind = a.task;
-    config.model.memory = a.memory;
+    // the embedded defaults name no experiment: a fresh run without a config says which
+    if a.config.is_none() && !a.resume && (a.task.is_none() || a.memory.is_none()) {
+        return Err(CliError::Usage(
+            "name the run: --task and --memory (or a --config whose [task] kind and [model] \
+             memory say them, or --resume)"
+                .into(),
+        ));
+    }
+    if let Some(task) = a.task {
+        config.task.kind = task;
+    }
+    if let Some(memory) = a.memory {
+        config.model.memory = memory;
+    }
     if let Some(seed) = a.seed {
         config.seed = seed;
     }
@@ -104,7 +118,10 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
         }
     }
     let dir = a.out.clone().unwrap_or_else(|| {
-        PathBuf::from("runs").join(format!("{}-{}-s{}", a.task, a.memory, config.seed))
+        PathBuf::from("runs").join(format!(
+            "{}-{}-s{}",
+            config.task.kind, config.model.memory, config.seed
+        ))
     });
     if a.resume {
         let given: Vec<&str> = [
@@ -128,16 +145,16 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
                 dir.display()
             )));
         }
-        // The saved config is the run's identity: the flags must name the same run.
+        // The saved config is the run's identity: the flags given must name the same run.
         let mut saved = RunConfig::load(&dir.join(CONFIG_FILE))?;
-        if saved.task.kind != a.task || saved.model.memory != a.memory {
+        let task = a.task.unwrap_or(saved.task.kind);
+        let memory = a.memory.unwrap_or(saved.model.memory);
+        if saved.task.kind != task || saved.model.memory != memory {
             return Err(CliError::Usage(format!(
-                "{} holds a {} / {} run, not {} / {}",
+                "{} holds a {} / {} run, not {task} / {memory}",
                 dir.display(),
                 saved.task.kind,
                 saved.model.memory,
-                a.task,
-                a.memory
             )));
         }
         if let Some(steps) = a.steps {

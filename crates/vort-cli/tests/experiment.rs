@@ -40,19 +40,47 @@ fn tiny_run_trains_evaluates_and_refuses_to_overwrite() {
     assert_eq!(eval["step"], 20);
     assert_eq!(eval["accuracy"], summary["eval"]["accuracy"]);
 
-    // resuming a finished run says so and changes nothing
+    // resuming a finished run says so and changes nothing, with or without naming the run's
+    // task and memory (the saved config names them); naming others is refused
     let before = std::fs::read(dir.join("checkpoint.safetensors")).unwrap();
-    let o = vort(&[
-        "train", "--task", "zipf", "--memory", "vort", "--resume", "--out", d,
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains("already finished at step 20"), "{text}");
-    assert!(!text.contains("NaN"), "{text}");
+    for args in [
+        &[
+            "train", "--task", "zipf", "--memory", "vort", "--resume", "--out", d,
+        ][..],
+        &["train", "--resume", "--out", d][..],
+    ] {
+        let o = vort(args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("already finished at step 20"), "{text}");
+        assert!(!text.contains("NaN"), "{text}");
+    }
+    let e = assert_one_line_error(
+        &vort(&["train", "--memory", "softmax", "--resume", "--out", d]),
+        2,
+    );
+    assert!(e.contains("zipf / vort run, not zipf / softmax"), "{e}");
     assert_eq!(
         std::fs::read(dir.join("checkpoint.safetensors")).unwrap(),
         before
     );
+    // a fresh run without a config must name its task and memory
+    let e = assert_one_line_error(&vort(&["train", "--memory", "vort", "--out", d]), 2);
+    assert!(e.contains("--task and --memory"), "{e}");
+    // a config that names them is enough: the saved config of this run, trained again
+    let again = tmp("again");
+    let o = vort(&[
+        "train",
+        "--config",
+        dir.join("config.toml").to_str().unwrap(),
+        "--out",
+        again.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let same: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(same["eval"]["accuracy"], summary["eval"]["accuracy"]);
+    let _ = std::fs::remove_dir_all(&again);
 
     // extending a finished run: --steps must be above its step; then it trains on to N
     assert_one_line_error(

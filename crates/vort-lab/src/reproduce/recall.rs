@@ -1271,7 +1271,8 @@ pub use super::stats::MIN_BIN;
 /// Pooled (correct, answers) over every seed of `c` in lag bucket `b` (None: all answers).
 fn pooled(c: &CellResult, b: Option<usize>) -> (usize, usize) {
     match b {
-        Some(i) => sum_rows(c.seeds.iter().map(|r| &r.buckets[i])),
+        // a diverged seed has no buckets: it adds no answers
+        Some(i) => sum_rows(c.seeds.iter().filter_map(|r| r.buckets.get(i))),
         None => c
             .seeds
             .iter()
@@ -1294,7 +1295,7 @@ fn far_answers(c: &CellResult) -> Vec<(Vec<(usize, usize)>, usize)> {
     let own: Vec<(usize, usize)> = c
         .seeds
         .iter()
-        .map(|r| (r.buckets[far].correct, r.buckets[far].n))
+        .map(|r| r.buckets.get(far).map_or((0, 0), |b| (b.correct, b.n)))
         .collect();
     let lengths = c.seeds.first().map_or(0, |r| r.extrapolation.len());
     let scored = (0..lengths).map(|i| {
@@ -1834,6 +1835,12 @@ mod tests {
         // nothing anywhere: no length to read the claim at
         let c = cell(vec![seed_with((0, 0), &[])], 512);
         assert!(far_answers(&c).is_empty());
+        // a diverged seed (no buckets) adds no answers, and nothing panics
+        let mut diverged = seed_with((0, 0), &[]);
+        diverged.buckets.clear();
+        let c = cell(vec![seed_with((3, 10), &[]), diverged], 2048);
+        assert_eq!(far_answers(&c), vec![(vec![(3, 10), (0, 0)], 2048)]);
+        assert_eq!(pooled(&c, Some(BUCKETS.len() - 1)), (3, 10));
     }
 
     /// The lag claim needs softmax to learn the cell and at least one of the two memories to

@@ -578,10 +578,8 @@ fn training_mixture_cycles_lengths_and_keeps_tokens_per_step() {
 
 /// The validation accuracies a run logged, by step.
 fn val_scores(dir: &Path) -> Vec<(u64, f64)> {
-    std::fs::read_to_string(dir.join(train::METRICS_FILE))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<train::Metrics>(l).ok())
+    train::read_metrics(dir)
+        .into_iter()
         .filter_map(|m| m.val_acc.map(|v| (m.step, v)))
         .collect()
 }

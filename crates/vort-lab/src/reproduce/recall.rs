@@ -28,7 +28,7 @@ use crate::model::MemoryKind;
 use crate::plot::{histogram, panels_plot, Panel, Series};
 use crate::tasks::{MixLength, BUCKETS};
 use crate::train::eval::{EvalResult, LagAccuracy};
-use crate::train::{self, checkpoint, Adopted, Metrics, RunConfig, RunOptions, TrainError};
+use crate::train::{self, checkpoint, Adopted, RunConfig, RunOptions, TrainError};
 
 /// The embedded presets, by scale name.
 pub const PRESETS: [(&str, &str); 3] = [
@@ -526,14 +526,6 @@ fn run_dir(out: &Path, cell: &CellSpec, mixer: &MixerSpec, lr: f64, seed: u64) -
         .join(format!("seed{seed}"))
 }
 
-fn metrics_of(dir: &Path) -> Vec<Metrics> {
-    std::fs::read_to_string(dir.join(train::METRICS_FILE))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Metrics>(l).ok())
-        .collect()
-}
-
 /// Marker of a run whose loss or gradient became non-finite (`diverged.json`).
 const DIVERGED_FILE: &str = "diverged.json";
 
@@ -691,7 +683,7 @@ fn one(
             }
         }
     };
-    let metrics = metrics_of(&dir);
+    let metrics = train::read_metrics(&dir);
     let val = metrics
         .iter()
         .rev()
@@ -1372,39 +1364,39 @@ fn verdicts(rep: &RecallReport) -> String {
         };
         match sane {
             Some(a) if a >= 0.9 => {
+                let mine = far_answers(vort);
+                let learned = |c| learned_pooled(c, rep.preset.learned_accuracy);
                 // the paper's two baselines, then (beyond the paper) the fixed power law:
                 // whether the routing of α, not the power law alone, makes the difference
                 for other in ["exponential", "mixture", "power-law"] {
                     let Some(o) = cell_of(cell, other) else {
                         continue;
                     };
+                    // two memories that both failed to learn the task differ by noise and
+                    // chance-level strategies, not by memory
+                    let either_learned = learned(vort) || learned(o);
+                    // against the fixed power law there is no claim to check, only a
+                    // difference to state
+                    let fixed = other == "power-law";
+                    let lead = if fixed {
+                        "Beyond the paper, routed α against the same power law with a fixed α"
+                            .to_string()
+                    } else {
+                        format!(
+                            "The paper's claim that power-law memory recalls better than {other}"
+                        )
+                    };
                     let theirs = far_answers(o);
                     // one line per length scored by both (the same models at each length)
-                    for (a, len) in far_answers(vort) {
-                        let Some((b, _)) = theirs.iter().find(|(_, l)| *l == len) else {
+                    for (a, len) in &mine {
+                        let Some((b, _)) = theirs.iter().find(|(_, l)| l == len) else {
                             continue;
                         };
-                        let cmp = compare_seeds(&a, b);
-                        // two memories that both failed to learn the task differ by noise and
-                        // chance-level strategies, not by memory
-                        let learned = |c| learned_pooled(c, rep.preset.learned_accuracy);
-                        let fixed = other == "power-law";
-                        // against the fixed power law there is no claim to check, only a
-                        // difference to state
-                        let verdict = match (learned(vort) || learned(o), fixed) {
+                        let cmp = compare_seeds(a, b);
+                        let verdict = match (either_learned, fixed) {
                             (false, _) => "inconclusive (neither memory learned the cell)".into(),
                             (true, false) => claim_verdict(cmp.word).to_string(),
                             (true, true) => format!("VORT {}", cmp.word),
-                        };
-                        let lead = if fixed {
-                            "Beyond the paper, routed α against the same power law with a fixed \
-                             α"
-                            .to_string()
-                        } else {
-                            format!(
-                                "The paper's claim that power-law memory recalls better than \
-                                 {other}"
-                            )
                         };
                         s.push_str(&format!(
                             "- {lead} at lags > 1000, cell {cell} (scored at L = {len}): VORT - \

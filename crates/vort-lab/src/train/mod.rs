@@ -828,6 +828,16 @@ pub fn run_with(
     result
 }
 
+/// The metrics lines of the run in `run_dir` (none if it has no metrics.jsonl; unreadable
+/// lines, such as one cut short by a kill, are skipped).
+pub fn read_metrics(run_dir: &Path) -> Vec<Metrics> {
+    std::fs::read_to_string(run_dir.join(METRICS_FILE))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Metrics>(l).ok())
+        .collect()
+}
+
 /// What [`adopt_early_stop`] made of a run directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Adopted {
@@ -884,10 +894,8 @@ pub fn adopt_early_stop(run_dir: &Path, wanted: &RunConfig) -> Result<Adopted, T
         .is_some_and(|e| e.step == end);
     let threshold = wanted.train.early_stop_accuracy;
     // the first validation step (up to the checkpoint) where the wanted run would stop
-    let stops_at = std::fs::read_to_string(run_dir.join(METRICS_FILE))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Metrics>(l).ok())
+    let stops_at = read_metrics(run_dir)
+        .into_iter()
         .filter(|m| m.step <= end)
         .find(|m| threshold > 0.0 && m.val_acc.is_some_and(|v| v >= threshold))
         .map(|m| m.step);

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use vort_lab::model::MemoryKind;
+use vort::model::MemoryKind;
 use vort_lab::reproduce::recall::RecallPreset;
 use vort_lab::reproduce::{self, Scale};
 use vort_lab::tasks::TaskKind;
@@ -79,7 +79,7 @@ fn parse_task(s: &str) -> Result<TaskKind, String> {
 
 fn parse_memory(s: &str) -> Result<MemoryKind, String> {
     s.parse()
-        .map_err(|e: vort_lab::model::ModelError| e.to_string())
+        .map_err(|e: vort::model::ModelError| e.to_string())
 }
 
 pub fn run_train(a: TrainArgs) -> Result<(), CliError> {

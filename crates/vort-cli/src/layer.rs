@@ -7,10 +7,12 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use vort::bench::{self, CrossoverResult, DecodeResult, LayerBenchOpts, LayerBenchResult};
-use vort::io::{retention_from_safetensors, Form, RetentionOpts};
+use vort::model::MemoryKind;
 use vort::{MemoryMode, VortError};
-use vort_lab::model::MemoryKind;
+use vort_cli::bench::layer::{
+    self as bench, CrossoverResult, DecodeResult, LayerBenchOpts, LayerBenchResult,
+};
+use vort_cli::retention_file::{retention_from_safetensors, Form, RetentionOpts};
 
 use crate::args::{parse_count, parse_real};
 use crate::error::CliError;
@@ -257,7 +259,7 @@ pub fn run_bench(cmd: BenchCommand) -> Result<(), CliError> {
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     bar.enable_steady_tick(Duration::from_millis(120));
-    let load_avg_before = bench::load_avg_1min();
+    let load_avg_before = vort_cli::bench::load_avg_1min();
     bar.set_message("sgemm 2048³");
     let sgemm = bench::bench_sgemm(2048, options.reps)?;
     bar.set_message(format!(
@@ -287,7 +289,7 @@ pub fn run_bench(cmd: BenchCommand) -> Result<(), CliError> {
         decode,
         crossover,
         load_avg_before,
-        load_avg_after: bench::load_avg_1min(),
+        load_avg_after: vort_cli::bench::load_avg_1min(),
     };
     if let Some(path) = &a.out {
         let text = serde_json::to_string_pretty(&report)

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use vort::bench::{self, StreamDriftOpts, StreamDriftResult};
+use vort_cli::bench::stream::{self as bench, StreamDriftOpts, StreamDriftResult};
 use vort_lab::plot::{self, Series};
 use vort_lab::train::checkpoint::write_atomic;
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use vort_lab::train::bench::{bench_train, references, TrainBenchRun};
+use vort_cli::bench::train::{bench_train, references, TrainBenchRun};
 use vort_lab::train::checkpoint::write_atomic;
 
 use crate::error::CliError;

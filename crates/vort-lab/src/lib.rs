@@ -1,6 +1,6 @@
-//! Experiments over the VORT layer: reports, plots and (later) training.
+//! Experiments over the VORT layer: tasks and data, the training loop, evaluation,
+//! reproduction reports and plots. The model itself is [`vort::model`].
 pub mod data;
-pub mod model;
 pub mod plot;
 pub mod tasks;
 pub mod theory_report;

@@ -473,7 +473,7 @@ fn a_tiny_books_run_trains_and_reports_bpc_by_context() {
 /// test book streamed through the recurrent form with a flat state.
 #[test]
 fn tiny_books_reproduction_writes_report_plots_and_streams() {
-    use vort_lab::model::MemoryKind;
+    use vort::model::MemoryKind;
     use vort_lab::reproduce::{books, Scale};
     let (cache, data) = (
         fresh_dir("repro-cache"),
@@ -602,7 +602,7 @@ fn generate_from_the_tiny_run(run: &std::path::Path) {
     let argmax: Vec<u32> = logits.argmax(1).unwrap().to_vec1().unwrap();
     assert_eq!(&argmax[prompt.len() - 1..], &all[prompt.len()..]);
     // sampling: a function of the seed
-    let sample = |seed: u64, model: &mut vort_lab::model::Model| {
+    let sample = |seed: u64, model: &mut vort::model::Model| {
         let o = GenerateOptions {
             temperature: 1.0,
             seed,

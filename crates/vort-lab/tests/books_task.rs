@@ -133,7 +133,7 @@ fn a_split_without_a_long_enough_book_is_refused() {
 #[test]
 fn evaluation_scores_each_test_window_once_and_by_book() {
     use std::sync::Arc;
-    use vort_lab::model::{MemoryKind, Model};
+    use vort::model::{MemoryKind, Model};
     use vort_lab::tasks::{Source, TaskConfig, TaskKind};
     use vort_lab::train::{eval, RunConfig};
     let t = 99; // 10 test windows of 100 bytes (see above)
@@ -156,7 +156,7 @@ fn evaluation_scores_each_test_window_once_and_by_book() {
     assert_eq!(source.eval_len(), Some(10));
     let dev = candle_core::Device::Cpu;
     let vm = candle_nn::VarMap::new();
-    let model = Model::new(&cfg.model, 256, t, 0, &vm, &dev).unwrap();
+    let model = Model::seeded(&cfg.model, 256, t, 0, &vm, &dev).unwrap();
     for (asked, scored) in [(3, 3), (10, 10), (1000, 10)] {
         cfg.train.eval_sequences = asked;
         let r = eval::evaluate(&model, &source, &cfg, 0, &dev).unwrap();

@@ -3,7 +3,7 @@
 
 use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
-use vort_lab::model::{MemoryKind, Model, ModelConfig};
+use vort::model::{MemoryKind, Model, ModelConfig};
 use vort_lab::train::named_vars;
 
 fn cfg(memory: MemoryKind) -> ModelConfig {
@@ -30,7 +30,7 @@ fn every_kind_runs_with_expected_shapes() {
     .unwrap();
     for kind in MemoryKind::ALL {
         let vm = VarMap::new();
-        let m = Model::new(&cfg(kind), 11, 37, 3, &vm, &dev).unwrap();
+        let m = Model::seeded(&cfg(kind), 11, 37, 3, &vm, &dev).unwrap();
         let out = m.forward(&tokens).unwrap();
         assert_eq!(out.hidden.dims(), &[2, 37, 16], "{kind}");
         let logits = m.logits_at(&out.hidden, &[0, 40, 73]).unwrap();
@@ -55,7 +55,7 @@ fn initialisation_is_a_function_of_the_seed() {
     let dev = Device::Cpu;
     let params = |seed: u64| -> Vec<Vec<f32>> {
         let vm = VarMap::new();
-        Model::new(&cfg(MemoryKind::Vort), 11, 37, seed, &vm, &dev).unwrap();
+        Model::seeded(&cfg(MemoryKind::Vort), 11, 37, seed, &vm, &dev).unwrap();
         named_vars(&vm)
             .iter()
             .map(|(_, v)| v.as_tensor().flatten_all().unwrap().to_vec1().unwrap())
@@ -73,7 +73,7 @@ fn router_bias_override_reaches_the_layer() {
         router_bias_init: 2.5,
         ..cfg(MemoryKind::Vort)
     };
-    let m = Model::new(&c, 11, 37, 0, &vm, &dev).unwrap();
+    let m = Model::seeded(&c, 11, 37, 0, &vm, &dev).unwrap();
     let bias: Vec<f32> = named_vars(&vm)
         .into_iter()
         .find(|(n, _)| n == "blocks.1.mix.router.c")
@@ -93,7 +93,7 @@ fn router_bias_override_reaches_the_layer() {
             .unwrap()
     };
     let vm0 = VarMap::new();
-    let m0 = Model::new(&cfg(MemoryKind::Vort), 11, 37, 0, &vm0, &dev).unwrap();
+    let m0 = Model::seeded(&cfg(MemoryKind::Vort), 11, 37, 0, &vm0, &dev).unwrap();
     assert!(mean(&m) > mean(&m0) + 0.1);
 }
 
@@ -133,7 +133,7 @@ fn streaming_in_pieces_equals_one_pass() {
             let mut c = cfg(kind);
             c.softmax_window = window;
             let vm = VarMap::new();
-            let m = Model::new(&c, 11, t, 5, &vm, &dev).unwrap();
+            let m = Model::seeded(&c, 11, t, 5, &vm, &dev).unwrap();
             let whole = m.forward(&tokens).unwrap().hidden;
             let mut st = m.new_state();
             let mut parts = Vec::new();
@@ -174,7 +174,7 @@ fn stream_text_bpc_equals_one_pass_cross_entropy() {
         .copied()
         .collect();
     let vm = VarMap::new();
-    let m = Model::new(&cfg(MemoryKind::Vort), 256, 150, 9, &vm, &dev).unwrap();
+    let m = Model::seeded(&cfg(MemoryKind::Vort), 256, 150, 9, &vm, &dev).unwrap();
     let n = text.len() - 1;
     let tokens: Vec<u32> = text[..n].iter().map(|&b| u32::from(b)).collect();
     let out = m
@@ -215,7 +215,7 @@ fn step_by_step_decoding_equals_one_pass() {
             let mut c = cfg(kind);
             c.softmax_window = window;
             let vm = VarMap::new();
-            let m = Model::new(&c, 11, t, 2, &vm, &dev).unwrap();
+            let m = Model::seeded(&c, 11, t, 2, &vm, &dev).unwrap();
             let whole = m
                 .forward(&Tensor::from_vec(toks.clone(), (1, t), &dev).unwrap())
                 .unwrap()
@@ -241,7 +241,7 @@ fn step_by_step_decoding_equals_one_pass() {
         }
     }
     let vm = VarMap::new();
-    let m = Model::new(&cfg(MemoryKind::Vort), 11, t, 2, &vm, &dev).unwrap();
+    let m = Model::seeded(&cfg(MemoryKind::Vort), 11, t, 2, &vm, &dev).unwrap();
     assert!(
         m.step(11, &mut m.new_state()).is_err(),
         "outside the vocabulary"
@@ -257,7 +257,7 @@ fn streams_respect_the_horizon() {
     let text: Vec<u8> = (0..200u32).map(|i| (i * 31 % 251) as u8).collect();
     for kind in [MemoryKind::Vort, MemoryKind::PowerLaw] {
         let vm = VarMap::new();
-        let mut m = Model::new(&cfg(kind), 256, 64, 1, &vm, &dev).unwrap();
+        let mut m = Model::seeded(&cfg(kind), 256, 64, 1, &vm, &dev).unwrap();
         assert_eq!(m.horizon(), Some(64));
         let e = stream_text(&m, &text, 16, &dev, |_| {}).unwrap_err();
         assert!(e.is_bad_input(), "{e}");
@@ -280,7 +280,7 @@ fn streams_respect_the_horizon() {
     }
     // exponentials have no certified horizon: any length streams
     let vm = VarMap::new();
-    let m = Model::new(&cfg(MemoryKind::Exponential), 256, 64, 1, &vm, &dev).unwrap();
+    let m = Model::seeded(&cfg(MemoryKind::Exponential), 256, 64, 1, &vm, &dev).unwrap();
     assert_eq!(m.horizon(), None);
     assert!(stream_text(&m, &text, 16, &dev, |_| {}).is_ok());
 }

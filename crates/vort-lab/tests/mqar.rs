@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 use safetensors::tensor::{Dtype, TensorView};
-use vort_lab::model::{MemoryKind, Model, ModelConfig};
+use vort::model::{MemoryKind, Model, ModelConfig};
 use vort_lab::tasks::external::LabelledSet;
 use vort_lab::tasks::mqar::{gap_weights, weighted_without_replacement};
 use vort_lab::tasks::{Source, Stream, TaskConfig, TaskError, TaskKind};
@@ -275,7 +275,7 @@ fn short_convolution_is_causal_and_streams() {
     for memory in [MemoryKind::Retnet, MemoryKind::Vort, MemoryKind::Softmax] {
         let cfg = tiny_model(memory, 4);
         let vm = VarMap::new();
-        let model = Model::new(&cfg, 50, 40, 3, &vm, &dev).unwrap();
+        let model = Model::seeded(&cfg, 50, 40, 3, &vm, &dev).unwrap();
         let toks: Vec<u32> = (0..40).map(|i| (i * 7 % 50) as u32).collect();
         let t = Tensor::from_vec(toks.clone(), (1, 40), &dev).unwrap();
         let full: Vec<f32> = model
@@ -332,7 +332,7 @@ fn short_convolution_is_causal_and_streams() {
 fn retnet_decays_are_fixed_per_head() {
     let dev = Device::Cpu;
     let vm = VarMap::new();
-    let model = Model::new(&tiny_model(MemoryKind::Retnet, 0), 20, 16, 1, &vm, &dev).unwrap();
+    let model = Model::seeded(&tiny_model(MemoryKind::Retnet, 0), 20, 16, 1, &vm, &dev).unwrap();
     assert_eq!(model.blocks()[0].nodes(), 1);
     let names: Vec<String> = train::named_vars(&vm).into_iter().map(|(n, _)| n).collect();
     assert!(

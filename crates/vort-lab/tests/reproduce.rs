@@ -1,7 +1,7 @@
 //! The reproduction pipeline end to end on a tiny plan: runs, reuse of finished runs, report,
 //! plots and JSON.
 
-use vort_lab::model::MemoryKind;
+use vort::model::MemoryKind;
 use vort_lab::reproduce::{self, Plan, Scale};
 use vort_lab::tasks::TaskKind;
 

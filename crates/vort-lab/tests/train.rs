@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use vort_lab::model::MemoryKind;
+use vort::model::MemoryKind;
 use vort_lab::tasks::{TaskConfig, TaskKind};
 use vort_lab::train::checkpoint::Checkpoint;
 use vort_lab::train::{self, RunConfig, RunOptions, TrainConfig, TrainError};

@@ -17,7 +17,7 @@
 //!   softmax baseline that stays affordable at long T (e.g. 8K-byte book sequences on CPU).
 
 use candle_core::{DType, Device, Tensor, Var};
-use candle_nn::VarMap;
+use candle_nn::{Module, VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};
 
 use crate::attention::{causal_softmax, sliding_softmax};
@@ -205,7 +205,8 @@ enum Pass {
     Decode,
 }
 
-/// One VORT (or baseline) block. Parameters live in the [`VarMap`] passed to [`Block::new`].
+/// One VORT (or baseline) block: its parameters come from a [`VarBuilder`] ([`Block::new`]),
+/// seeded ones from [`Block::init`] / [`Block::seeded`].
 pub struct Block {
     /// The configuration.
     pub cfg: BlockConfig,
@@ -224,7 +225,9 @@ pub struct Block {
     mix_rates: Option<Rates>,   // fixed rates: the mixture's one row of M, RetNet's H rows of 1
 }
 
-fn param(vm: &VarMap, name: &str, init: Tensor) -> Result<Tensor> {
+/// Inserts `init` under `name` in `vm` unless a parameter of that name exists (which must have
+/// the same shape): seeded initialisation that keeps what a caller pre-set.
+fn init_param(vm: &VarMap, name: &str, init: Tensor) -> Result<()> {
     let mut data = vm
         .data()
         .lock()
@@ -237,12 +240,49 @@ fn param(vm: &VarMap, name: &str, init: Tensor) -> Result<Tensor> {
                 expected: format!("{:?}", init.dims()),
             });
         }
-        return Ok(v.as_tensor().clone());
+        return Ok(());
     }
-    let v = Var::from_tensor(&init)?;
-    let t = v.as_tensor().clone();
-    data.insert(name.into(), v);
+    data.insert(name.into(), Var::from_tensor(&init)?);
+    Ok(())
+}
+
+/// The parameter `name` of shape `shape` from `vb`: a missing one is an error naming it (a
+/// `VarMap`-backed builder would otherwise create it silently, zero-initialised).
+fn get_param(vb: &VarBuilder, shape: &[usize], name: &str) -> Result<Tensor> {
+    if !vb.contains_tensor(name) {
+        return Err(VortError::InvalidArgument(format!(
+            "parameter `{}` is missing (a VarMap is filled by Block::init)",
+            full_name(vb, name)
+        )));
+    }
+    let t = vb.get(shape, name)?;
+    if t.dims() != shape {
+        return Err(VortError::Shape {
+            name: full_name(vb, name),
+            got: t.dims().to_vec(),
+            expected: format!("{shape:?}"),
+        });
+    }
     Ok(t)
+}
+
+/// Zero sizes are refused before anything is drawn or read.
+fn check_sizes(cfg: &BlockConfig) -> Result<()> {
+    if cfg.d_model == 0 || cfg.heads == 0 || cfg.head_dim == 0 || cfg.chunk == 0 {
+        return Err(VortError::InvalidArgument(format!(
+            "block: d_model, heads, head_dim and chunk must be >= 1 ({cfg:?})"
+        )));
+    }
+    Ok(())
+}
+
+fn full_name(vb: &VarBuilder, name: &str) -> String {
+    let prefix = vb.prefix();
+    if prefix.is_empty() {
+        name.into()
+    } else {
+        format!("{prefix}.{name}")
+    }
 }
 
 /// σ(x) with the gradient σ(1 − σ) taken from the output. Composed as 1 / (1 + e^(−x)),
@@ -259,17 +299,15 @@ fn softplus(x: &Tensor) -> Result<Tensor> {
 }
 
 impl Block {
-    /// Creates (or reuses, when already present under `prefix`) the parameters in `vm`.
+    /// Seeded initialisation: fills `vm` under `prefix` with the block's parameters, drawn from
+    /// `cfg.seed` (parameters already present are kept, e.g. a router bias set by the caller).
+    /// [`Block::new`] then reads them back through a [`VarBuilder`]; [`Block::seeded`] does both.
     ///
     /// # Errors
-    /// Zero sizes, an invalid memory configuration, an SOE that cannot be certified.
-    pub fn new(cfg: BlockConfig, vm: &VarMap, prefix: &str, device: &Device) -> Result<Block> {
+    /// Zero sizes; a parameter already present with another shape.
+    pub fn init(cfg: &BlockConfig, vm: &VarMap, prefix: &str, device: &Device) -> Result<()> {
+        check_sizes(cfg)?;
         let (dm, h, dh) = (cfg.d_model, cfg.heads, cfg.head_dim);
-        if dm == 0 || h == 0 || dh == 0 || cfg.chunk == 0 {
-            return Err(VortError::InvalidArgument(format!(
-                "block: d_model, heads, head_dim and chunk must be >= 1 ({cfg:?})"
-            )));
-        }
         let mut rng = XorShift64Star::new(cfg.seed);
         let mut mat = |rows: usize, cols: usize, std: f64| -> Result<Tensor> {
             Ok(
@@ -279,20 +317,90 @@ impl Block {
         };
         let p = |n: &str| format!("{prefix}.{n}");
         let s_in = 1.0 / (dm as f64).sqrt();
-        let wq = param(vm, &p("wq"), mat(dm, h * dh, s_in)?)?;
-        let wk = param(vm, &p("wk"), mat(dm, h * dh, s_in)?)?;
-        let wv = param(vm, &p("wv"), mat(dm, h * dh, s_in)?)?;
-        let wo = param(
-            vm,
-            &p("wo"),
-            mat(h * dh, dm, 1.0 / ((h * dh) as f64).sqrt())?,
-        )?;
+        // the draw order is part of every committed run's numbers: wq, wk, wv, wo, then the
+        // router's probe and g (drawn for every kind, used by VORT's router only)
+        init_param(vm, &p("wq"), mat(dm, h * dh, s_in)?)?;
+        init_param(vm, &p("wk"), mat(dm, h * dh, s_in)?)?;
+        init_param(vm, &p("wv"), mat(dm, h * dh, s_in)?)?;
+        let s_out = 1.0 / ((h * dh) as f64).sqrt();
+        init_param(vm, &p("wo"), mat(h * dh, dm, s_out)?)?;
         let probe_init = mat(dm, 1, s_in)?;
         let g_init = mat(dm, h, 0.1 * s_in)?;
         let full = |v: f64, n: usize| -> Result<Tensor> { Ok(Tensor::full(v as f32, n, device)?) };
-        let scale_q = param(vm, &p("scale_q"), full(cfg.qk_scale_init, h)?)?;
-        let scale_k = param(vm, &p("scale_k"), full(cfg.qk_scale_init, h)?)?;
-        let features = Features::new(cfg.feature_map, dh, cfg.features, cfg.seed ^ 0xF00D, device)?;
+        init_param(vm, &p("scale_q"), full(cfg.qk_scale_init, h)?)?;
+        init_param(vm, &p("scale_k"), full(cfg.qk_scale_init, h)?)?;
+        match &cfg.memory {
+            Memory::Vort { routing, .. } if !matches!(routing, Routing::Fixed { .. }) => {
+                init_param(vm, &p("router.probe"), probe_init)?;
+                init_param(vm, &p("router.g"), g_init)?;
+                init_param(vm, &p("router.a"), full(1.0, h)?)?;
+                init_param(vm, &p("router.b"), full(1.0, h)?)?;
+                init_param(vm, &p("router.c"), full(0.0, h)?)?;
+            }
+            Memory::Exponential => {
+                // RetNet-like spread of decays: γ_h = 1 - 2^(-5 - 3h/H)
+                let rho: Vec<f32> = (0..h)
+                    .map(|i| {
+                        let gamma = 1.0 - 2f64.powf(-5.0 - 3.0 * i as f64 / h as f64);
+                        let u = -gamma.ln();
+                        u.exp_m1().ln() as f32 // softplus⁻¹(u)
+                    })
+                    .collect();
+                init_param(vm, &p("decay_rho"), Tensor::from_vec(rho, (h, 1), device)?)?;
+            }
+            Memory::ExpMixture { m, .. } => {
+                init_param(
+                    vm,
+                    &p("mix_logits"),
+                    Tensor::zeros((h, *m), DType::F32, device)?,
+                )?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// [`Block::init`] into `vm` under `prefix`, then [`Block::new`] from it: a freshly seeded
+    /// block whose parameters are the `Var`s of `vm` (what a trainer optimises).
+    ///
+    /// # Errors
+    /// As [`Block::init`] and [`Block::new`].
+    pub fn seeded(cfg: BlockConfig, vm: &VarMap, prefix: &str, device: &Device) -> Result<Block> {
+        Block::init(&cfg, vm, prefix, device)?;
+        Block::new(
+            cfg,
+            VarBuilder::from_varmap(vm, DType::F32, device).pp(prefix),
+        )
+    }
+
+    /// Builds the block from the parameters in `vb` (names relative to its prefix: `wq`, `wk`,
+    /// `wv` [d_model, H·dh], `wo` [H·dh, d_model], `scale_q`, `scale_k` [H], and the kind's own:
+    /// `router.{probe [d_model, 1], g [d_model, H], a, b, c [H]}`, `decay_rho` [H, 1] or
+    /// `mix_logits` [H, M]). Any candle source works: a `VarMap` filled by [`Block::init`],
+    /// `VarBuilder::from_mmaped_safetensors`, ... The random features and node tables are not
+    /// parameters: they come from `cfg` (its seed, its node recipe).
+    ///
+    /// # Errors
+    /// Zero sizes, an invalid memory configuration, an SOE that cannot be certified, a
+    /// parameter missing from `vb` or of the wrong shape.
+    pub fn new(cfg: BlockConfig, vb: VarBuilder) -> Result<Block> {
+        check_sizes(&cfg)?;
+        let (dm, h, dh) = (cfg.d_model, cfg.heads, cfg.head_dim);
+        let device = vb.device().clone();
+        let get = |shape: &[usize], name: &str| get_param(&vb, shape, name);
+        let wq = get(&[dm, h * dh], "wq")?;
+        let wk = get(&[dm, h * dh], "wk")?;
+        let wv = get(&[dm, h * dh], "wv")?;
+        let wo = get(&[h * dh, dm], "wo")?;
+        let scale_q = get(&[h], "scale_q")?;
+        let scale_k = get(&[h], "scale_k")?;
+        let features = Features::new(
+            cfg.feature_map,
+            dh,
+            cfg.features,
+            cfg.seed ^ 0xF00D,
+            &device,
+        )?;
         let mut router = None;
         let mut tables = Vec::new();
         let (mut decay_rho, mut mix_logits, mut mix_rates) = (None, None, None);
@@ -308,11 +416,11 @@ impl Block {
                     }
                 } else {
                     router = Some(Router {
-                        probe: param(vm, &p("router.probe"), probe_init)?,
-                        g: param(vm, &p("router.g"), g_init)?,
-                        a: param(vm, &p("router.a"), full(1.0, h)?)?,
-                        b: param(vm, &p("router.b"), full(1.0, h)?)?,
-                        c: param(vm, &p("router.c"), full(0.0, h)?)?,
+                        probe: get(&[dm, 1], "router.probe")?,
+                        g: get(&[dm, h], "router.g")?,
+                        a: get(&[h], "router.a")?,
+                        b: get(&[h], "router.b")?,
+                        c: get(&[h], "router.c")?,
                         delta: *delta,
                         routing: *routing,
                     });
@@ -323,21 +431,7 @@ impl Block {
                 horizon,
                 eps,
             } => tables.push(NodeTable::banks_at(&[*alpha], *horizon, *eps)?),
-            Memory::Exponential => {
-                // RetNet-like spread of decays: γ_h = 1 - 2^(-5 - 3h/H)
-                let rho: Vec<f32> = (0..h)
-                    .map(|i| {
-                        let gamma = 1.0 - 2f64.powf(-5.0 - 3.0 * i as f64 / h as f64);
-                        let u = -gamma.ln();
-                        u.exp_m1().ln() as f32 // softplus⁻¹(u)
-                    })
-                    .collect();
-                decay_rho = Some(param(
-                    vm,
-                    &p("decay_rho"),
-                    Tensor::from_vec(rho, (h, 1), device)?,
-                )?);
-            }
+            Memory::Exponential => decay_rho = Some(get(&[h, 1], "decay_rho")?),
             Memory::ExpMixture { m, min_rate } => {
                 if *m == 0 || !(*min_rate > 0.0 && *min_rate <= 1.0) {
                     return Err(VortError::InvalidArgument(format!(
@@ -358,11 +452,7 @@ impl Block {
                     u: vec![u],
                     horizon: None,
                 });
-                mix_logits = Some(param(
-                    vm,
-                    &p("mix_logits"),
-                    Tensor::zeros((h, *m), DType::F32, device)?,
-                )?);
+                mix_logits = Some(get(&[h, *m], "mix_logits")?);
             }
             Memory::RetNet => {
                 // γ_h = 1 - 2^(-5-h): u_h = -ln γ_h, valid at every lag (no horizon)
@@ -740,6 +830,19 @@ impl Block {
     }
 }
 
+/// candle's layer interface: x [B, T, d_model] -> y [B, T, d_model], the training forward
+/// without the entropy signal (H = 0) and without the orders; [`Block::forward`] returns those.
+impl Module for Block {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        Block::forward(self, x, None)
+            .map(|out| out.y)
+            .map_err(|e| match e {
+                VortError::Candle(e) => e,
+                other => candle_core::Error::wrap(other),
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -752,7 +855,7 @@ mod tests {
             memory: Memory::RetNet,
             ..BlockConfig::default()
         };
-        let blk = Block::new(cfg, &VarMap::new(), "b", &Device::Cpu).unwrap();
+        let blk = Block::seeded(cfg, &VarMap::new(), "b", &Device::Cpu).unwrap();
         let Some(Rates::Fixed { u, horizon }) = &blk.mix_rates else {
             panic!("RetNet has fixed rates");
         };

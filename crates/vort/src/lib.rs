@@ -23,21 +23,67 @@
 //! - [`attention`]: causal and sliding-window softmax attention (the baseline).
 //! - [`ops`]: elementwise ops fused and parallel where candle's are single-threaded (GELU).
 //! - [`block`]: projections, q/k normalisation, router, VORT and the baselines in one block.
-//! - [`io`]: `vort retention` on safetensors files, with typed input validation.
-//! - [`mod@bench`]: the benchmark functions behind `vort bench layer` and `vort bench stream`.
+//! - [`model`]: the sequence model (embeddings, blocks with short convolution and MLP, head),
+//!   its configuration, and streaming with [`model::ModelState`].
 //! - [`tol`]: named tolerances and the relative-RMS error; [`error`]: the typed errors.
+//!
+//! # Use as a library
+//!
+//! A [`block::Block`] is a candle layer: its weights come from any [`candle_nn::VarBuilder`]
+//! (a `VarMap` filled by [`block::Block::init`], or a safetensors file), it implements
+//! [`candle_nn::Module`], and [`block::Block::step`] streams one token at a time with a state
+//! whose size does not grow with the context.
+//!
+//! ```
+//! use candle_core::{DType, Device, IndexOp, Tensor};
+//! use candle_nn::{Module, VarBuilder, VarMap};
+//! use vort::block::{Block, BlockConfig};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dev = Device::Cpu;
+//! // d_model 64, 4 heads × 16, 32 FAVOR+ features, VORT with shared nodes (δ 0.1, horizon 4096)
+//! let cfg = BlockConfig::default();
+//!
+//! // seeded weights into a VarMap, saved as safetensors, and read back as a user's model would
+//! let vm = VarMap::new();
+//! Block::init(&cfg, &vm, "layer0", &dev)?;
+//! let file = std::env::temp_dir().join(format!("vort-doc-{}.safetensors", std::process::id()));
+//! vm.save(&file)?;
+//! // SAFETY: the file is not modified while it is mapped.
+//! let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&file], DType::F32, &dev)? };
+//! let block = Block::new(cfg.clone(), vb.pp("layer0"))?;
+//!
+//! // training form: x [B, T, d_model] -> y [B, T, d_model]
+//! let x = Tensor::randn(0f32, 1.0, (1, 10, cfg.d_model), &dev)?;
+//! let y = block.forward(&x)?;
+//! assert_eq!(y.dims(), &[1, 10, 64]);
+//!
+//! // streaming form: one token at a time, the state carried
+//! let mut state = None;
+//! let mut worst = 0f32;
+//! for t in 0..10 {
+//!     let out = block.step(&x.narrow(1, t, 1)?, None, state.as_ref())?;
+//!     let diff = (out.y.i((0, 0))? - y.i((0, t))?)?.abs()?.max(0)?.to_scalar::<f32>()?;
+//!     worst = worst.max(diff);
+//!     state = out.state;
+//! }
+//! println!("forward {:?}, max |step - forward| = {worst:.1e}", y.dims());
+//! assert!(worst < 1e-4);
+//! std::fs::remove_file(&file)?;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! Tests chain the forms (docs/DESIGN.md §5): naive <- recurrent <- chunked <- fused, for outputs, final
 //! states and gradients (q, k, v, α, and the learned decay of the exponential baseline).
 
 pub mod attention;
-pub mod bench;
 pub mod block;
 pub mod dims;
 pub mod error;
 pub mod features;
 pub mod fsio;
-pub mod io;
+pub mod model;
 pub mod nodes;
 pub mod ops;
 pub mod retention;

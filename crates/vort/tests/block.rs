@@ -84,7 +84,7 @@ fn every_memory_streams_in_pieces_like_one_pass() {
     for map in [FeatureMap::Favor, FeatureMap::Elu, FeatureMap::Taylor] {
         for mem in memories() {
             let vm = VarMap::new();
-            let blk = Block::new(cfg(mem.clone(), map), &vm, "blk", &Device::Cpu).unwrap();
+            let blk = Block::seeded(cfg(mem.clone(), map), &vm, "blk", &Device::Cpu).unwrap();
             let (x, ent) = input(2, 29, 12, 5);
             let one = blk.forward_with_state(&x, Some(&ent), None).unwrap();
             // the training forward (fused op where the rates are fixed) gives the same y
@@ -125,7 +125,7 @@ fn every_memory_streams_in_pieces_like_one_pass() {
 fn gradients_reach_every_parameter() {
     for mem in memories() {
         let vm = VarMap::new();
-        let blk = Block::new(
+        let blk = Block::seeded(
             cfg(mem.clone(), FeatureMap::Favor),
             &vm,
             "blk",
@@ -397,7 +397,7 @@ fn bad_configs_and_inputs_are_typed_errors() {
     let vm = VarMap::new();
     let mut c = cfg(Memory::Softmax, FeatureMap::Elu);
     c.heads = 0;
-    assert!(Block::new(c, &vm, "x", &Device::Cpu).is_err());
+    assert!(Block::seeded(c, &vm, "x", &Device::Cpu).is_err());
     let c = cfg(
         Memory::Vort {
             nodes: NodeSpec {
@@ -411,8 +411,8 @@ fn bad_configs_and_inputs_are_typed_errors() {
         },
         FeatureMap::Elu,
     );
-    assert!(Block::new(c, &vm, "y", &Device::Cpu).is_err());
-    let blk = Block::new(
+    assert!(Block::seeded(c, &vm, "y", &Device::Cpu).is_err());
+    let blk = Block::seeded(
         cfg(Memory::Exponential, FeatureMap::Elu),
         &vm,
         "z",
@@ -449,7 +449,7 @@ fn router_computes_the_documented_formula() {
             },
             routing,
         };
-        let blk = Block::new(cfg(mem, FeatureMap::Elu), &vm, "r", &Device::Cpu).unwrap();
+        let blk = Block::seeded(cfg(mem, FeatureMap::Elu), &vm, "r", &Device::Cpu).unwrap();
         // make a, b, c non-trivial
         {
             let data = vm.data().lock().unwrap();
@@ -569,7 +569,7 @@ fn sliding_softmax_with_a_wide_window_is_full_softmax_in_f64() {
 fn sliding_block_with_a_wide_window_is_the_softmax_block() {
     for window in [29, 64] {
         let vm = VarMap::new();
-        let full = Block::new(
+        let full = Block::seeded(
             cfg(Memory::Softmax, FeatureMap::Elu),
             &vm,
             "b",
@@ -577,7 +577,7 @@ fn sliding_block_with_a_wide_window_is_the_softmax_block() {
         )
         .unwrap();
         // same prefix: the second block reuses the first one's parameters
-        let slid = Block::new(
+        let slid = Block::seeded(
             cfg(Memory::SlidingSoftmax { window }, FeatureMap::Elu),
             &vm,
             "b",
@@ -690,7 +690,7 @@ fn sliding_softmax_gradients_match_finite_differences_of_the_twin() {
 fn sliding_block_streams_in_pieces_with_a_bounded_cache() {
     for window in [1, 5, 16] {
         let vm = VarMap::new();
-        let blk = Block::new(
+        let blk = Block::seeded(
             cfg(Memory::SlidingSoftmax { window }, FeatureMap::Elu),
             &vm,
             "s",
@@ -737,7 +737,7 @@ fn sliding_window_zero_and_wrong_state_are_typed_errors() {
     let vm = VarMap::new();
     let c = cfg(Memory::SlidingSoftmax { window: 0 }, FeatureMap::Elu);
     assert!(matches!(
-        Block::new(c, &vm, "z", &Device::Cpu),
+        Block::seeded(c, &vm, "z", &Device::Cpu),
         Err(VortError::InvalidArgument(_))
     ));
     let q = Tensor::zeros((1, 1, 3, 2), DType::F32, &Device::Cpu).unwrap();
@@ -750,7 +750,7 @@ fn sliding_window_zero_and_wrong_state_are_typed_errors() {
         sliding_softmax(&q, &k, &k, 2).is_err(),
         "fewer keys than queries"
     );
-    let blk = Block::new(
+    let blk = Block::seeded(
         cfg(Memory::SlidingSoftmax { window: 3 }, FeatureMap::Elu),
         &vm,
         "w",
@@ -781,7 +781,7 @@ fn block_streams_refuse_the_horizon_until_retargeted() {
             },
             routing: Routing::Full,
         };
-        let mut blk = Block::new(cfg(mem, FeatureMap::Favor), &vm, "h", &Device::Cpu).unwrap();
+        let mut blk = Block::seeded(cfg(mem, FeatureMap::Favor), &vm, "h", &Device::Cpu).unwrap();
         assert_eq!(blk.horizon(), Some(16));
         let x = input(1, 12, 12, 1).0;
         let long = input(1, 17, 12, 2).0;
@@ -825,7 +825,8 @@ fn streaming_states_are_detached() {
     let (x, e) = input(1, 9, 12, 4);
     for mem in memories() {
         let vm = VarMap::new();
-        let blk = Block::new(cfg(mem.clone(), FeatureMap::Favor), &vm, "d", &Device::Cpu).unwrap();
+        let blk =
+            Block::seeded(cfg(mem.clone(), FeatureMap::Favor), &vm, "d", &Device::Cpu).unwrap();
         let s1 = blk.forward_with_state(&x, Some(&e), None).unwrap().state;
         let s2 = blk
             .forward_with_state(&x, Some(&e), s1.as_ref())
@@ -849,7 +850,8 @@ fn block_step_equals_streaming_forward() {
     let (x, e) = input(1, 12, 12, 6);
     for mem in memories() {
         let vm = VarMap::new();
-        let blk = Block::new(cfg(mem.clone(), FeatureMap::Favor), &vm, "s", &Device::Cpu).unwrap();
+        let blk =
+            Block::seeded(cfg(mem.clone(), FeatureMap::Favor), &vm, "s", &Device::Cpu).unwrap();
         let whole = blk.forward(&x, Some(&e)).unwrap().y;
         let mut state = None;
         let mut rows = Vec::new();
@@ -889,7 +891,8 @@ fn saturated_routers_and_rates_keep_gradients_finite() {
         Memory::Exponential,
     ] {
         let vm = VarMap::new();
-        let blk = Block::new(cfg(mem.clone(), FeatureMap::Favor), &vm, "s", &Device::Cpu).unwrap();
+        let blk =
+            Block::seeded(cfg(mem.clone(), FeatureMap::Favor), &vm, "s", &Device::Cpu).unwrap();
         {
             let data = vm.data().lock().unwrap();
             let set = |name: &str, v: &[f32], shape: &[usize]| {

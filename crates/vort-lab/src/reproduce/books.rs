@@ -15,13 +15,13 @@ use serde::{Deserialize, Serialize};
 
 use super::stats::{compare_paired, loss_claim_verdict, MIN_BIN};
 use super::{density, mean_sd, one, Scale};
-use crate::model::MemoryKind;
 use crate::plot::{panels_plot, Panel, Series};
 use crate::tasks::books::BookCorpus;
 use crate::tasks::{TaskConfig, TaskKind, CONTEXT_BUCKETS};
 use crate::train::eval::{EvalResult, LagAccuracy};
 use crate::train::stream::{stream_text, StreamResult};
 use crate::train::{self, RunConfig, TrainConfig, TrainError};
+use vort::model::MemoryKind;
 
 /// The paper's BPC at context > 4096 (docs/DESIGN.md §3): power law 1.56, exponential 1.68.
 pub fn paper_bpc(memory: MemoryKind) -> Option<f64> {

@@ -20,12 +20,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::MemoryKind;
 use crate::plot::{histogram, panels_plot, Panel, Series};
 use crate::tasks::{TaskConfig, TaskKind, BUCKETS};
 use crate::train::eval::{EvalResult, LagAccuracy};
 use crate::train::{self, RunConfig, RunOptions, TrainConfig, TrainError};
 use stats::{above_chance, claim_verdict, compare, pct, pct_ci, sum_rows};
+use vort::model::MemoryKind;
 
 /// How large a reproduction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -24,11 +24,11 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::stats::{claim_verdict, compare_seeds, lag_curve, pct, sum_rows, wilson};
-use crate::model::MemoryKind;
 use crate::plot::{histogram, panels_plot, Panel, Series};
 use crate::tasks::{MixLength, BUCKETS};
 use crate::train::eval::{EvalResult, LagAccuracy};
 use crate::train::{self, checkpoint, Adopted, RunConfig, RunOptions, TrainError};
+use vort::model::MemoryKind;
 
 /// The embedded presets, by scale name.
 pub const PRESETS: [(&str, &str); 3] = [

@@ -14,8 +14,8 @@ use super::{
     checkpoint, tokens_tensor, RunConfig, TrainError, Trainer, CHECKPOINT_FILE, CONFIG_FILE,
     EVAL_FILE,
 };
-use crate::model::Model;
 use crate::tasks::{bucket_in, Source, Stream};
+use vort::model::Model;
 
 /// Most α values kept per class in [`AlphaSample`].
 pub const ALPHA_SAMPLES: usize = 20_000;
@@ -710,7 +710,7 @@ mod tests {
     /// as the stream goes (a regression: they were all kept until the end of the sequence).
     #[test]
     fn streamed_logits_hold_no_graph() {
-        use crate::model::{MemoryKind, ModelConfig};
+        use vort::model::{MemoryKind, ModelConfig};
         let dev = Device::Cpu;
         for memory in [MemoryKind::Softmax, MemoryKind::Vort] {
             let cfg = ModelConfig {
@@ -727,7 +727,7 @@ mod tests {
                 ..ModelConfig::default()
             };
             let vm = VarMap::new();
-            let model = Model::new(&cfg, 50, 40, 3, &vm, &dev).unwrap();
+            let model = Model::seeded(&cfg, 50, 40, 3, &vm, &dev).unwrap();
             let toks: Vec<u32> = (0..80).map(|i| (i * 7 % 50) as u32).collect();
             let t = Tensor::from_vec(toks, (2, 40), &dev).unwrap();
             let pos = [3, 17, 39, 45, 79];

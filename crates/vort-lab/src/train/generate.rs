@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use vort::vort_math::rng::XorShift64Star;
 
 use super::TrainError;
-use crate::model::{Model, ModelError};
+use vort::model::{Model, ModelError};
 
 /// Prompt bytes fed per streaming call while prefilling (the training form's chunked pieces).
 pub const PREFILL_PIECE: usize = 4096;

@@ -11,7 +11,6 @@
 //! the step counters, so a run resumed from step k computes bit-for-bit what the uninterrupted
 //! run computed after step k (tested). A killed run loses at most `checkpoint_every` steps.
 
-pub mod bench;
 pub mod checkpoint;
 pub mod eval;
 pub mod generate;
@@ -27,10 +26,10 @@ use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Model, ModelConfig, ModelError, ModelOutput};
 use crate::tasks::{Batch, Source, Stream, TaskConfig, TaskError};
 use checkpoint::{Checkpoint, HostTensor};
 use optim::{clip_factor, learning_rate, AdamParams, AdamW};
+use vort::model::{Model, ModelConfig, ModelError, ModelOutput};
 
 /// File names inside a run directory.
 pub const CONFIG_FILE: &str = "config.toml";
@@ -543,7 +542,7 @@ fn scalar(t: &Tensor) -> Result<f64, TrainError> {
 /// # Errors
 /// Invalid sizes, an SOE that cannot be certified.
 pub fn run_model(cfg: &RunConfig, vm: &VarMap, device: &Device) -> Result<Model, TrainError> {
-    Ok(Model::new(
+    Ok(Model::seeded(
         &cfg.model,
         cfg.task.vocab(),
         cfg.task.seq_len,
@@ -1180,7 +1179,7 @@ impl RunConfig {
                 0 => t,
                 w => (w as f64).min(t),
             };
-            let mixer = if m.memory == crate::model::MemoryKind::Softmax {
+            let mixer = if m.memory == vort::model::MemoryKind::Softmax {
                 scores * h * t * window
             } else {
                 h * t * (4.0 * feats + 3.0 * (dh + 1.0) + 2.0 * nodes)

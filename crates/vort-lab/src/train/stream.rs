@@ -7,7 +7,7 @@ use candle_core::{Device, Tensor, D};
 use serde::{Deserialize, Serialize};
 
 use super::TrainError;
-use crate::model::Model;
+use vort::model::Model;
 
 /// BPC over a context range of the stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -70,7 +70,7 @@ pub fn stream_text(
         let context = (text.len() - 1) as u64;
         if context > h {
             return Err(
-                crate::model::ModelError::Layer(vort::VortError::BeyondHorizon {
+                vort::model::ModelError::Layer(vort::VortError::BeyondHorizon {
                     context,
                     horizon: h,
                 })

@@ -1,8 +1,8 @@
 //! `vort bench train` on tiny models: every field measured and sane, and the FLOP formula
 //! checked by hand on one configuration.
 
-use vort_lab::model::{MemoryKind, ModelConfig};
-use vort_lab::train::bench::{bench_train, flops_per_token, mixers, Reference};
+use vort::model::{MemoryKind, ModelConfig};
+use vort_cli::bench::train::{bench_train, flops_per_token, mixers, Reference};
 use vort_lab::train::RunConfig;
 
 #[test]

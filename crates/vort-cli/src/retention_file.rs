@@ -11,14 +11,14 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use crate::dims::Dims;
-use crate::error::{Result, VortError};
-use crate::nodes::{MemoryMode, NodeSpec};
-use crate::retention::chunked::chunked;
-use crate::retention::naive::{naive, Kernel};
-use crate::retention::recurrent::recurrent;
-use crate::retention::State;
-use crate::st::{self, Precision};
+use vort::dims::Dims;
+use vort::error::{Result, VortError};
+use vort::nodes::{MemoryMode, NodeSpec};
+use vort::retention::chunked::chunked;
+use vort::retention::naive::{naive, Kernel};
+use vort::retention::recurrent::recurrent;
+use vort::retention::State;
+use vort::st::{self, Precision};
 
 /// Longest input the naive (O(T²) memory) form accepts: its T x T f64 kernel is 2.1 GB here.
 pub const NAIVE_MAX_T: usize = 16_384;

@@ -5,29 +5,23 @@
 //! from f64 over a stream of up to 2^20 tokens.
 //!
 //! FLOP counts are those of the matrix products of the algorithm as implemented (the module
-//! doc of [`crate::retention::fused`]), 2·m·n·k each; elementwise work is not counted. Times are medians.
+//! doc of [`vort::retention::fused`]), 2·m·n·k each; elementwise work is not counted. Times are medians.
 
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
-use crate::nodes::{MemoryMode, NodeSpec};
-use crate::retention::chunked::chunked_raw;
-use crate::retention::fused::{fused_raw, prefill_state};
-use crate::retention::node_weights_host;
-use crate::retention::recurrent::recurrent;
-use crate::retention::State;
-use crate::retention::{node_weights, normalise, with_ones, Inputs, Rates};
-use crate::Dims;
+use vort::error::Result;
+use vort::nodes::{MemoryMode, NodeSpec};
+use vort::retention::chunked::chunked_raw;
+use vort::retention::fused::{fused_raw, prefill_state};
+use vort::retention::node_weights_host;
+use vort::retention::recurrent::recurrent;
+use vort::retention::State;
+use vort::retention::{node_weights, normalise, with_ones, Inputs, Rates};
+use vort::Dims;
 use vort_math::rng::XorShift64Star;
-
-mod stream;
-pub use stream::{
-    bench_stream_drift, bench_stream_drift_with, load_avg_1min, log_bins, DriftBin, NodeDrift,
-    StreamDriftMode, StreamDriftOpts, StreamDriftResult, STREAM_DRIFT_BUDGET, STREAM_HORIZON,
-};
 
 /// Sizes and options of the layer benchmark.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -421,7 +415,7 @@ pub fn bench_crossover(
     for &t in ts {
         let (q, k, v, _, a) = rand_inputs(1, h, t, d, d, 0.1, 5)?;
         let softmax_ms = time_ms(reps, || {
-            let _ = crate::attention::causal_softmax(&q, &k, &v)?;
+            let _ = vort::attention::causal_softmax(&q, &k, &v)?;
             Ok(())
         })?;
         let table = NodeSpec {

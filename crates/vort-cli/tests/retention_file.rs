@@ -1,14 +1,12 @@
 //! `retention_from_safetensors`: forms agree on a file; bad files are typed errors.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use common::*;
-use vort::io::{retention_from_safetensors, Form, RetentionOpts};
 use vort::st::{self, Precision};
+use vort::vort_math::rng::XorShift64Star as Rng;
 use vort::{MemoryMode, VortError};
+use vort_cli::retention_file::{retention_from_safetensors, Form, RetentionOpts};
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("vort-io-{}-{name}.safetensors", std::process::id()))

@@ -1,7 +1,7 @@
 //! `vort bench stream` in the library: f32 against f64 recurrent streaming on a short stream.
 
-use vort::bench::{bench_stream_drift, StreamDriftOpts, STREAM_DRIFT_BUDGET};
 use vort::VortError;
+use vort_cli::bench::stream::{bench_stream_drift, StreamDriftOpts, STREAM_DRIFT_BUDGET};
 
 fn tiny() -> StreamDriftOpts {
     // The stream is as long as the tables' horizon (allowed), fed in uneven pieces.

@@ -7,7 +7,7 @@
 //! whatever the length. The inputs of each piece are generated as it is fed, every token from
 //! a generator seeded by (seed, position): the result does not depend on the piece size.
 //!
-//! The error is [`crate::tol::rel_rms`] of the f32 outputs against the f64 ones,
+//! The error is [`vort::tol::rel_rms`] of the f32 outputs against the f64 ones,
 //! ‖y32 - y64‖₂ / ‖y64‖₂, accumulated per window of stream positions (log-spaced windows
 //! covering [0, tokens) exactly once) and over the whole stream. Both memory modes use node
 //! tables certified for [`STREAM_HORIZON`] lags, and the stream may not be longer than that
@@ -17,11 +17,12 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Result, VortError};
-use crate::nodes::{MemoryMode, NodeSpec, NodeTable};
-use crate::retention::recurrent::recurrent;
-use crate::retention::State;
-use crate::Dims;
+use super::load_avg_1min;
+use vort::error::{Result, VortError};
+use vort::nodes::{MemoryMode, NodeSpec, NodeTable};
+use vort::retention::recurrent::recurrent;
+use vort::retention::State;
+use vort::Dims;
 use vort_math::rng::XorShift64Star;
 
 /// The relative-RMS budget of f32 streaming against f64.
@@ -136,16 +137,6 @@ pub struct StreamDriftResult {
     pub modes: Vec<StreamDriftMode>,
     /// The options of the run.
     pub options: StreamDriftOpts,
-}
-
-/// The 1-minute load average from /proc/loadavg (None where it cannot be read).
-pub fn load_avg_1min() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// Windows [lo, hi) covering 0..tokens exactly once, in order, with log-spaced ends:
@@ -370,8 +361,8 @@ fn drift_one_mode(
             let ((a, b), (c, e)) = (cols(false), cols(true));
             NodeDrift {
                 u: table.u[node],
-                num_rel_rms: crate::tol::rel_rms(&a, &b),
-                den_rel_rms: crate::tol::rel_rms(&c, &e),
+                num_rel_rms: vort::tol::rel_rms(&a, &b),
+                den_rel_rms: vort::tol::rel_rms(&c, &e),
             }
         })
         .collect();
@@ -388,7 +379,7 @@ fn drift_one_mode(
                 m.max(x)
             }
         }),
-        state_rel_rms_final: crate::tol::rel_rms(&g32, &s64.g),
+        state_rel_rms_final: vort::tol::rel_rms(&g32, &s64.g),
         state_by_node,
         wall_s: t0.elapsed().as_secs_f64(),
         bins,

@@ -9,13 +9,13 @@
 //! token, in units of ln V (so H_i ∈ [0, 1]); it is trained on next-token prediction of every
 //! position and enters the router as a constant (stop-gradient).
 
+use crate::block::{Block, BlockConfig, BlockState, Memory, Routing};
+use crate::features::FeatureMap;
+use crate::nodes::{MemoryMode, NodeSpec};
 use candle_core::{DType, Device, Tensor, Var, D};
-use candle_nn::VarMap;
+use candle_nn::{VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};
-use vort::block::{Block, BlockConfig, BlockState, Memory, Routing};
-use vort::features::FeatureMap;
-use vort::nodes::{MemoryMode, NodeSpec};
-use vort::vort_math::rng::XorShift64Star;
+use vort_math::rng::XorShift64Star;
 
 /// Why a model could not be built or run.
 #[derive(Debug, thiserror::Error)]
@@ -30,7 +30,7 @@ pub enum ModelError {
     Invalid(String),
     /// The layer refused its configuration or input.
     #[error(transparent)]
-    Layer(#[from] vort::VortError),
+    Layer(#[from] crate::VortError),
     /// candle failed.
     #[error("candle: {0}")]
     Candle(#[from] candle_core::Error),
@@ -315,10 +315,7 @@ impl ModelConfig {
             self.eps_den > 0.0,
             "finite and > 0",
         )?;
-        let (lo, hi) = (
-            vort::vort_math::limits::MIN_EPS,
-            vort::vort_math::limits::MAX_EPS,
-        );
+        let (lo, hi) = (vort_math::limits::MIN_EPS, vort_math::limits::MAX_EPS);
         finite(
             "soe_eps",
             self.soe_eps,
@@ -334,11 +331,11 @@ impl ModelConfig {
         if self.mixture_m == 0 {
             return Err(ModelError::Invalid("mixture_m must be >= 1".into()));
         }
-        if self.horizon > vort::vort_math::limits::MAX_HORIZON {
+        if self.horizon > vort_math::limits::MAX_HORIZON {
             return Err(ModelError::Invalid(format!(
                 "horizon = {} must be <= {} (0 = the sequence length)",
                 self.horizon,
-                vort::vort_math::limits::MAX_HORIZON
+                vort_math::limits::MAX_HORIZON
             )));
         }
         if self.memory == MemoryKind::Vort && self.vort_mode == MemoryMode::Banks && self.banks < 2
@@ -411,7 +408,8 @@ struct Mlp {
     w2: Tensor,
 }
 
-/// The model. Parameters live in the [`VarMap`] given to [`Model::new`].
+/// The model: its parameters come from a [`VarBuilder`] ([`Model::new`]), seeded ones from
+/// [`Model::init`] / [`Model::seeded`].
 pub struct Model {
     /// Its configuration.
     pub cfg: ModelConfig,
@@ -429,37 +427,45 @@ pub struct Model {
     head: Tensor,
 }
 
-/// Creates a parameter `name` initialised to `init` in `vm`, or reuses an existing one.
-fn param(vm: &VarMap, name: &str, init: Tensor) -> Result<Tensor, ModelError> {
+/// Inserts `init` under `name` in `vm` unless a parameter of that name exists.
+fn init_param(vm: &VarMap, name: &str, init: Tensor) -> Result<(), ModelError> {
     let mut data = vm
         .data()
         .lock()
         .map_err(|_| ModelError::Invalid("VarMap lock poisoned".into()))?;
-    if let Some(v) = data.get(name) {
-        return Ok(v.as_tensor().clone());
+    if !data.contains_key(name) {
+        data.insert(name.into(), Var::from_tensor(&init)?);
     }
-    let v = Var::from_tensor(&init)?;
-    let t = v.as_tensor().clone();
-    data.insert(name.into(), v);
+    Ok(())
+}
+
+/// The parameter `name` of shape `shape` from `vb`, or an error naming it.
+fn get_param(vb: &VarBuilder, shape: &[usize], name: &str) -> Result<Tensor, ModelError> {
+    if !vb.contains_tensor(name) {
+        return Err(ModelError::Invalid(format!(
+            "parameter `{name}` is missing (a VarMap is filled by Model::init)"
+        )));
+    }
+    let t = vb.get(shape, name)?;
     Ok(t)
 }
 
 /// RMSNorm with a learned gain: x / sqrt(mean(x²) + 1e-6) · w, x [.., D], w [D] (the fused
-/// parallel op; `vort::ops::reference::rms_norm` is its plain twin).
+/// parallel op; `crate::ops::reference::rms_norm` is its plain twin).
 fn rms_norm(x: &Tensor, w: &Tensor) -> Result<Tensor, ModelError> {
-    Ok(vort::ops::rms_norm(x, w, 1e-6)?)
+    Ok(crate::ops::rms_norm(x, w, 1e-6)?)
 }
 
 /// Short causal depthwise convolution: y[b, t, c] = Σ_{i<k} w[i, c] · x[b, t-i, c], with x
 /// before the piece taken from `prev` [B, k-1, C] (zeros at a sequence start). Returns y
 /// [B, T, C] and the last k-1 inputs (detached) for the next piece (the fused op;
-/// `vort::ops::reference::short_conv` is its plain twin).
+/// `crate::ops::reference::short_conv` is its plain twin).
 fn short_conv(
     x: &Tensor,
     w: &Tensor,
     prev: Option<&Tensor>,
 ) -> Result<(Tensor, Tensor), ModelError> {
-    Ok(vort::ops::short_conv(x, w, prev)?)
+    Ok(crate::ops::short_conv(x, w, prev)?)
 }
 
 /// x [B, T, K] · w [K, N] -> [B, T, N].
@@ -472,18 +478,19 @@ impl Model {
     /// Name of the bigram table in the VarMap (the trainer gives it its own learning rate).
     pub const BIGRAM_PARAM: &'static str = "bigram";
 
-    /// Builds the model for a vocabulary of `vocab` tokens and sequences of `seq_len`.
+    /// Seeded initialisation: fills `vm` with every parameter of the model for a vocabulary of
+    /// `vocab`, drawn from `seed` (parameters already present are kept). [`Model::new`] reads
+    /// them back; [`Model::seeded`] does both.
     ///
     /// # Errors
-    /// Invalid sizes, an SOE that cannot be certified.
-    pub fn new(
+    /// Invalid sizes.
+    pub fn init(
         cfg: &ModelConfig,
         vocab: usize,
-        seq_len: usize,
         seed: u64,
         vm: &VarMap,
         device: &Device,
-    ) -> Result<Model, ModelError> {
+    ) -> Result<(), ModelError> {
         cfg.validate()?;
         let dm = cfg.d_model;
         let mut rng = XorShift64Star::new(seed ^ 0x005E_ED0F_5EED);
@@ -494,33 +501,29 @@ impl Model {
             )
         };
         let ones = |n: usize| Tensor::ones(n, DType::F32, device);
-        let emb = param(vm, "emb", mat(vocab, dm, 1.0)?)?;
-        let prev_emb = if cfg.token_shift {
-            Some(param(vm, "prev_emb", mat(vocab, dm, 1.0)?)?)
-        } else {
-            None
-        };
-        let bigram = if cfg.uses_entropy() {
-            Some(param(vm, Self::BIGRAM_PARAM, mat(vocab, vocab, 0.0)?)?)
-        } else {
-            None
-        };
-        let mut blocks = Vec::new();
-        let (mut norms1, mut norms2, mut mlps) = (Vec::new(), Vec::new(), Vec::new());
-        let mut convs = Vec::new();
+        // the draw order is part of every committed run's numbers: emb, prev_emb, bigram, each
+        // layer's MLP, head (blocks and convolutions draw from generators of their own)
+        init_param(vm, "emb", mat(vocab, dm, 1.0)?)?;
+        if cfg.token_shift {
+            init_param(vm, "prev_emb", mat(vocab, dm, 1.0)?)?;
+        }
+        if cfg.uses_entropy() {
+            init_param(vm, Self::BIGRAM_PARAM, mat(vocab, vocab, 0.0)?)?;
+        }
+        // the sequence length only sets the node tables' horizon, which no parameter depends on
         for l in 0..cfg.layers {
-            let bc = cfg.block_config(seed, l, seq_len);
+            let bc = cfg.block_config(seed, l, 1);
             if cfg.routed() && cfg.router_bias_init != 0.0 {
-                // pre-created under the block's own name: Block::new reuses it
-                param(
+                // set before Block::init, which keeps it
+                init_param(
                     vm,
                     &format!("blocks.{l}.mix.router.c"),
                     Tensor::full(cfg.router_bias_init as f32, cfg.heads, device)?,
                 )?;
             }
-            blocks.push(Block::new(bc, vm, &format!("blocks.{l}.mix"), device)?);
-            norms1.push(param(vm, &format!("blocks.{l}.norm1"), ones(dm)?)?);
-            convs.push(if cfg.short_conv > 0 {
+            Block::init(&bc, vm, &format!("blocks.{l}.mix"), device)?;
+            init_param(vm, &format!("blocks.{l}.norm1"), ones(dm)?)?;
+            if cfg.short_conv > 0 {
                 // identity at lag 0 plus small random taps: the block starts as without the
                 // convolution, and the shift a key-value binding needs is one tap away
                 let k = cfg.short_conv;
@@ -530,35 +533,94 @@ impl Model {
                     *x += 1.0;
                 }
                 let w = Tensor::from_vec(w, (k, dm), device)?.to_dtype(DType::F32)?;
-                Some(param(vm, &format!("blocks.{l}.conv"), w)?)
+                init_param(vm, &format!("blocks.{l}.conv"), w)?;
+            }
+            if cfg.mlp_mult > 0 {
+                let hid = cfg.mlp_mult * dm;
+                init_param(vm, &format!("blocks.{l}.norm2"), ones(dm)?)?;
+                let s1 = (1.0 / dm as f64).sqrt();
+                init_param(vm, &format!("blocks.{l}.mlp.w1"), mat(dm, hid, s1)?)?;
+                let s2 = (1.0 / hid as f64).sqrt() / (cfg.layers as f64).sqrt();
+                init_param(vm, &format!("blocks.{l}.mlp.w2"), mat(hid, dm, s2)?)?;
+            }
+        }
+        init_param(vm, "norm_f", ones(dm)?)?;
+        init_param(vm, "head", mat(dm, vocab, (1.0 / dm as f64).sqrt())?)?;
+        Ok(())
+    }
+
+    /// [`Model::init`] into `vm`, then [`Model::new`] from it: a freshly seeded model whose
+    /// parameters are the `Var`s of `vm` (what a trainer optimises).
+    ///
+    /// # Errors
+    /// As [`Model::init`] and [`Model::new`].
+    pub fn seeded(
+        cfg: &ModelConfig,
+        vocab: usize,
+        seq_len: usize,
+        seed: u64,
+        vm: &VarMap,
+        device: &Device,
+    ) -> Result<Model, ModelError> {
+        Model::init(cfg, vocab, seed, vm, device)?;
+        let vb = VarBuilder::from_varmap(vm, DType::F32, device);
+        Model::new(cfg, vocab, seq_len, seed, vb)
+    }
+
+    /// Builds the model for a vocabulary of `vocab` tokens and sequences of `seq_len` (the
+    /// node tables' horizon when `cfg.horizon` is 0) from the parameters in `vb`: a `VarMap`
+    /// filled by [`Model::init`], or any candle source such as
+    /// `VarBuilder::from_mmaped_safetensors` over a `vort export` file's `param/` tensors.
+    /// `seed` is the run's: it seeds the random features, which are not parameters.
+    ///
+    /// # Errors
+    /// Invalid sizes, an SOE that cannot be certified, a parameter missing or misshapen.
+    pub fn new(
+        cfg: &ModelConfig,
+        vocab: usize,
+        seq_len: usize,
+        seed: u64,
+        vb: VarBuilder,
+    ) -> Result<Model, ModelError> {
+        cfg.validate()?;
+        let dm = cfg.d_model;
+        let get = |shape: &[usize], name: &str| get_param(&vb, shape, name);
+        let emb = get(&[vocab, dm], "emb")?;
+        let prev_emb = if cfg.token_shift {
+            Some(get(&[vocab, dm], "prev_emb")?)
+        } else {
+            None
+        };
+        let bigram = if cfg.uses_entropy() {
+            Some(get(&[vocab, vocab], Self::BIGRAM_PARAM)?)
+        } else {
+            None
+        };
+        let ones = Tensor::ones(dm, DType::F32, vb.device())?;
+        let (mut blocks, mut convs) = (Vec::new(), Vec::new());
+        let (mut norms1, mut norms2, mut mlps) = (Vec::new(), Vec::new(), Vec::new());
+        for l in 0..cfg.layers {
+            let bc = cfg.block_config(seed, l, seq_len);
+            blocks.push(Block::new(bc, vb.pp(format!("blocks.{l}.mix")))?);
+            norms1.push(get(&[dm], &format!("blocks.{l}.norm1"))?);
+            convs.push(if cfg.short_conv > 0 {
+                Some(get(&[cfg.short_conv, dm], &format!("blocks.{l}.conv"))?)
             } else {
                 None
             });
             if cfg.mlp_mult > 0 {
                 let hid = cfg.mlp_mult * dm;
-                norms2.push(param(vm, &format!("blocks.{l}.norm2"), ones(dm)?)?);
-                let w1 = param(
-                    vm,
-                    &format!("blocks.{l}.mlp.w1"),
-                    mat(dm, hid, (1.0 / dm as f64).sqrt())?,
-                )?;
-                let w2 = param(
-                    vm,
-                    &format!("blocks.{l}.mlp.w2"),
-                    mat(
-                        hid,
-                        dm,
-                        (1.0 / hid as f64).sqrt() / (cfg.layers as f64).sqrt(),
-                    )?,
-                )?;
+                norms2.push(get(&[dm], &format!("blocks.{l}.norm2"))?);
+                let w1 = get(&[dm, hid], &format!("blocks.{l}.mlp.w1"))?;
+                let w2 = get(&[hid, dm], &format!("blocks.{l}.mlp.w2"))?;
                 mlps.push(Some(Mlp { w1, w2 }));
             } else {
-                norms2.push(ones(dm)?);
+                norms2.push(ones.clone());
                 mlps.push(None);
             }
         }
-        let norm_f = param(vm, "norm_f", ones(dm)?)?;
-        let head = param(vm, "head", mat(dm, vocab, (1.0 / dm as f64).sqrt())?)?;
+        let norm_f = get(&[dm], "norm_f")?;
+        let head = get(&[dm, vocab], "head")?;
         Ok(Model {
             cfg: cfg.clone(),
             vocab,
@@ -678,7 +740,7 @@ impl Model {
             }
             if let Some(mlp) = &self.mlps[l] {
                 // the fused parallel GELU: candle's backward is ~10 single-threaded passes
-                let h = vort::ops::gelu(&linear(&rms_norm(&x, &self.norms2[l])?, &mlp.w1)?)?;
+                let h = crate::ops::gelu(&linear(&rms_norm(&x, &self.norms2[l])?, &mlp.w1)?)?;
                 x = (x + linear(&h, &mlp.w2)?)?;
             }
         }
@@ -700,7 +762,7 @@ impl Model {
         self.blocks.iter().filter_map(Block::horizon).min()
     }
 
-    /// Rebuilds every block's node tables for `horizon` (e.g. `vort::nodes::STREAM_HORIZON`
+    /// Rebuilds every block's node tables for `horizon` (e.g. `crate::nodes::STREAM_HORIZON`
     /// before streaming a model trained at 8K). Parameters are untouched; start new streams
     /// afterwards (the state size changes with the node count).
     ///

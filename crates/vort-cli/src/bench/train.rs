@@ -19,9 +19,9 @@ use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 use vort::vort_math::rng::SplitMix64;
 
-use super::{optimizer, optimizer_step, RunConfig, TrainError};
-use crate::model::{MemoryKind, Model, ModelConfig, ModelError};
-use crate::tasks::Batch;
+use vort::model::{MemoryKind, Model, ModelConfig, ModelError};
+use vort_lab::tasks::Batch;
+use vort_lab::train::{optimizer, optimizer_step, RunConfig, TrainError};
 
 /// One reference model: its config, vocabulary and which positions carry a loss.
 #[derive(Debug, Clone)]
@@ -108,7 +108,7 @@ pub fn references(quick: bool) -> Vec<Reference> {
             features: 16,
             mlp_mult: 0,
             short_conv: 4,
-            router: crate::model::RouterKind::EntityOnly,
+            router: vort::model::RouterKind::EntityOnly,
             ..m
         };
         add(
@@ -316,12 +316,12 @@ pub fn bench_train(
             message: "timed steps must be >= 1".into(),
         });
     }
-    let load_avg_before = vort::bench::load_avg_1min();
+    let load_avg_before = super::load_avg_1min();
     // the same product as `vort bench layer` (2048³), so the two MFUs compare; measured
     // before and after the runs, the better one is the MFU's reference (on a shared VM one
     // sgemm reading can be half of another: 112 and 202 GFLOP/s in two runs an hour apart)
     let sgemm = || -> Result<f64, TrainError> {
-        Ok(vort::bench::bench_sgemm(2048, 7)
+        Ok(super::layer::bench_sgemm(2048, 7)
             .map_err(ModelError::Layer)?
             .gflops)
     };
@@ -338,7 +338,7 @@ pub fn bench_train(
             });
         }
         let vm = VarMap::new();
-        let model = Model::new(
+        let model = Model::seeded(
             &r.config.model,
             r.vocab,
             r.config.task.seq_len,
@@ -408,7 +408,7 @@ pub fn bench_train(
         sgemm_gflops_before: sgemm_before,
         sgemm_gflops_after: sgemm_after,
         load_avg_before,
-        load_avg_after: vort::bench::load_avg_1min(),
+        load_avg_after: super::load_avg_1min(),
         runs,
     })
 }

@@ -44,7 +44,7 @@ pub struct TrainArgs {
     #[arg(long, value_parser = parse_count)]
     seed: Option<u64>,
     /// Run directory (config.toml, metrics.jsonl, checkpoint.safetensors, eval.json).
-    /// Default: runs/<task>-<memory>-s<seed>.
+    /// Default: `runs/<task>-<memory>-s<seed>`.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Continue the run in DIR from its last checkpoint, with the config saved there.

@@ -32,7 +32,7 @@ impl From<VortError> for CliError {
 #[derive(Debug, Args)]
 pub struct RetentionArgs {
     /// safetensors file with f32 `phi_q` [T, F], `phi_k` [T, F] (nonnegative), `v` [T, D],
-    /// `alpha` [T] in [0, 1] (one head, no batch).
+    /// `alpha` \[T\] in [0, 1] (one head, no batch).
     #[arg(long, value_name = "IN.safetensors")]
     input: PathBuf,
     /// Where to write `y` [T, D] (f32).

@@ -59,7 +59,7 @@ pub struct SharedSoe {
     pub tail_nodes: usize,
     /// Uniform a-grid on [δ, 1] where the weights are tabulated and certified.
     pub alpha_grid: Vec<f64>,
-    /// c_s(a) at each grid point: `weights[i][s]` for a = alpha_grid[i] (exact values; use
+    /// c_s(a) at each grid point: `weights[i][s]` for a = `alpha_grid[i]` (exact values; use
     /// [`SharedSoe::weights_at`] between grid points).
     pub weights: Vec<Vec<f64>>,
     /// Worst relative error over every grid order and every midpoint.

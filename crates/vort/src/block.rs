@@ -374,7 +374,7 @@ impl Block {
     }
 
     /// Builds the block from the parameters in `vb` (names relative to its prefix: `wq`, `wk`,
-    /// `wv` [d_model, H·dh], `wo` [H·dh, d_model], `scale_q`, `scale_k` [H], and the kind's own:
+    /// `wv` [d_model, H·dh], `wo` [H·dh, d_model], `scale_q`, `scale_k` \[H\], and the kind's own:
     /// `router.{probe [d_model, 1], g [d_model, H], a, b, c [H]}`, `decay_rho` [H, 1] or
     /// `mix_logits` [H, M]). Any candle source works: a `VarMap` filled by [`Block::init`],
     /// `VarBuilder::from_mmaped_safetensors`, ... The random features and node tables are not

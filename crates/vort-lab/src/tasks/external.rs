@@ -146,7 +146,7 @@ impl LabelledSet {
     }
 
     /// Sequence `index` (modulo N). The lag of a scored position p is p minus the position
-    /// of the value token of its pair: the last earlier position q + 1 with inputs[q] equal to
+    /// of the value token of its pair: the last earlier position q + 1 with `inputs[q]` equal to
     /// the query token and inputs[q + 1] equal to the label (MQAR's `k v`); 0 when there is no
     /// such pair (the lag is then unknown and the position enters no lag bucket).
     pub fn sample(&self, index: u64) -> Sample {

@@ -112,7 +112,7 @@ pub struct EvalResult {
     pub loss: f64,
     /// Accuracy by report bucket ([`crate::tasks::TaskConfig::buckets`]).
     pub buckets: Vec<LagAccuracy>,
-    /// Accuracy in doubling lag bins [1,1], [2,3], [4,7], ...
+    /// Accuracy in doubling lag bins \[1,1\], \[2,3\], \[4,7\], ...
     pub lag_bins: Vec<LagAccuracy>,
     /// Orders α (VORT only).
     pub alpha: Option<AlphaSample>,
@@ -220,7 +220,7 @@ fn row_nll(logits: &Tensor, targets: &[u32]) -> Result<Vec<f64>, TrainError> {
     Ok(picked.into_iter().map(|x| -f64::from(x)).collect())
 }
 
-/// Doubling lag bins [1,1], [2,3], [4,7], ... covering 1..=`max_lag`. When `max_lag` is a
+/// Doubling lag bins \[1,1\], \[2,3\], \[4,7\], ... covering 1..=`max_lag`. When `max_lag` is a
 /// power of two the bin [max_lag, max_lag] would hold one byte per books window (a noisy
 /// last point on every BPC curve), so it joins the bin before it.
 pub fn doubling_bins(max_lag: usize) -> Vec<(usize, usize)> {

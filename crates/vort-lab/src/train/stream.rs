@@ -29,7 +29,7 @@ pub struct StreamResult {
     pub bytes: usize,
     /// Piece length fed per call.
     pub piece: usize,
-    /// BPC in doubling context bins [1,1], [2,3], [4,7], ...
+    /// BPC in doubling context bins \[1,1\], \[2,3\], \[4,7\], ...
     pub bins: Vec<ContextBin>,
     /// Mean BPC over the stream.
     pub bits: f64,

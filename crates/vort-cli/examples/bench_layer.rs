@@ -11,7 +11,7 @@ fn main() -> vort::Result<()> {
         let ctx = [1u64 << 10, 1 << 14, 1 << 17];
         for r in vort_cli::bench::layer::bench_decode(
             &ctx,
-            vort::MemoryMode::Shared,
+            vort::NodeMode::Shared,
             4,
             64,
             64,
@@ -46,7 +46,7 @@ fn main() -> vort::Result<()> {
         let ctx = [1u64 << 10, 1 << 14, 1 << 17, 1 << 20];
         for r in vort_cli::bench::layer::bench_decode(
             &ctx,
-            vort::MemoryMode::Shared,
+            vort::NodeMode::Shared,
             4,
             64,
             64,

@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use vort::model::MemoryKind;
 use vort_lab::reproduce::recall::RecallPreset;
 use vort_lab::reproduce::{self, Scale};
 use vort_lab::tasks::TaskKind;
@@ -32,11 +31,12 @@ pub struct TrainArgs {
     /// Default: the config's `[task] kind` (required without --config or --resume).
     #[arg(long, value_parser = parse_task)]
     task: Option<TaskKind>,
-    /// vort, power-law, exponential, retnet, mixture or softmax. Default: the config's
-    /// `[model] memory` (required without --config or --resume).
-    #[arg(long, value_parser = parse_memory)]
-    memory: Option<MemoryKind>,
-    /// A TOML config (unknown fields are errors); --task and --memory override its kinds.
+    /// The mixer: vort, power-law, exponential, retnet, mixture or softmax (a kind other than
+    /// the config's takes that kind's defaults). Default: the config's `[model.mixer] kind`
+    /// (required without --config or --resume). `--memory` is its old name.
+    #[arg(long, alias = "memory", value_parser = parse_mixer)]
+    mixer: Option<&'static str>,
+    /// A TOML config (unknown fields are errors); --task and --mixer override its kinds.
     /// Without it the embedded defaults are used.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -44,7 +44,7 @@ pub struct TrainArgs {
     #[arg(long, value_parser = parse_count)]
     seed: Option<u64>,
     /// Run directory (config.toml, metrics.jsonl, checkpoint.safetensors, eval.json).
-    /// Default: `runs/<task>-<memory>-s<seed>`.
+    /// Default: `runs/<task>-<mixer>-s<seed>`.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Continue the run in DIR from its last checkpoint, with the config saved there.
@@ -77,9 +77,10 @@ fn parse_task(s: &str) -> Result<TaskKind, String> {
         .map_err(|e: vort_lab::tasks::TaskError| e.to_string())
 }
 
-fn parse_memory(s: &str) -> Result<MemoryKind, String> {
-    s.parse()
-        .map_err(|e: vort::model::ModelError| e.to_string())
+fn parse_mixer(s: &str) -> Result<&'static str, String> {
+    vort::Mixer::of_kind(s)
+        .map(|m| m.kind())
+        .map_err(|e| e.to_string())
 }
 
 pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
@@ -88,18 +89,21 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
         None => RunConfig::default(),
     };
     // the embedded defaults name no experiment: a fresh run without a config says which
-    if a.config.is_none() && !a.resume && (a.task.is_none() || a.memory.is_none()) {
+    if a.config.is_none() && !a.resume && (a.task.is_none() || a.mixer.is_none()) {
         return Err(CliError::Usage(
-            "name the run: --task and --memory (or a --config whose [task] kind and [model] \
-             memory say them, or --resume)"
+            "name the run: --task and --mixer (or a --config whose [task] kind and \
+             [model.mixer] kind say them, or --resume)"
                 .into(),
         ));
     }
     if let Some(task) = a.task {
         config.task.kind = task;
     }
-    if let Some(memory) = a.memory {
-        config.model.memory = memory;
+    if let Some(kind) = a.mixer {
+        if config.model.mixer.kind() != kind {
+            config.model.mixer =
+                vort::Mixer::of_kind(kind).map_err(|e| CliError::Usage(e.to_string()))?;
+        }
     }
     if let Some(seed) = a.seed {
         config.seed = seed;
@@ -120,7 +124,7 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
     let dir = a.out.clone().unwrap_or_else(|| {
         PathBuf::from("runs").join(format!(
             "{}-{}-s{}",
-            config.task.kind, config.model.memory, config.seed
+            config.task.kind, config.model.mixer, config.seed
         ))
     });
     if a.resume {
@@ -148,13 +152,13 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
         // The saved config is the run's identity: the flags given must name the same run.
         let mut saved = RunConfig::load(&dir.join(CONFIG_FILE))?;
         let task = a.task.unwrap_or(saved.task.kind);
-        let memory = a.memory.unwrap_or(saved.model.memory);
-        if saved.task.kind != task || saved.model.memory != memory {
+        let mixer = a.mixer.unwrap_or(saved.model.mixer.kind());
+        if saved.task.kind != task || saved.model.mixer.kind() != mixer {
             return Err(CliError::Usage(format!(
-                "{} holds a {} / {} run, not {task} / {memory}",
+                "{} holds a {} / {} run, not {task} / {mixer}",
                 dir.display(),
                 saved.task.kind,
-                saved.model.memory,
+                saved.model.mixer,
             )));
         }
         if let Some(steps) = a.steps {

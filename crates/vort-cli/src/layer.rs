@@ -7,8 +7,8 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use vort::model::MemoryKind;
-use vort::{MemoryMode, VortError};
+use vort::Mixer;
+use vort::{NodeMode, VortError};
 use vort_cli::bench::layer::{
     self as bench, CrossoverResult, DecodeResult, LayerBenchOpts, LayerBenchResult,
 };
@@ -44,8 +44,8 @@ pub struct RetentionArgs {
     #[arg(long, default_value = "chunked", value_parser = parse_form)]
     form: Form,
     /// banks (K orders on [δ, 1], the paper) or shared (one node set, continuous α).
-    #[arg(long, default_value = "shared", value_parser = parse_memory)]
-    memory: MemoryMode,
+    #[arg(long, alias = "memory", default_value = "shared", value_parser = parse_mode)]
+    mode: NodeMode,
     /// SOE relative tolerance, certified on lags 1..=H.
     #[arg(long, default_value = "1e-4", value_parser = parse_real, allow_negative_numbers = true)]
     eps: f64,
@@ -63,14 +63,14 @@ pub struct RetentionArgs {
     #[arg(long, default_value = "64", value_parser = parse_count)]
     chunk: u64,
     /// Use the memory of a trained VORT model: a run directory or a file of `vort export`.
-    /// Its config sets --memory (vort_mode), --banks, --delta, --eps (soe_eps), --horizon (the
+    /// Its config sets --mode, --banks, --delta, --eps, --horizon (the
     /// model's, or its sequence length), --chunk and eps_den, so y is that model's retention
     /// core on this input; those flags may not be given with it. The orders α still come from
     /// the input, not from the model's router.
     #[arg(
         long,
         value_name = "DIR|FILE",
-        conflicts_with_all = ["memory", "eps", "horizon", "banks", "delta", "chunk"]
+        conflicts_with_all = ["mode", "eps", "horizon", "banks", "delta", "chunk"]
     )]
     model: Option<PathBuf>,
     /// Print the run's summary as JSON.
@@ -79,26 +79,26 @@ pub struct RetentionArgs {
 }
 
 /// The retention settings of the trained model at `path` (see `--model`): refused (exit 2)
-/// unless its memory is VORT.
+/// unless its mixer is VORT.
 fn model_opts(path: &Path, form: Form) -> Result<RetentionOpts, CliError> {
     crate::experiment::check_trained_path(path, "--model takes a trained VORT model")?;
     let cfg = vort_lab::train::eval::trained_config(path)?;
     let m = &cfg.model;
-    if m.memory != MemoryKind::Vort {
+    let Mixer::Vort { nodes, .. } = m.mixer.resolved(cfg.task.seq_len) else {
         return Err(CliError::Usage(format!(
-            "--model {}: its memory is {}, not VORT; `vort retention` computes VORT's \
+            "--model {}: its mixer is {}, not VORT; `vort retention` computes VORT's \
              retention core only",
             path.display(),
-            m.memory
+            m.mixer
         )));
-    }
+    };
     Ok(RetentionOpts {
         form,
-        memory: m.vort_mode,
-        eps: m.soe_eps,
-        horizon: Some(m.memory_horizon(cfg.task.seq_len)),
-        banks: m.banks,
-        delta: m.delta,
+        memory: nodes.mode,
+        eps: nodes.eps,
+        horizon: Some(nodes.horizon),
+        banks: nodes.banks,
+        delta: nodes.delta,
         chunk: m.chunk,
         eps_den: m.eps_den,
     })
@@ -108,7 +108,7 @@ fn parse_form(s: &str) -> Result<Form, String> {
     s.parse().map_err(|e: VortError| e.to_string())
 }
 
-fn parse_memory(s: &str) -> Result<MemoryMode, String> {
+fn parse_mode(s: &str) -> Result<NodeMode, String> {
     s.parse().map_err(|e: VortError| e.to_string())
 }
 
@@ -123,7 +123,7 @@ pub fn run_retention(a: RetentionArgs) -> Result<(), CliError> {
         Some(path) => model_opts(path, a.form)?,
         None => RetentionOpts {
             form: a.form,
-            memory: a.memory,
+            memory: a.mode,
             eps: a.eps,
             horizon: a.horizon,
             banks: usize::try_from(a.banks).unwrap_or(usize::MAX),
@@ -270,7 +270,7 @@ pub fn run_bench(cmd: BenchCommand) -> Result<(), CliError> {
     bar.set_message("recurrent decode (prefill to each context)");
     let decode = bench::bench_decode(
         &contexts,
-        MemoryMode::Shared,
+        NodeMode::Shared,
         4,
         64,
         64,

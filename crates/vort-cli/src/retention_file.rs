@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use vort::dims::Dims;
 use vort::error::{Result, VortError};
-use vort::nodes::{MemoryMode, NodeSpec};
+use vort::nodes::{NodeMode, NodeSpec};
 use vort::retention::chunked::chunked;
 use vort::retention::naive::{naive, Kernel};
 use vort::retention::recurrent::recurrent;
@@ -56,7 +56,7 @@ pub struct RetentionOpts {
     /// Which form computes y.
     pub form: Form,
     /// Banks (paper) or shared nodes.
-    pub memory: MemoryMode,
+    pub memory: NodeMode,
     /// SOE relative tolerance (certified on lags 1..=horizon).
     pub eps: f64,
     /// Certified horizon H of the node table; None: H = T of the input. An input with T > H
@@ -76,7 +76,7 @@ impl Default for RetentionOpts {
     fn default() -> Self {
         RetentionOpts {
             form: Form::Chunked,
-            memory: MemoryMode::Shared,
+            memory: NodeMode::Shared,
             eps: 1e-4,
             horizon: None,
             banks: 4,

@@ -1,7 +1,8 @@
 //! `vort bench train` on tiny models: every field measured and sane, and the FLOP formula
 //! checked by hand on one configuration.
 
-use vort::model::{MemoryKind, ModelConfig};
+use vort::model::ModelConfig;
+use vort::Mixer;
 use vort_cli::bench::train::{bench_train, flops_per_token, mixers, Reference};
 use vort_lab::train::RunConfig;
 
@@ -63,7 +64,7 @@ fn tiny_bench_measures_every_mixer() {
 #[test]
 fn flops_per_token_follows_its_documented_formula() {
     let m = ModelConfig {
-        memory: MemoryKind::Vort,
+        mixer: Mixer::default(),
         d_model: 64,
         layers: 2,
         heads: 4,
@@ -81,8 +82,7 @@ fn flops_per_token_follows_its_documented_formula() {
     let got = flops_per_token(&m, 20, 256, 8192, 16.0 / 256.0);
     assert!((got - want).abs() < 1e-6 * want, "{got} vs {want}");
     let s = ModelConfig {
-        memory: MemoryKind::Softmax,
-        softmax_window: 0,
+        mixer: Mixer::Softmax { window: 0 },
         ..m.clone()
     };
     // softmax over a mean of (256 + 1) / 2 keys: 4 heads · 4 · 128.5 · 16 = 32896

@@ -64,9 +64,9 @@ fn tiny_run_trains_evaluates_and_refuses_to_overwrite() {
         std::fs::read(dir.join("checkpoint.safetensors")).unwrap(),
         before
     );
-    // a fresh run without a config must name its task and memory
+    // a fresh run without a config must name its task and mixer (--memory: the old name)
     let e = assert_one_line_error(&vort(&["train", "--memory", "vort", "--out", d]), 2);
-    assert!(e.contains("--task and --memory"), "{e}");
+    assert!(e.contains("--task and --mixer"), "{e}");
     // a config that names them is enough: the saved config of this run, trained again
     let again = tmp("again");
     let o = vort(&[

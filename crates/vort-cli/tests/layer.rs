@@ -472,12 +472,14 @@ fn retention_takes_a_trained_models_memory_settings() {
     let soft = tmp("model-softmax");
     std::fs::create_dir_all(&soft).unwrap();
     let cfg = std::fs::read_to_string(run.join("config.toml")).unwrap();
-    assert!(cfg.contains("memory = \"vort\""), "{cfg}");
-    std::fs::write(
-        soft.join("config.toml"),
-        cfg.replace("memory = \"vort\"", "memory = \"softmax\""),
-    )
-    .unwrap();
+    let mut table: toml::Table = cfg.parse().unwrap();
+    let model = table["model"].as_table_mut().unwrap();
+    assert_eq!(model["mixer"]["kind"].as_str(), Some("vort"), "{cfg}");
+    model.insert(
+        "mixer".into(),
+        toml::Value::Table("kind = \"softmax\"".parse().unwrap()),
+    );
+    std::fs::write(soft.join("config.toml"), toml::to_string(&table).unwrap()).unwrap();
     let err = assert_one_line_error(
         &vort(&[
             "retention",

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use vort::st::{self, Precision};
 use vort::vort_math::rng::XorShift64Star as Rng;
-use vort::{MemoryMode, VortError};
+use vort::{NodeMode, VortError};
 use vort_cli::retention_file::{retention_from_safetensors, Form, RetentionOpts};
 
 fn tmp(name: &str) -> PathBuf {
@@ -57,7 +57,7 @@ fn forms_agree(t: usize) {
             ("alpha", &g.a, vec![t]),
         ],
     );
-    for memory in [MemoryMode::Banks, MemoryMode::Shared] {
+    for memory in [NodeMode::Banks, NodeMode::Shared] {
         let mut ys = Vec::new();
         for form in [Form::Naive, Form::Recurrent, Form::Chunked] {
             let out = tmp(&format!("out-{t}-{memory:?}-{form:?}"));

@@ -473,29 +473,27 @@ fn a_tiny_books_run_trains_and_reports_bpc_by_context() {
 /// test book streamed through the recurrent form with a flat state.
 #[test]
 fn tiny_books_reproduction_writes_report_plots_and_streams() {
-    use vort::model::MemoryKind;
+    use vort::Mixer;
     use vort_lab::reproduce::{books, Scale};
     let (cache, data) = (
         fresh_dir("repro-cache"),
         fresh_dir("repro-data").join("books"),
     );
     fetch(&config(&data, &cache, vec![five_books(&cache)]), &mut quiet).unwrap();
-    let runs: Vec<_> = [
-        MemoryKind::Vort,
-        MemoryKind::Exponential,
-        MemoryKind::Softmax,
-    ]
-    .into_iter()
-    .map(|m| {
-        let mut c = books::preset(Scale::Quick, m, 0, &data.display().to_string());
-        c.task.seq_len = 32;
-        c.model.chunk = 16;
-        c.model.softmax_window = 8;
-        c.train.steps = 3;
-        c.train.eval_sequences = 2;
-        c
-    })
-    .collect();
+    let runs: Vec<_> = ["vort", "exponential", "softmax"]
+        .into_iter()
+        .map(|m| {
+            let mut c = books::preset(Scale::Quick, m, 0, &data.display().to_string());
+            c.task.seq_len = 32;
+            c.model.chunk = 16;
+            if let Mixer::Softmax { window } = &mut c.model.mixer {
+                *window = 8;
+            }
+            c.train.steps = 3;
+            c.train.eval_sequences = 2;
+            c
+        })
+        .collect();
     let out = fresh_dir("repro-out");
     let rep = books::run_plan("test", &runs, &out, 200, false).unwrap();
     assert_eq!(rep.rows.len(), 3);

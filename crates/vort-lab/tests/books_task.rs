@@ -133,7 +133,8 @@ fn a_split_without_a_long_enough_book_is_refused() {
 #[test]
 fn evaluation_scores_each_test_window_once_and_by_book() {
     use std::sync::Arc;
-    use vort::model::{MemoryKind, Model};
+    use vort::model::Model;
+    use vort::Mixer;
     use vort_lab::tasks::{Source, TaskConfig, TaskKind};
     use vort_lab::train::{eval, RunConfig};
     let t = 99; // 10 test windows of 100 bytes (see above)
@@ -145,7 +146,7 @@ fn evaluation_scores_each_test_window_once_and_by_book() {
         },
         ..RunConfig::default()
     };
-    cfg.model.memory = MemoryKind::Exponential;
+    cfg.model.mixer = Mixer::Exponential;
     cfg.model.d_model = 8;
     cfg.model.layers = 1;
     cfg.model.heads = 1;

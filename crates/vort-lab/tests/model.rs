@@ -3,12 +3,13 @@
 
 use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
-use vort::model::{MemoryKind, Model, ModelConfig};
+use vort::model::{Model, ModelConfig};
+use vort::Mixer;
 use vort_lab::train::named_vars;
 
-fn cfg(memory: MemoryKind) -> ModelConfig {
+fn cfg(memory: &str) -> ModelConfig {
     ModelConfig {
-        memory,
+        mixer: Mixer::of_kind(memory).unwrap(),
         d_model: 16,
         layers: 2,
         heads: 2,
@@ -28,14 +29,14 @@ fn every_kind_runs_with_expected_shapes() {
         &dev,
     )
     .unwrap();
-    for kind in MemoryKind::ALL {
+    for kind in vort_lab::reproduce::KINDS {
         let vm = VarMap::new();
         let m = Model::seeded(&cfg(kind), 11, 37, 3, &vm, &dev).unwrap();
         let out = m.forward(&tokens).unwrap();
         assert_eq!(out.hidden.dims(), &[2, 37, 16], "{kind}");
         let logits = m.logits_at(&out.hidden, &[0, 40, 73]).unwrap();
         assert_eq!(logits.dims(), &[3, 11]);
-        if kind == MemoryKind::Vort {
+        if kind == "vort" {
             assert_eq!(out.alphas.len(), 2);
             assert_eq!(out.entity_logits.len(), 2);
             let a: Vec<f32> = out.alphas[0].flatten_all().unwrap().to_vec1().unwrap();
@@ -55,7 +56,7 @@ fn initialisation_is_a_function_of_the_seed() {
     let dev = Device::Cpu;
     let params = |seed: u64| -> Vec<Vec<f32>> {
         let vm = VarMap::new();
-        Model::seeded(&cfg(MemoryKind::Vort), 11, 37, seed, &vm, &dev).unwrap();
+        Model::seeded(&cfg("vort"), 11, 37, seed, &vm, &dev).unwrap();
         named_vars(&vm)
             .iter()
             .map(|(_, v)| v.as_tensor().flatten_all().unwrap().to_vec1().unwrap())
@@ -69,10 +70,13 @@ fn initialisation_is_a_function_of_the_seed() {
 fn router_bias_override_reaches_the_layer() {
     let dev = Device::Cpu;
     let vm = VarMap::new();
-    let c = ModelConfig {
-        router_bias_init: 2.5,
-        ..cfg(MemoryKind::Vort)
-    };
+    let mut c = cfg("vort");
+    if let Mixer::Vort {
+        router_bias_init, ..
+    } = &mut c.mixer
+    {
+        *router_bias_init = 2.5;
+    }
     let m = Model::seeded(&c, 11, 37, 0, &vm, &dev).unwrap();
     let bias: Vec<f32> = named_vars(&vm)
         .into_iter()
@@ -93,7 +97,7 @@ fn router_bias_override_reaches_the_layer() {
             .unwrap()
     };
     let vm0 = VarMap::new();
-    let m0 = Model::seeded(&cfg(MemoryKind::Vort), 11, 37, 0, &vm0, &dev).unwrap();
+    let m0 = Model::seeded(&cfg("vort"), 11, 37, 0, &vm0, &dev).unwrap();
     assert!(mean(&m) > mean(&m0) + 0.1);
 }
 
@@ -125,13 +129,15 @@ fn streaming_in_pieces_equals_one_pass() {
         &dev,
     )
     .unwrap();
-    for kind in MemoryKind::ALL {
+    for kind in vort_lab::reproduce::KINDS {
         for window in [0, 5] {
-            if window > 0 && kind != MemoryKind::Softmax {
+            if window > 0 && kind != "softmax" {
                 continue;
             }
             let mut c = cfg(kind);
-            c.softmax_window = window;
+            if window > 0 {
+                c.mixer = Mixer::Softmax { window };
+            }
             let vm = VarMap::new();
             let m = Model::seeded(&c, 11, t, 5, &vm, &dev).unwrap();
             let whole = m.forward(&tokens).unwrap().hidden;
@@ -151,7 +157,7 @@ fn streaming_in_pieces_equals_one_pass() {
             let err = rel_rms(&streamed, &whole);
             // f32 fused chunked vs plain recurrent forms of the same kernel: rounding only
             assert!(err < 1e-5, "{kind} window {window}: rel-RMS {err:.2e}");
-            if kind != MemoryKind::Softmax || window > 0 {
+            if kind != "softmax" || window > 0 {
                 assert!(
                     sizes.windows(2).all(|w| w[1] <= w[0].max(sizes[0])),
                     "{kind}: state grew {sizes:?}"
@@ -174,7 +180,7 @@ fn stream_text_bpc_equals_one_pass_cross_entropy() {
         .copied()
         .collect();
     let vm = VarMap::new();
-    let m = Model::seeded(&cfg(MemoryKind::Vort), 256, 150, 9, &vm, &dev).unwrap();
+    let m = Model::seeded(&cfg("vort"), 256, 150, 9, &vm, &dev).unwrap();
     let n = text.len() - 1;
     let tokens: Vec<u32> = text[..n].iter().map(|&b| u32::from(b)).collect();
     let out = m
@@ -207,13 +213,15 @@ fn step_by_step_decoding_equals_one_pass() {
     let dev = Device::Cpu;
     let t = 29;
     let toks: Vec<u32> = (0..t).map(|i| ((i * 5 + 3) % 11) as u32).collect();
-    for kind in MemoryKind::ALL {
+    for kind in vort_lab::reproduce::KINDS {
         for window in [0, 4] {
-            if window > 0 && kind != MemoryKind::Softmax {
+            if window > 0 && kind != "softmax" {
                 continue;
             }
             let mut c = cfg(kind);
-            c.softmax_window = window;
+            if window > 0 {
+                c.mixer = Mixer::Softmax { window };
+            }
             let vm = VarMap::new();
             let m = Model::seeded(&c, 11, t, 2, &vm, &dev).unwrap();
             let whole = m
@@ -232,7 +240,7 @@ fn step_by_step_decoding_equals_one_pass() {
             let err = rel_rms(&got, &want);
             // the fused chunked pass against one-token pieces of the plain form: rounding only
             assert!(err < 1e-5, "{kind} window {window}: rel-RMS {err:.2e}");
-            if kind != MemoryKind::Softmax || window > 0 {
+            if kind != "softmax" || window > 0 {
                 assert!(
                     sizes.iter().skip(window).all(|&s| s == sizes[window]),
                     "{kind}: state grew {sizes:?}"
@@ -241,7 +249,7 @@ fn step_by_step_decoding_equals_one_pass() {
         }
     }
     let vm = VarMap::new();
-    let m = Model::seeded(&cfg(MemoryKind::Vort), 11, t, 2, &vm, &dev).unwrap();
+    let m = Model::seeded(&cfg("vort"), 11, t, 2, &vm, &dev).unwrap();
     assert!(
         m.step(11, &mut m.new_state()).is_err(),
         "outside the vocabulary"
@@ -255,7 +263,7 @@ fn streams_respect_the_horizon() {
     use vort_lab::train::stream::stream_text;
     let dev = Device::Cpu;
     let text: Vec<u8> = (0..200u32).map(|i| (i * 31 % 251) as u8).collect();
-    for kind in [MemoryKind::Vort, MemoryKind::PowerLaw] {
+    for kind in ["vort", "power-law"] {
         let vm = VarMap::new();
         let mut m = Model::seeded(&cfg(kind), 256, 64, 1, &vm, &dev).unwrap();
         assert_eq!(m.horizon(), Some(64));
@@ -280,7 +288,7 @@ fn streams_respect_the_horizon() {
     }
     // exponentials have no certified horizon: any length streams
     let vm = VarMap::new();
-    let m = Model::seeded(&cfg(MemoryKind::Exponential), 256, 64, 1, &vm, &dev).unwrap();
+    let m = Model::seeded(&cfg("exponential"), 256, 64, 1, &vm, &dev).unwrap();
     assert_eq!(m.horizon(), None);
     assert!(stream_text(&m, &text, 16, &dev, |_| {}).is_ok());
 }

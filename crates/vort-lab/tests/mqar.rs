@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 use safetensors::tensor::{Dtype, TensorView};
-use vort::model::{MemoryKind, Model, ModelConfig};
+use vort::model::{Model, ModelConfig};
+use vort::Mixer;
 use vort_lab::tasks::external::LabelledSet;
 use vort_lab::tasks::mqar::{gap_weights, weighted_without_replacement};
 use vort_lab::tasks::{Source, Stream, TaskConfig, TaskError, TaskKind};
@@ -251,9 +252,9 @@ fn zoology_files_round_trip_and_bad_ones_are_refused() {
     assert!(e.contains("seq_len is 64"), "{e}");
 }
 
-fn tiny_model(memory: MemoryKind, conv: usize) -> ModelConfig {
+fn tiny_model(memory: &str, conv: usize) -> ModelConfig {
     ModelConfig {
-        memory,
+        mixer: Mixer::of_kind(memory).unwrap(),
         d_model: 16,
         layers: 2,
         heads: 2,
@@ -272,7 +273,7 @@ fn tiny_model(memory: MemoryKind, conv: usize) -> ModelConfig {
 #[test]
 fn short_convolution_is_causal_and_streams() {
     let dev = Device::Cpu;
-    for memory in [MemoryKind::Retnet, MemoryKind::Vort, MemoryKind::Softmax] {
+    for memory in ["retnet", "vort", "softmax"] {
         let cfg = tiny_model(memory, 4);
         let vm = VarMap::new();
         let model = Model::seeded(&cfg, 50, 40, 3, &vm, &dev).unwrap();
@@ -323,8 +324,8 @@ fn short_convolution_is_causal_and_streams() {
             "{memory}: pieces differ from one pass by {worst}"
         );
     }
-    assert!(tiny_model(MemoryKind::Vort, 1).validate().is_err());
-    assert!(tiny_model(MemoryKind::Vort, 17).validate().is_err());
+    assert!(tiny_model("vort", 1).validate().is_err());
+    assert!(tiny_model("vort", 17).validate().is_err());
 }
 
 /// RetNet's decays are fixed: γ_h = 1 - 2^(-5-h), no parameter of its own, one node per head.
@@ -332,7 +333,7 @@ fn short_convolution_is_causal_and_streams() {
 fn retnet_decays_are_fixed_per_head() {
     let dev = Device::Cpu;
     let vm = VarMap::new();
-    let model = Model::seeded(&tiny_model(MemoryKind::Retnet, 0), 20, 16, 1, &vm, &dev).unwrap();
+    let model = Model::seeded(&tiny_model("retnet", 0), 20, 16, 1, &vm, &dev).unwrap();
     assert_eq!(model.blocks()[0].nodes(), 1);
     let names: Vec<String> = train::named_vars(&vm).into_iter().map(|(n, _)| n).collect();
     assert!(
@@ -356,7 +357,7 @@ fn retnet_decays_are_fixed_per_head() {
     assert!(h.iter().all(|x| x.is_finite()));
 }
 
-fn tiny_run(memory: MemoryKind, steps: u64) -> RunConfig {
+fn tiny_run(memory: &str, steps: u64) -> RunConfig {
     let mut c = RunConfig {
         seed: 0,
         task: TaskConfig {
@@ -383,30 +384,49 @@ fn tiny_run(memory: MemoryKind, steps: u64) -> RunConfig {
     c
 }
 
-/// With decay on matrices only, a parameter that gets no gradient keeps its value unless it is
-/// a matrix: norms and convolution taps are untouched by the decay.
+/// The rule weight decay followed before the model listed its decayed parameters (matched on
+/// names): rank 2 and none of the router's, decays', mixture's, convolution's or bigram's.
+fn old_weight_matrix_rule(name: &str, shape: &[usize]) -> bool {
+    shape.len() == 2
+        && !name.contains(".router.")
+        && !name.ends_with(".conv")
+        && !name.ends_with("decay_rho")
+        && !name.ends_with("mix_logits")
+        && name != Model::BIGRAM_PARAM
+}
+
+/// With decay on matrices only, exactly the model's listed parameters decay (embeddings,
+/// projections, MLPs, head), the same set as the old name rule for every mixer, with a
+/// convolution, an MLP, the token shift and the router's bigram table in the model.
 #[test]
-fn weight_decay_skips_everything_but_matrices() {
-    assert!(train::is_weight_matrix("blocks.0.mix.wq", &[16, 16]));
-    assert!(train::is_weight_matrix("emb", &[40, 16]));
-    assert!(!train::is_weight_matrix("blocks.0.norm1", &[16]));
-    assert!(!train::is_weight_matrix("blocks.0.conv", &[3, 16]));
-    assert!(!train::is_weight_matrix("blocks.0.mix.router.g", &[16, 2]));
-    assert!(!train::is_weight_matrix("blocks.0.mix.decay_rho", &[2, 1]));
-    assert!(!train::is_weight_matrix("blocks.0.mix.mix_logits", &[2, 5]));
-    let c = tiny_run(MemoryKind::Softmax, 1);
-    let vm = VarMap::new();
-    let _model = train::run_model(&c, &vm, &Device::Cpu).unwrap();
-    let opt = train::optimizer(&c, &vm).unwrap();
-    for s in &opt.slots {
-        assert_eq!(
-            s.decays,
-            train::is_weight_matrix(&s.name, s.var.as_tensor().dims()),
-            "{}",
-            s.name
-        );
+fn weight_decay_follows_the_models_list_of_matrices() {
+    for kind in [
+        "vort",
+        "power-law",
+        "exponential",
+        "retnet",
+        "mixture",
+        "softmax",
+    ] {
+        let mut c = tiny_run(kind, 1);
+        c.model.mlp_mult = 2;
+        c.model.token_shift = true;
+        if let Mixer::Vort { routing, .. } = &mut c.model.mixer {
+            *routing = vort::Routing::Full; // the bigram table too
+        }
+        let vm = VarMap::new();
+        let _model = train::run_model(&c, &vm, &Device::Cpu).unwrap();
+        let opt = train::optimizer(&c, &vm).unwrap();
+        for s in &opt.slots {
+            assert_eq!(
+                s.decays,
+                old_weight_matrix_rule(&s.name, s.var.as_tensor().dims()),
+                "{kind}: {}",
+                s.name
+            );
+        }
+        assert!(opt.slots.iter().any(|s| s.decays) && opt.slots.iter().any(|s| !s.decays));
     }
-    assert!(opt.slots.iter().any(|s| s.decays) && opt.slots.iter().any(|s| !s.decays));
 }
 
 /// Softmax attention with Zoology's recipe solves a tiny MQAR, and stops early once the
@@ -414,7 +434,7 @@ fn weight_decay_skips_everything_but_matrices() {
 #[test]
 fn softmax_learns_tiny_mqar_and_stops_early() {
     let d = tmp("early");
-    let mut c = tiny_run(MemoryKind::Softmax, 600);
+    let mut c = tiny_run("softmax", 600);
     c.train.eval_every = 25;
     c.train.val_sequences = 64;
     c.train.early_stop_accuracy = 0.95;
@@ -592,7 +612,7 @@ fn val_scores(dir: &Path) -> Vec<(u64, f64)> {
 #[test]
 fn a_changed_early_stop_keeps_or_continues_the_run() {
     let steps = 60;
-    let mut never = tiny_run(MemoryKind::Softmax, steps);
+    let mut never = tiny_run("softmax", steps);
     never.train.eval_every = 10;
     never.train.val_sequences = 32;
     never.train.checkpoint_every = 10;

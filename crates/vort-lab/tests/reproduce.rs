@@ -1,7 +1,7 @@
 //! The reproduction pipeline end to end on a tiny plan: runs, reuse of finished runs, report,
 //! plots and JSON.
 
-use vort::model::MemoryKind;
+use vort::Mixer;
 use vort_lab::reproduce::{self, Plan, Scale};
 use vort_lab::tasks::TaskKind;
 
@@ -21,7 +21,7 @@ fn tiny_plan_writes_report_plots_and_json() {
     let _ = std::fs::remove_dir_all(&out);
     let mut runs = Vec::new();
     for task in TaskKind::SYNTHETIC {
-        for memory in [MemoryKind::Vort, MemoryKind::Exponential] {
+        for memory in ["vort", "exponential"] {
             for seed in [0, 1] {
                 runs.push(shrink(reproduce::preset(Scale::Quick, task, memory, seed)));
             }
@@ -69,13 +69,17 @@ fn probe_quick_preset() {
     let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.into());
     for task in env("PROBE_TASK", "zipf").split(',') {
         for m in env("PROBE_MEMORY", "vort").split(',') {
-            let mut c =
-                reproduce::preset(Scale::Quick, task.parse().unwrap(), m.parse().unwrap(), 0);
+            let mut c = reproduce::preset(Scale::Quick, task.parse().unwrap(), m, 0);
             if std::env::var("PROBE_ELU").is_ok() {
                 c.model.feature_map = vort::features::FeatureMap::Elu;
             }
             if let Ok(s) = std::env::var("PROBE_BIAS") {
-                c.model.router_bias_init = s.parse().unwrap();
+                if let Mixer::Vort {
+                    router_bias_init, ..
+                } = &mut c.model.mixer
+                {
+                    *router_bias_init = s.parse().unwrap();
+                }
             }
             if let Ok(s) = std::env::var("PROBE_STEPS") {
                 c.train.steps = s.parse().unwrap();

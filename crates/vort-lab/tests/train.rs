@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use vort::model::MemoryKind;
+use vort::Mixer;
 use vort_lab::tasks::{TaskConfig, TaskKind};
 use vort_lab::train::checkpoint::Checkpoint;
 use vort_lab::train::{self, RunConfig, RunOptions, TrainConfig, TrainError};
@@ -15,7 +15,7 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
-fn tiny(kind: TaskKind, memory: MemoryKind, steps: u64) -> RunConfig {
+fn tiny(kind: TaskKind, memory: &str, steps: u64) -> RunConfig {
     let mut c = RunConfig {
         seed: 1,
         task: TaskConfig {
@@ -40,7 +40,7 @@ fn tiny(kind: TaskKind, memory: MemoryKind, steps: u64) -> RunConfig {
         },
         ..RunConfig::default()
     };
-    c.model.memory = memory;
+    c.model.mixer = Mixer::of_kind(memory).unwrap();
     c.model.d_model = 32;
     c.model.layers = 1;
     c.model.heads = 2;
@@ -54,7 +54,7 @@ fn quiet() -> RunOptions {
     RunOptions::default()
 }
 
-fn learns(kind: TaskKind, memory: MemoryKind, steps: u64) -> f64 {
+fn learns(kind: TaskKind, memory: &str, steps: u64) -> f64 {
     let dir = tmp(&format!("learn-{kind}-{memory}"));
     let t0 = std::time::Instant::now();
     let s = train::run_with(&tiny(kind, memory, steps), &dir, false, &quiet()).unwrap();
@@ -72,13 +72,13 @@ fn learns(kind: TaskKind, memory: MemoryKind, steps: u64) -> f64 {
 
 #[test]
 fn tiny_vort_learns_short_lag_zipf() {
-    let acc = learns(TaskKind::Zipf, MemoryKind::Vort, 150);
+    let acc = learns(TaskKind::Zipf, "vort", 150);
     assert!(acc > 0.5, "accuracy {acc} (chance 1/16)");
 }
 
 #[test]
 fn tiny_vort_learns_short_lag_label_copy() {
-    let acc = learns(TaskKind::LabelCopy, MemoryKind::Vort, 400);
+    let acc = learns(TaskKind::LabelCopy, "vort", 400);
     assert!(acc > 0.4, "accuracy {acc} (chance 1/16)");
 }
 
@@ -89,7 +89,7 @@ fn probe() {
     let steps: u64 = env("PROBE_STEPS", "150").parse().unwrap();
     for kind in env("PROBE_TASK", "zipf,label-copy").split(',') {
         for m in env("PROBE_MEMORY", "vort,power-law,exponential,mixture,softmax").split(',') {
-            learns(kind.parse().unwrap(), m.parse().unwrap(), steps);
+            learns(kind.parse().unwrap(), m, steps);
         }
     }
 }
@@ -101,7 +101,7 @@ fn final_state(dir: &std::path::Path) -> Checkpoint {
 
 #[test]
 fn resume_equals_uninterrupted() {
-    let mut cfg = tiny(TaskKind::Zipf, MemoryKind::Vort, 6);
+    let mut cfg = tiny(TaskKind::Zipf, "vort", 6);
     cfg.train.checkpoint_every = 2;
     cfg.train.log_every = 1;
     cfg.train.warmup_steps = 2;
@@ -157,7 +157,7 @@ fn resume_equals_uninterrupted() {
 
 #[test]
 fn bad_checkpoints_are_typed_errors_and_nothing_is_overwritten() {
-    let cfg = tiny(TaskKind::LabelCopy, MemoryKind::Exponential, 2);
+    let cfg = tiny(TaskKind::LabelCopy, "exponential", 2);
     let dir = tmp("corrupt");
     train::run_with(&cfg, &dir, false, &quiet()).unwrap();
     let ck = dir.join(train::CHECKPOINT_FILE);
@@ -251,10 +251,10 @@ fn config_rejects_unknown_fields_and_round_trips() {
     assert!(err.to_string().contains("memroy"), "{err}");
     let err = RunConfig::from_toml("[model]\nmemory = \"lstm\"\n", "x.toml").unwrap_err();
     assert!(err.to_string().contains("lstm"), "{err}");
-    let c = tiny(TaskKind::LabelCopy, MemoryKind::Mixture, 3);
+    let c = tiny(TaskKind::LabelCopy, "mixture", 3);
     let back = RunConfig::from_toml(&c.to_toml().unwrap(), "rt").unwrap();
     assert_eq!(back, c);
-    assert!("gru".parse::<MemoryKind>().is_err());
+    assert!(vort::Mixer::of_kind("gru").is_err());
 }
 
 #[test]
@@ -344,9 +344,11 @@ fn out_of_domain_config_fields_are_refused_by_name() {
         ("model", "eps_den", "-1.0"),
         ("model", "router_bias_init", "inf"),
         ("model", "qk_scale_init", "0.0"),
-        ("model", "soe_eps", "0.0"),
         ("model", "horizon", "1000000000000000"),
-        ("model", "mixture_min_rate", "0.0"),
+        ("model.mixer", "router_bias_init", "inf\nkind = \"vort\""),
+        ("model.mixer", "min_rate", "0.0\nkind = \"mixture\""),
+        ("model.mixer", "eps", "0.0\nkind = \"power-law\""),
+        ("model.mixer", "alpha", "1.5\nkind = \"power-law\""),
         ("model", "short_conv", "1"),
         ("train", "early_stop_accuracy", "1.5"),
     ] {
@@ -364,7 +366,7 @@ fn out_of_domain_config_fields_are_refused_by_name() {
     )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("model.horizon") && e.contains("seq_len"), "{e}");
+    assert!(e.contains("horizon") && e.contains("seq_len"), "{e}");
 }
 
 /// The checksum covers the metadata (issue 11, item 1): editing the step or the optimizer
@@ -373,7 +375,7 @@ fn out_of_domain_config_fields_are_refused_by_name() {
 #[test]
 fn edited_checkpoint_metadata_fails_the_checksum() {
     let dir = tmp("edited-meta");
-    let c = tiny(TaskKind::Zipf, MemoryKind::Exponential, 12);
+    let c = tiny(TaskKind::Zipf, "exponential", 12);
     train::run_with(&c, &dir, false, &quiet()).unwrap();
     let path = dir.join(train::CHECKPOINT_FILE);
     let good = std::fs::read(&path).unwrap();
@@ -406,7 +408,7 @@ fn edited_checkpoint_metadata_fails_the_checksum() {
 /// (issue 11, item 4), while every shipped preset fits comfortably.
 #[test]
 fn absurd_sizes_are_refused_before_allocation() {
-    let base = tiny(TaskKind::Zipf, MemoryKind::Vort, 5);
+    let base = tiny(TaskKind::Zipf, "vort", 5);
     let limit = Some(8_000_000_000u64);
     assert!(base.check_memory(limit).is_ok());
     let mut wide = base.clone();
@@ -486,7 +488,7 @@ fn absurd_sizes_are_refused_before_allocation() {
     // the books and synthetic presets (all measured to run on a 24 GB machine) fit in 8 GB
     use vort_lab::reproduce::{self, Scale};
     for scale in [Scale::Quick, Scale::Medium] {
-        for memory in MemoryKind::ALL {
+        for memory in vort_lab::reproduce::KINDS {
             let c = reproduce::books::preset(scale, memory, 0, "data/books");
             let gb = c.estimate_memory().total() / 1e9;
             assert!(gb < 8.0, "books {scale:?} {memory}: {gb:.2} GB");
@@ -504,7 +506,7 @@ fn absurd_sizes_are_refused_before_allocation() {
 #[test]
 fn checkpoint_from_before_a_new_field_resumes() {
     let dir = tmp("older-config");
-    let mut c = tiny(TaskKind::Zipf, MemoryKind::Exponential, 12);
+    let mut c = tiny(TaskKind::Zipf, "exponential", 12);
     c.train.checkpoint_every = 5;
     let opts = RunOptions {
         stop_at: Some(5),
@@ -541,7 +543,7 @@ fn checkpoint_from_before_a_new_field_resumes() {
 /// its holder; a refused run in a directory that did not exist leaves none behind.
 #[test]
 fn a_locked_run_directory_is_refused() {
-    let cfg = tiny(TaskKind::LabelCopy, MemoryKind::Exponential, 2);
+    let cfg = tiny(TaskKind::LabelCopy, "exponential", 2);
     let dir = tmp("locked");
     std::fs::create_dir_all(&dir).unwrap();
     let held = train::RunLock::acquire(&dir).unwrap();

@@ -7,14 +7,10 @@
 //! auxiliary loss) and H_i the entropy of a shallow next-token predictor, supplied by the
 //! caller and treated as a constant (stop-gradient).
 //!
-//! Baselines (docs/DESIGN.md §2), sharing projections, normalisation and feature map:
-//! - `Exponential`: one exponential per head, K(j) = e^(-u_h j), u_h = softplus(ρ_h) learned;
-//! - `ExpMixture`: M fixed rates u_m >= Λ (log-spaced on [Λ, 1]) with learned per-head
-//!   softmax weights;
-//! - `PowerLaw`: one fixed order for every token (SOE of w_j(α)), no routing;
-//! - `Softmax`: full causal softmax attention on the normalised q, k (no feature map);
-//! - `SlidingSoftmax`: the same restricted to the last `window` tokens, O(T·window), the
-//!   softmax baseline that stays affordable at long T (e.g. 8K-byte book sequences on CPU).
+//! The mixer ([`Mixer`]) chooses VORT or a baseline; every kind shares the projections, the
+//! normalisation and (except softmax) the feature map, and keeps its own parameters in one
+//! enum (`KindParams`). Adding a mixer is a [`Mixer`] variant, its parameters here, and its
+//! arms in [`Block::init`], [`Block::new`] and the node weights (forward and step share them).
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{Module, VarBuilder, VarMap};
@@ -23,76 +19,13 @@ use serde::{Deserialize, Serialize};
 use crate::attention::{causal_softmax, sliding_softmax};
 use crate::error::{Result, VortError};
 use crate::features::{FeatureMap, Features};
-use crate::nodes::{MemoryMode, NodeSpec, NodeTable};
+use crate::mixer::{Mixer, Routing};
+use crate::nodes::{NodeMode, NodeSpec, NodeTable};
 use crate::retention::chunked::chunked_raw;
 use crate::retention::fused::fused_raw;
 use crate::retention::recurrent::recurrent_raw;
 use crate::retention::{node_weights, normalise, with_ones, Inputs, Rates, State};
 use vort_math::rng::XorShift64Star;
-
-/// Which signals drive the router.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-pub enum Routing {
-    /// a·e - b·H + g·h + c.
-    #[default]
-    Full,
-    /// a·e + g·h + c (no entropy signal).
-    EntityOnly,
-    /// -b·H + g·h + c (no entity probe).
-    EntropyOnly,
-    /// A constant order for every token (no routing).
-    Fixed {
-        /// The order.
-        alpha: f64,
-    },
-}
-
-/// The memory of the block: VORT or one of the baselines.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-pub enum Memory {
-    /// Power-law retention with routed orders.
-    Vort {
-        /// The node table's recipe (mode, banks, δ, horizon, eps).
-        nodes: NodeSpec,
-        /// Router signals.
-        routing: Routing,
-    },
-    /// Fixed-order power law (no routing).
-    PowerLaw {
-        /// The order.
-        alpha: f64,
-        /// SOE horizon.
-        horizon: u64,
-        /// SOE tolerance.
-        eps: f64,
-    },
-    /// One exponential per head with a learned decay.
-    Exponential,
-    /// RetNet's fixed multi-scale decays (Sun et al. 2023): head h keeps e^(-u_h j) with
-    /// γ_h = e^(-u_h) = 1 - 2^(-5-h), nothing learned.
-    RetNet,
-    /// M fixed exponentials with rates >= Λ, learned weights per head.
-    ExpMixture {
-        /// M.
-        m: usize,
-        /// Λ, the smallest rate.
-        min_rate: f64,
-    },
-    /// Full causal softmax attention (O(T²) time and memory in training).
-    Softmax,
-    /// Causal softmax attention over a sliding window: the query at position t attends to the
-    /// keys at positions t-window+1 ..= t (exactly the last `window` tokens, itself included;
-    /// fewer at the start), softmax over those. The softmax baseline at long T, where the
-    /// O(T²) of [`Memory::Softmax`] is unaffordable: training costs O(T·window) time and
-    /// memory ([`sliding_softmax`]) and the streaming KV cache holds at most `window` tokens.
-    /// `window >= T` equals [`Memory::Softmax`]; `window = 0` is refused.
-    SlidingSoftmax {
-        /// Tokens attended by each query, itself included (>= 1).
-        window: usize,
-    },
-}
 
 /// Configuration of one block. Every field is saved with each run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,8 +40,8 @@ pub struct BlockConfig {
     pub features: usize,
     /// Feature map.
     pub feature_map: FeatureMap,
-    /// Memory (VORT or baseline).
-    pub memory: Memory,
+    /// The mixer (VORT or a baseline) with its own settings; node horizons resolved (>= 1).
+    pub mixer: Mixer,
     /// Chunk length of the chunked form.
     pub chunk: usize,
     /// eps_den in y = num / (den + eps_den).
@@ -135,15 +68,16 @@ impl Default for BlockConfig {
             head_dim: 16,
             features: 32,
             feature_map: FeatureMap::Favor,
-            memory: Memory::Vort {
+            mixer: Mixer::Vort {
                 nodes: NodeSpec {
-                    mode: MemoryMode::Shared,
+                    mode: NodeMode::Shared,
                     banks: 4,
                     delta: 0.1,
                     horizon: 4096,
                     eps: 1e-3,
                 },
                 routing: Routing::Full,
+                router_bias_init: 0.0,
             },
             chunk: 64,
             eps_den: 1e-6,
@@ -155,7 +89,7 @@ impl Default for BlockConfig {
 }
 
 /// Recurrent state of a block: the retention state, or the softmax key/value cache (all keys
-/// for [`Memory::Softmax`], the last `window` for [`Memory::SlidingSoftmax`]).
+/// for [`Mixer::Softmax`] with window 0, else the last `window`).
 #[derive(Debug, Clone)]
 pub enum BlockState {
     /// The retention state (G [B, H, N, F, D+1] and the tokens consumed, which the forms check
@@ -217,12 +151,26 @@ pub struct Block {
     scale_q: Tensor, // [H]
     scale_k: Tensor, // [H]
     features: Features,
-    router: Option<Router>,
-    /// Node tables (VORT, power law): one shared by all heads.
-    pub tables: Vec<NodeTable>,
-    decay_rho: Option<Tensor>,  // [H, 1]
-    mix_logits: Option<Tensor>, // [H, M]
-    mix_rates: Option<Rates>,   // fixed rates: the mixture's one row of M, RetNet's H rows of 1
+    kind: KindParams,
+}
+
+/// What each mixer kind adds to the shared projections: its parameters and fixed tables.
+enum KindParams {
+    /// Node table (one shared by all heads) and the router (None for a fixed order).
+    Vort {
+        tables: Vec<NodeTable>,
+        router: Option<Router>,
+    },
+    /// Node table of the one order.
+    PowerLaw { tables: Vec<NodeTable> },
+    /// ρ [H, 1], u_h = softplus(ρ_h).
+    Exponential { decay_rho: Tensor },
+    /// H rows of one fixed rate.
+    Retnet { rates: Rates },
+    /// Logits [H, M] of the weights over one row of M fixed rates.
+    Mixture { logits: Tensor, rates: Rates },
+    /// Nothing beyond the projections (the window is in the config).
+    Softmax,
 }
 
 /// Inserts `init` under `name` in `vm` unless a parameter of that name exists (which must have
@@ -329,15 +277,19 @@ impl Block {
         let full = |v: f64, n: usize| -> Result<Tensor> { Ok(Tensor::full(v as f32, n, device)?) };
         init_param(vm, &p("scale_q"), full(cfg.qk_scale_init, h)?)?;
         init_param(vm, &p("scale_k"), full(cfg.qk_scale_init, h)?)?;
-        match &cfg.memory {
-            Memory::Vort { routing, .. } if !matches!(routing, Routing::Fixed { .. }) => {
+        match &cfg.mixer {
+            Mixer::Vort {
+                routing,
+                router_bias_init,
+                ..
+            } if routing.learned() => {
                 init_param(vm, &p("router.probe"), probe_init)?;
                 init_param(vm, &p("router.g"), g_init)?;
                 init_param(vm, &p("router.a"), full(1.0, h)?)?;
                 init_param(vm, &p("router.b"), full(1.0, h)?)?;
-                init_param(vm, &p("router.c"), full(0.0, h)?)?;
+                init_param(vm, &p("router.c"), full(*router_bias_init, h)?)?;
             }
-            Memory::Exponential => {
+            Mixer::Exponential => {
                 // RetNet-like spread of decays: γ_h = 1 - 2^(-5 - 3h/H)
                 let rho: Vec<f32> = (0..h)
                     .map(|i| {
@@ -348,7 +300,7 @@ impl Block {
                     .collect();
                 init_param(vm, &p("decay_rho"), Tensor::from_vec(rho, (h, 1), device)?)?;
             }
-            Memory::ExpMixture { m, .. } => {
+            Mixer::Mixture { m, .. } => {
                 init_param(
                     vm,
                     &p("mix_logits"),
@@ -401,13 +353,11 @@ impl Block {
             cfg.seed ^ 0xF00D,
             &device,
         )?;
-        let mut router = None;
-        let mut tables = Vec::new();
-        let (mut decay_rho, mut mix_logits, mut mix_rates) = (None, None, None);
-        match &cfg.memory {
-            Memory::Vort { nodes, routing } => {
-                tables.push(nodes.build()?);
+        let kind = match &cfg.mixer {
+            Mixer::Vort { nodes, routing, .. } => {
+                let tables = vec![nodes.build()?];
                 let delta = &nodes.delta;
+                let mut router = None;
                 if let Routing::Fixed { alpha } = routing {
                     if !(*delta..=1.0).contains(alpha) {
                         return Err(VortError::InvalidArgument(format!(
@@ -425,14 +375,19 @@ impl Block {
                         routing: *routing,
                     });
                 }
+                KindParams::Vort { tables, router }
             }
-            Memory::PowerLaw {
+            Mixer::PowerLaw {
                 alpha,
                 horizon,
                 eps,
-            } => tables.push(NodeTable::banks_at(&[*alpha], *horizon, *eps)?),
-            Memory::Exponential => decay_rho = Some(get(&[h, 1], "decay_rho")?),
-            Memory::ExpMixture { m, min_rate } => {
+            } => KindParams::PowerLaw {
+                tables: vec![NodeTable::banks_at(&[*alpha], *horizon, *eps)?],
+            },
+            Mixer::Exponential => KindParams::Exponential {
+                decay_rho: get(&[h, 1], "decay_rho")?,
+            },
+            Mixer::Mixture { m, min_rate } => {
                 if *m == 0 || !(*min_rate > 0.0 && *min_rate <= 1.0) {
                     return Err(VortError::InvalidArgument(format!(
                         "exp mixture: M = {m} must be >= 1 and Λ = {min_rate} in (0, 1]"
@@ -448,28 +403,25 @@ impl Block {
                     })
                     .collect();
                 // fixed exponentials: valid at every lag, no certified horizon
-                mix_rates = Some(Rates::Fixed {
-                    u: vec![u],
-                    horizon: None,
-                });
-                mix_logits = Some(get(&[h, *m], "mix_logits")?);
+                KindParams::Mixture {
+                    logits: get(&[h, *m], "mix_logits")?,
+                    rates: Rates::Fixed {
+                        u: vec![u],
+                        horizon: None,
+                    },
+                }
             }
-            Memory::RetNet => {
+            Mixer::Retnet => {
                 // γ_h = 1 - 2^(-5-h): u_h = -ln γ_h, valid at every lag (no horizon)
                 let u = (0..h)
                     .map(|i| vec![-(-(2f64.powi(-5 - i as i32))).ln_1p()])
                     .collect();
-                mix_rates = Some(Rates::Fixed { u, horizon: None });
-            }
-            Memory::Softmax => {}
-            Memory::SlidingSoftmax { window } => {
-                if *window == 0 {
-                    return Err(VortError::InvalidArgument(
-                        "sliding softmax: window must be >= 1 (each query sees itself)".into(),
-                    ));
+                KindParams::Retnet {
+                    rates: Rates::Fixed { u, horizon: None },
                 }
             }
-        }
+            Mixer::Softmax { .. } => KindParams::Softmax,
+        };
         Ok(Block {
             cfg,
             wq,
@@ -479,18 +431,30 @@ impl Block {
             scale_q,
             scale_k,
             features,
-            router,
-            tables,
-            decay_rho,
-            mix_logits,
-            mix_rates,
+            kind,
         })
+    }
+
+    /// The node tables of a power-law mixer (VORT, the fixed power law; empty for the others):
+    /// one shared by all heads.
+    pub fn tables(&self) -> &[NodeTable] {
+        match &self.kind {
+            KindParams::Vort { tables, .. } | KindParams::PowerLaw { tables } => tables,
+            _ => &[],
+        }
+    }
+
+    /// The names (relative to the block's prefix) of the parameters that weight decay
+    /// applies to: the four projection matrices. The router, the decays, the mixture's logits
+    /// and the q/k scales are not decayed.
+    pub fn decayed_params() -> [&'static str; 4] {
+        ["wq", "wk", "wv", "wo"]
     }
 
     /// The certified horizon of the memory's node tables (None for memories without a
     /// certified kernel: the exponentials and softmax).
     pub fn horizon(&self) -> Option<u64> {
-        self.tables.iter().map(|t| t.horizon).min()
+        self.tables().iter().map(|t| t.horizon).min()
     }
 
     /// Rebuilds the node tables for another horizon, e.g. [`crate::nodes::STREAM_HORIZON`] to
@@ -502,18 +466,21 @@ impl Block {
     /// # Errors
     /// A horizon the SOE builder refuses (0, or above its limit), or no certificate.
     pub fn set_horizon(&mut self, horizon: u64) -> Result<()> {
-        match &mut self.cfg.memory {
-            Memory::Vort { nodes, .. } => {
+        match (&mut self.cfg.mixer, &mut self.kind) {
+            (Mixer::Vort { nodes, .. }, KindParams::Vort { tables, .. }) => {
                 let spec = nodes.with_horizon(horizon);
-                self.tables = vec![spec.build()?];
+                *tables = vec![spec.build()?];
                 *nodes = spec;
             }
-            Memory::PowerLaw {
-                alpha,
-                horizon: h,
-                eps,
-            } => {
-                self.tables = vec![NodeTable::banks_at(&[*alpha], horizon, *eps)?];
+            (
+                Mixer::PowerLaw {
+                    alpha,
+                    horizon: h,
+                    eps,
+                },
+                KindParams::PowerLaw { tables },
+            ) => {
+                *tables = vec![NodeTable::banks_at(&[*alpha], horizon, *eps)?];
                 *h = horizon;
             }
             _ => {}
@@ -523,11 +490,11 @@ impl Block {
 
     /// Memory nodes N of the retention state (0 for softmax).
     pub fn nodes(&self) -> usize {
-        match &self.cfg.memory {
-            Memory::Vort { .. } | Memory::PowerLaw { .. } => self.tables[0].len(),
-            Memory::Exponential | Memory::RetNet => 1,
-            Memory::ExpMixture { m, .. } => *m,
-            Memory::Softmax | Memory::SlidingSoftmax { .. } => 0,
+        match &self.kind {
+            KindParams::Vort { tables, .. } | KindParams::PowerLaw { tables } => tables[0].len(),
+            KindParams::Exponential { .. } | KindParams::Retnet { .. } => 1,
+            KindParams::Mixture { logits, .. } => logits.dims().last().copied().unwrap_or(0),
+            KindParams::Softmax => 0,
         }
     }
 
@@ -553,17 +520,20 @@ impl Block {
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let (b, t, dm) = x.dims3()?;
         let h = self.cfg.heads;
-        if let Memory::Vort {
+        if let Mixer::Vort {
             routing: Routing::Fixed { alpha },
             ..
-        } = &self.cfg.memory
+        } = &self.cfg.mixer
         {
             return Ok((
                 Some(Tensor::full(*alpha as f32, (b, h, t), x.device())?),
                 None,
             ));
         }
-        let Some(r) = &self.router else {
+        let KindParams::Vort {
+            router: Some(r), ..
+        } = &self.kind
+        else {
             return Ok((None, None));
         };
         let x2 = x.reshape((b * t, dm))?;
@@ -669,10 +639,7 @@ impl Block {
         let k = Self::normalise_qk(&proj(&self.wk)?, &self.scale_k)?;
         let v = proj(&self.wv)?;
         let (alpha, entity_logit) = self.route(x, entropy)?;
-        let attention = matches!(
-            self.cfg.memory,
-            Memory::Softmax | Memory::SlidingSoftmax { .. }
-        );
+        let attention = matches!(self.kind, KindParams::Softmax);
         let (y, new_state) = if attention {
             self.softmax(&q, &k, &v, state)?
         } else {
@@ -737,45 +704,35 @@ impl Block {
         device: &Device,
     ) -> Result<(Tensor, Rates)> {
         let h = self.cfg.heads;
-        match &self.cfg.memory {
-            Memory::Vort { .. } => {
+        match (&self.kind, &self.cfg.mixer) {
+            (KindParams::Vort { tables, .. }, _) => {
                 let a = alpha.ok_or_else(|| VortError::InvalidArgument("no orders".into()))?;
-                Ok((
-                    node_weights(a, &self.tables)?,
-                    Rates::of_tables(&self.tables)?,
-                ))
+                Ok((node_weights(a, tables)?, Rates::of_tables(tables)?))
             }
-            Memory::PowerLaw { alpha, .. } => {
+            (KindParams::PowerLaw { tables }, Mixer::PowerLaw { alpha, .. }) => {
                 let a = Tensor::full(*alpha as f32, (b, h, t), device)?;
-                Ok((
-                    node_weights(&a, &self.tables)?,
-                    Rates::of_tables(&self.tables)?,
-                ))
+                Ok((node_weights(&a, tables)?, Rates::of_tables(tables)?))
             }
-            Memory::Exponential => {
-                let rho = self.decay_rho.as_ref().expect("exponential has rho");
-                Ok((
-                    Tensor::ones((b, h, t, 1), DType::F32, device)?,
-                    Rates::Learned(softplus(rho)?),
-                ))
-            }
-            Memory::RetNet => Ok((
+            (KindParams::Exponential { decay_rho }, _) => Ok((
                 Tensor::ones((b, h, t, 1), DType::F32, device)?,
-                self.mix_rates.clone().expect("retnet has rates"),
+                Rates::Learned(softplus(decay_rho)?),
             )),
-            Memory::ExpMixture { m, .. } => {
-                let logits = self.mix_logits.as_ref().expect("mixture has logits");
+            (KindParams::Retnet { rates }, _) => Ok((
+                Tensor::ones((b, h, t, 1), DType::F32, device)?,
+                rates.clone(),
+            )),
+            (KindParams::Mixture { logits, rates }, _) => {
+                let m = logits.dim(1)?;
                 let w = candle_nn::ops::softmax(logits, 1)?;
                 let cw = w
-                    .reshape((1, h, 1, *m))?
-                    .broadcast_as((b, h, t, *m))?
+                    .reshape((1, h, 1, m))?
+                    .broadcast_as((b, h, t, m))?
                     .contiguous()?;
-                let rates = self.mix_rates.clone().expect("mixture has rates");
-                Ok((cw, rates))
+                Ok((cw, rates.clone()))
             }
-            Memory::Softmax | Memory::SlidingSoftmax { .. } => {
-                Err(VortError::InvalidArgument("softmax has no nodes".into()))
-            }
+            (KindParams::PowerLaw { .. } | KindParams::Softmax, _) => Err(
+                VortError::InvalidArgument(format!("{} has no node weights", self.cfg.mixer)),
+            ),
         }
     }
 
@@ -799,8 +756,8 @@ impl Block {
                 ))
             }
         };
-        match self.cfg.memory {
-            Memory::SlidingSoftmax { window } => {
+        match self.cfg.mixer {
+            Mixer::Softmax { window } if window > 0 => {
                 let y = sliding_softmax(q, &kk, &vv, window)?;
                 // A later query at position p needs keys p-window+1 ..= p, of which only the
                 // last window-1 are already seen; one more is kept so that the cache is never
@@ -852,11 +809,14 @@ mod tests {
     fn retnet_rates_are_retnets() {
         let cfg = BlockConfig {
             heads: 3,
-            memory: Memory::RetNet,
+            mixer: Mixer::Retnet,
             ..BlockConfig::default()
         };
         let blk = Block::seeded(cfg, &VarMap::new(), "b", &Device::Cpu).unwrap();
-        let Some(Rates::Fixed { u, horizon }) = &blk.mix_rates else {
+        let KindParams::Retnet {
+            rates: Rates::Fixed { u, horizon },
+        } = &blk.kind
+        else {
             panic!("RetNet has fixed rates");
         };
         assert_eq!(*horizon, None);
@@ -870,6 +830,6 @@ mod tests {
                 row[0]
             );
         }
-        assert!(blk.decay_rho.is_none() && blk.mix_logits.is_none());
+        assert!(blk.tables().is_empty());
     }
 }

@@ -9,7 +9,8 @@
 //! with K_i(j) the Grünwald–Letnikov weight w_j(α_i) (exact in [`retention::naive`]) or its certified
 //! sum of exponentials Σ_n c_n(α_i) e^(-u_n j), j >= 1, K_i(0) = 1 (every other form).
 //!
-//! - [`nodes`]: memory modes (banks, shared nodes, fixed mixtures) as node tables {u_n, c_n(a)}.
+//! - [`mixer`]: the choice of mixer (VORT or a baseline) with each kind's own settings.
+//! - [`nodes`]: node modes (banks, shared nodes, fixed mixtures) as node tables {u_n, c_n(a)}.
 //! - [`retention`]: the four forms of the retention core and what they share (table checks,
 //!   node weights, normalisation):
 //!   - [`retention::naive`]: the O(T²) f64 reference (exact GL kernel or the table's SOE);
@@ -83,6 +84,7 @@ pub mod dims;
 pub mod error;
 pub mod features;
 pub mod fsio;
+pub mod mixer;
 pub mod model;
 pub mod nodes;
 pub mod ops;
@@ -92,5 +94,6 @@ pub mod tol;
 
 pub use dims::Dims;
 pub use error::{Result, VortError};
-pub use nodes::{MemoryMode, NodeSpec, NodeTable};
+pub use mixer::{Mixer, Routing};
+pub use nodes::{NodeMode, NodeSpec, NodeTable};
 pub use vort_math;

@@ -9,9 +9,10 @@
 //! token, in units of ln V (so H_i ∈ [0, 1]); it is trained on next-token prediction of every
 //! position and enters the router as a constant (stop-gradient).
 
-use crate::block::{Block, BlockConfig, BlockState, Memory, Routing};
+use crate::block::{Block, BlockConfig, BlockState};
 use crate::features::FeatureMap;
-use crate::nodes::{MemoryMode, NodeSpec};
+use crate::mixer::{Mixer, Routing};
+use crate::nodes::{NodeMode, NodeSpec};
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::{VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};
@@ -20,11 +21,9 @@ use vort_math::rng::XorShift64Star;
 /// Why a model could not be built or run.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    /// The memory kind is not one of vort|power-law|exponential|retnet|mixture|softmax.
-    #[error(
-        "unknown memory kind `{0}` (expected vort|power-law|exponential|retnet|mixture|softmax)"
-    )]
-    UnknownMemory(String),
+    /// The mixer is not one of vort|power-law|exponential|retnet|mixture|softmax.
+    #[error("unknown mixer `{0}` (expected vort|power-law|exponential|retnet|mixture|softmax)")]
+    UnknownMixer(String),
     /// A field is out of its domain.
     #[error("invalid model config: {0}")]
     Invalid(String),
@@ -36,84 +35,15 @@ pub enum ModelError {
     Candle(#[from] candle_core::Error),
 }
 
-/// The memory mixer of every block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum MemoryKind {
-    /// Power-law retention with routed per-token orders (VORT).
-    #[default]
-    Vort,
-    /// Fixed-order power law (no routing).
-    PowerLaw,
-    /// One learned exponential per head.
-    Exponential,
-    /// RetNet's fixed per-head decays γ_h = 1 - 2^(-5-h).
-    Retnet,
-    /// Mixture of M fixed exponentials with learned weights.
-    Mixture,
-    /// Full causal softmax attention.
-    Softmax,
-}
-
-impl MemoryKind {
-    /// The kinds of the synthetic and books reproductions, in report order (RetNet's fixed
-    /// decays joined with the recall reproduction).
-    pub const ALL: [MemoryKind; 5] = [
-        MemoryKind::Vort,
-        MemoryKind::PowerLaw,
-        MemoryKind::Exponential,
-        MemoryKind::Mixture,
-        MemoryKind::Softmax,
-    ];
-    /// Name in configs and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            MemoryKind::Vort => "vort",
-            MemoryKind::PowerLaw => "power-law",
-            MemoryKind::Exponential => "exponential",
-            MemoryKind::Retnet => "retnet",
-            MemoryKind::Mixture => "mixture",
-            MemoryKind::Softmax => "softmax",
-        }
-    }
-}
-
-impl std::fmt::Display for MemoryKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for MemoryKind {
-    type Err = ModelError;
-    fn from_str(s: &str) -> Result<Self, ModelError> {
-        MemoryKind::ALL
-            .into_iter()
-            .chain([MemoryKind::Retnet])
-            .find(|k| k.name() == s || k.name().replace('-', "_") == s)
-            .ok_or_else(|| ModelError::UnknownMemory(s.into()))
-    }
-}
-
-/// Router signals of the VORT memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum RouterKind {
-    /// Entity probe and entropy.
-    #[default]
-    Full,
-    /// Entity probe only.
-    EntityOnly,
-    /// Entropy only.
-    EntropyOnly,
-}
-
-/// Model configuration (the `[model]` table of a run config).
+/// Model configuration (the `[model]` table of a run config; the mixer is `[model.mixer]`).
+///
+/// Configs written before the mixer had its own table (flat `memory = "vort"`, `vort_mode`,
+/// `banks`, `delta`, `router`, `router_bias_init`, `power_law_alpha`, `horizon`, `soe_eps`,
+/// `mixture_m`, `mixture_min_rate`, `softmax_window`) are read into the same value, so every
+/// committed run directory stays readable; they are written back in the new form.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(try_from = "ModelConfigToml")]
 pub struct ModelConfig {
-    /// Memory mixer: "vort", "power-law", "exponential", "retnet", "mixture" or "softmax".
-    pub memory: MemoryKind,
     /// Residual width d_model.
     pub d_model: usize,
     /// Blocks L.
@@ -136,41 +66,17 @@ pub struct ModelConfig {
     /// Kernel of the short causal depthwise convolution in front of every mixer (Zoology's
     /// recipe; 0 = none).
     pub short_conv: usize,
-    /// VORT memory mode: "shared" nodes or "banks".
-    pub vort_mode: MemoryMode,
-    /// VORT banks K (banks mode).
-    pub banks: usize,
-    /// Smallest order δ of the VORT router.
-    pub delta: f64,
-    /// Router signals: "full", "entity-only" or "entropy-only".
-    pub router: RouterKind,
-    /// Initial router bias c of every head (the layer's own default is 0; with the entropy
-    /// signal near 1 at start, c = 0 starts tokens at α ≈ δ + 0.3 (1 - δ)).
-    pub router_bias_init: f64,
-    /// Order of the fixed power-law baseline.
-    pub power_law_alpha: f64,
-    /// SOE horizon (lags certified); 0 = the task's sequence length.
-    pub horizon: u64,
-    /// SOE relative tolerance.
-    pub soe_eps: f64,
-    /// Exponentials M of the mixture baseline.
-    pub mixture_m: usize,
-    /// Smallest rate Λ of the mixture baseline.
-    pub mixture_min_rate: f64,
     /// Initial q/k scale (|q̂| = |k̂| = scale).
     pub qk_scale_init: f64,
     /// eps_den of the normalised retention.
     pub eps_den: f64,
-    /// Attention window of the softmax memory: 0 = full causal softmax (O(T²)); w > 0 =
-    /// each token attends to the last w tokens, itself included (`Memory::SlidingSoftmax`,
-    /// O(T·w)), the affordable softmax baseline at long T (8K-byte book sequences).
-    pub softmax_window: usize,
+    /// The mixer of every block (a node horizon of 0: the task's sequence length).
+    pub mixer: Mixer,
 }
 
 impl Default for ModelConfig {
     fn default() -> Self {
         ModelConfig {
-            memory: MemoryKind::Vort,
             d_model: 64,
             layers: 2,
             heads: 4,
@@ -181,81 +87,174 @@ impl Default for ModelConfig {
             chunk: 64,
             token_shift: true,
             short_conv: 0,
-            vort_mode: MemoryMode::Shared,
-            banks: 4,
-            delta: 0.1,
-            router: RouterKind::Full,
-            router_bias_init: 0.0,
-            power_law_alpha: 0.8,
-            horizon: 0,
-            soe_eps: 1e-3,
-            mixture_m: 5,
-            mixture_min_rate: 1e-3,
             qk_scale_init: 2.0,
             eps_den: 1e-6,
-            softmax_window: 0,
+            mixer: Mixer::default(),
         }
     }
 }
 
-impl ModelConfig {
-    /// The recipe of VORT's node table at `horizon` (the `[model]` fields vort_mode, banks,
-    /// delta and soe_eps).
-    pub fn node_spec(&self, horizon: u64) -> NodeSpec {
-        NodeSpec {
-            mode: self.vort_mode,
-            banks: self.banks,
-            delta: self.delta,
-            horizon,
-            eps: self.soe_eps,
+/// The `[model]` table as written: the current form (`[model.mixer]`), or the flat fields of
+/// configs written before it (all optional, with the defaults they had).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct ModelConfigToml {
+    d_model: usize,
+    layers: usize,
+    heads: usize,
+    head_dim: usize,
+    features: usize,
+    feature_map: FeatureMap,
+    mlp_mult: usize,
+    chunk: usize,
+    token_shift: bool,
+    short_conv: usize,
+    qk_scale_init: f64,
+    eps_den: f64,
+    mixer: Option<Mixer>,
+    // the flat form
+    memory: Option<String>,
+    vort_mode: Option<NodeMode>,
+    banks: Option<usize>,
+    delta: Option<f64>,
+    router: Option<Routing>,
+    router_bias_init: Option<f64>,
+    power_law_alpha: Option<f64>,
+    horizon: Option<u64>,
+    soe_eps: Option<f64>,
+    mixture_m: Option<usize>,
+    mixture_min_rate: Option<f64>,
+    softmax_window: Option<usize>,
+}
+
+impl Default for ModelConfigToml {
+    fn default() -> Self {
+        let d = ModelConfig::default();
+        ModelConfigToml {
+            d_model: d.d_model,
+            layers: d.layers,
+            heads: d.heads,
+            head_dim: d.head_dim,
+            features: d.features,
+            feature_map: d.feature_map,
+            mlp_mult: d.mlp_mult,
+            chunk: d.chunk,
+            token_shift: d.token_shift,
+            short_conv: d.short_conv,
+            qk_scale_init: d.qk_scale_init,
+            eps_den: d.eps_den,
+            mixer: None,
+            memory: None,
+            vort_mode: None,
+            banks: None,
+            delta: None,
+            router: None,
+            router_bias_init: None,
+            power_law_alpha: None,
+            horizon: None,
+            soe_eps: None,
+            mixture_m: None,
+            mixture_min_rate: None,
+            softmax_window: None,
         }
     }
+}
 
-    /// The certified SOE horizon of the memory for sequences of `seq_len` (`horizon`, or
-    /// `seq_len` where it is 0).
-    pub fn memory_horizon(&self, seq_len: usize) -> u64 {
-        if self.horizon == 0 {
-            seq_len as u64
-        } else {
-            self.horizon
-        }
-    }
-
-    /// The block configuration of layer `layer` (seeded from `seed`), for sequences of `seq_len`.
-    pub fn block_config(&self, seed: u64, layer: usize, seq_len: usize) -> BlockConfig {
-        let horizon = self.memory_horizon(seq_len);
-        let memory = match self.memory {
-            MemoryKind::Vort => Memory::Vort {
-                nodes: self.node_spec(horizon),
-                routing: match self.router {
-                    RouterKind::Full => Routing::Full,
-                    RouterKind::EntityOnly => Routing::EntityOnly,
-                    RouterKind::EntropyOnly => Routing::EntropyOnly,
+impl ModelConfigToml {
+    /// The mixer the flat fields describe (each missing one at the default it had).
+    fn flat_mixer(&self) -> Result<Mixer, ModelError> {
+        let kind = self.memory.as_deref().unwrap_or("vort");
+        let horizon = self.horizon.unwrap_or(0);
+        let eps = self.soe_eps.unwrap_or(1e-3);
+        Ok(
+            match Mixer::of_kind(kind).map_err(|_| ModelError::UnknownMixer(kind.into()))? {
+                Mixer::Vort { .. } => Mixer::Vort {
+                    nodes: NodeSpec {
+                        mode: self.vort_mode.unwrap_or_default(),
+                        banks: self.banks.unwrap_or(4),
+                        delta: self.delta.unwrap_or(0.1),
+                        horizon,
+                        eps,
+                    },
+                    routing: self.router.unwrap_or_default(),
+                    router_bias_init: self.router_bias_init.unwrap_or(0.0),
                 },
+                Mixer::PowerLaw { .. } => Mixer::PowerLaw {
+                    alpha: self.power_law_alpha.unwrap_or(0.8),
+                    horizon,
+                    eps,
+                },
+                Mixer::Mixture { .. } => Mixer::Mixture {
+                    m: self.mixture_m.unwrap_or(5),
+                    min_rate: self.mixture_min_rate.unwrap_or(1e-3),
+                },
+                Mixer::Softmax { .. } => Mixer::Softmax {
+                    window: self.softmax_window.unwrap_or(0),
+                },
+                other => other,
             },
-            MemoryKind::PowerLaw => Memory::PowerLaw {
-                alpha: self.power_law_alpha,
-                horizon,
-                eps: self.soe_eps,
-            },
-            MemoryKind::Exponential => Memory::Exponential,
-            MemoryKind::Retnet => Memory::RetNet,
-            MemoryKind::Mixture => Memory::ExpMixture {
-                m: self.mixture_m,
-                min_rate: self.mixture_min_rate,
-            },
-            MemoryKind::Softmax if self.softmax_window > 0 => Memory::SlidingSoftmax {
-                window: self.softmax_window,
-            },
-            MemoryKind::Softmax => Memory::Softmax,
+        )
+    }
+
+    fn has_flat_fields(&self) -> bool {
+        self.memory.is_some()
+            || self.vort_mode.is_some()
+            || self.banks.is_some()
+            || self.delta.is_some()
+            || self.router.is_some()
+            || self.router_bias_init.is_some()
+            || self.power_law_alpha.is_some()
+            || self.horizon.is_some()
+            || self.soe_eps.is_some()
+            || self.mixture_m.is_some()
+            || self.mixture_min_rate.is_some()
+            || self.softmax_window.is_some()
+    }
+}
+
+impl TryFrom<ModelConfigToml> for ModelConfig {
+    type Error = ModelError;
+    fn try_from(t: ModelConfigToml) -> Result<Self, ModelError> {
+        let mixer = match (&t.mixer, t.has_flat_fields()) {
+            (Some(_), true) => {
+                return Err(ModelError::Invalid(
+                    "[model] has both a [model.mixer] table and the old flat mixer fields \
+                     (memory, vort_mode, banks, delta, router, ...): keep one"
+                        .into(),
+                ))
+            }
+            (Some(m), false) => m.clone(),
+            (None, _) => t.flat_mixer()?,
         };
+        Ok(ModelConfig {
+            d_model: t.d_model,
+            layers: t.layers,
+            heads: t.heads,
+            head_dim: t.head_dim,
+            features: t.features,
+            feature_map: t.feature_map,
+            mlp_mult: t.mlp_mult,
+            chunk: t.chunk,
+            token_shift: t.token_shift,
+            short_conv: t.short_conv,
+            qk_scale_init: t.qk_scale_init,
+            eps_den: t.eps_den,
+            mixer,
+        })
+    }
+}
+
+impl ModelConfig {
+    /// The block configuration of layer `layer` (seeded from `seed`), for sequences of
+    /// `seq_len` (the node horizon where the config says 0).
+    fn block(&self, seed: u64, layer: usize, seq_len: usize) -> BlockConfig {
         BlockConfig {
             d_model: self.d_model,
             heads: self.heads,
             head_dim: self.head_dim,
             features: self.features,
             feature_map: self.feature_map,
-            memory,
+            mixer: self.mixer.resolved(seq_len),
             chunk: self.chunk,
             eps_den: self.eps_den,
             qk_scale_init: self.qk_scale_init,
@@ -266,7 +265,7 @@ impl ModelConfig {
         }
     }
 
-    /// Checks the sizes.
+    /// Checks the sizes and the mixer's settings.
     ///
     /// # Errors
     /// [`ModelError::Invalid`] naming the field.
@@ -287,80 +286,44 @@ impl ModelConfig {
                 self.short_conv
             )));
         }
-        if !(self.delta > 0.0 && self.delta < 1.0) {
-            return Err(ModelError::Invalid(format!(
-                "delta = {:?} must be in (0, 1)",
-                self.delta
-            )));
-        }
-        let finite = |name: &str, x: f64, ok: bool, domain: &str| -> Result<(), ModelError> {
-            if x.is_finite() && ok {
-                Ok(())
-            } else {
-                Err(ModelError::Invalid(format!(
-                    "{name} = {x:?} must be {domain}"
-                )))
+        for (name, x) in [
+            ("qk_scale_init", self.qk_scale_init),
+            ("eps_den", self.eps_den),
+        ] {
+            if !(x.is_finite() && x > 0.0) {
+                return Err(ModelError::Invalid(format!(
+                    "{name} = {x:?} must be finite and > 0"
+                )));
             }
-        };
-        finite("router_bias_init", self.router_bias_init, true, "finite")?;
-        finite(
-            "qk_scale_init",
-            self.qk_scale_init,
-            self.qk_scale_init > 0.0,
-            "finite and > 0",
-        )?;
-        finite(
-            "eps_den",
-            self.eps_den,
-            self.eps_den > 0.0,
-            "finite and > 0",
-        )?;
-        let (lo, hi) = (vort_math::limits::MIN_EPS, vort_math::limits::MAX_EPS);
-        finite(
-            "soe_eps",
-            self.soe_eps,
-            (lo..=hi).contains(&self.soe_eps),
-            &format!("in [{lo:e}, {hi}]"),
-        )?;
-        finite(
-            "mixture_min_rate",
-            self.mixture_min_rate,
-            self.mixture_min_rate > 0.0 && self.mixture_min_rate <= 1.0,
-            "in (0, 1]",
-        )?;
-        if self.mixture_m == 0 {
-            return Err(ModelError::Invalid("mixture_m must be >= 1".into()));
         }
-        if self.horizon > vort_math::limits::MAX_HORIZON {
-            return Err(ModelError::Invalid(format!(
-                "horizon = {} must be <= {} (0 = the sequence length)",
-                self.horizon,
-                vort_math::limits::MAX_HORIZON
-            )));
-        }
-        if self.memory == MemoryKind::Vort && self.vort_mode == MemoryMode::Banks && self.banks < 2
-        {
-            return Err(ModelError::Invalid(format!(
-                "banks = {} must be >= 2 in banks mode (one bank is a fixed order δ)",
-                self.banks
-            )));
-        }
-        if !(self.power_law_alpha > 0.0 && self.power_law_alpha <= 1.0) {
-            return Err(ModelError::Invalid(format!(
-                "power_law_alpha = {:?} must be in (0, 1]",
-                self.power_law_alpha
-            )));
-        }
-        Ok(())
+        self.mixer
+            .validate()
+            .map_err(|e| ModelError::Invalid(format!("[model.mixer] ({}): {e}", self.mixer)))
     }
 
-    /// Whether the blocks have a router (VORT).
+    /// Whether the blocks have a learned router (VORT).
     pub fn routed(&self) -> bool {
-        self.memory == MemoryKind::Vort
+        self.mixer.routed()
     }
     /// Whether the router uses the bigram entropy.
     pub fn uses_entropy(&self) -> bool {
-        self.routed() && matches!(self.router, RouterKind::Full | RouterKind::EntropyOnly)
+        self.mixer.uses_entropy()
+    }
+
+    /// The names of every parameter weight decay applies to (`decay_matrices_only`): the
+    /// embeddings, the blocks' projections ([`Block::decayed_params`]), the MLPs and the head.
+    pub fn decayed_params(&self) -> Vec<String> {
+        let mut names = vec![
+            "emb".to_string(),
+            "prev_emb".to_string(),
+            "head".to_string(),
+        ];
+        for l in 0..self.layers {
+            names.extend(Block::decayed_params().map(|n| format!("blocks.{l}.mix.{n}")));
+            names.push(format!("blocks.{l}.mlp.w1"));
+            names.push(format!("blocks.{l}.mlp.w2"));
+        }
+        names
     }
 }
 
@@ -512,15 +475,7 @@ impl Model {
         }
         // the sequence length only sets the node tables' horizon, which no parameter depends on
         for l in 0..cfg.layers {
-            let bc = cfg.block_config(seed, l, 1);
-            if cfg.routed() && cfg.router_bias_init != 0.0 {
-                // set before Block::init, which keeps it
-                init_param(
-                    vm,
-                    &format!("blocks.{l}.mix.router.c"),
-                    Tensor::full(cfg.router_bias_init as f32, cfg.heads, device)?,
-                )?;
-            }
+            let bc = cfg.block(seed, l, 1);
             Block::init(&bc, vm, &format!("blocks.{l}.mix"), device)?;
             init_param(vm, &format!("blocks.{l}.norm1"), ones(dm)?)?;
             if cfg.short_conv > 0 {
@@ -600,7 +555,7 @@ impl Model {
         let (mut blocks, mut convs) = (Vec::new(), Vec::new());
         let (mut norms1, mut norms2, mut mlps) = (Vec::new(), Vec::new(), Vec::new());
         for l in 0..cfg.layers {
-            let bc = cfg.block_config(seed, l, seq_len);
+            let bc = cfg.block(seed, l, seq_len);
             blocks.push(Block::new(bc, vb.pp(format!("blocks.{l}.mix")))?);
             norms1.push(get(&[dm], &format!("blocks.{l}.norm1"))?);
             convs.push(if cfg.short_conv > 0 {

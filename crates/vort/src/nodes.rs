@@ -30,10 +30,10 @@ use vort_math::Soe;
 
 use crate::error::{Result, VortError};
 
-/// Which memory the layer uses (docs/DESIGN.md §2).
+/// How a VORT node table stores orders (docs/DESIGN.md §2): banks of fixed orders or shared nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
-pub enum MemoryMode {
+pub enum NodeMode {
     /// K banks of fixed orders on [δ, 1], token split between the two bracketing banks.
     Banks,
     /// One shared node set, weights c_s(α) folded into the key (continuous α).
@@ -41,14 +41,14 @@ pub enum MemoryMode {
     Shared,
 }
 
-impl std::str::FromStr for MemoryMode {
+impl std::str::FromStr for NodeMode {
     type Err = VortError;
     fn from_str(s: &str) -> Result<Self> {
         match s {
-            "banks" => Ok(MemoryMode::Banks),
-            "shared" => Ok(MemoryMode::Shared),
+            "banks" => Ok(NodeMode::Banks),
+            "shared" => Ok(NodeMode::Shared),
             _ => Err(VortError::InvalidArgument(format!(
-                "memory mode `{s}` is not one of banks|shared"
+                "node mode `{s}` is not one of banks|shared"
             ))),
         }
     }
@@ -68,7 +68,7 @@ pub const MAX_BANKS: usize = 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct NodeSpec {
     /// Banks (paper) or shared nodes.
-    pub mode: MemoryMode,
+    pub mode: NodeMode,
     /// Banks K >= 2 (banks mode only; ignored by shared nodes).
     pub banks: usize,
     /// Smallest order δ in (0, 1); orders below it are clamped to it.
@@ -109,13 +109,13 @@ impl NodeSpec {
                 vort_math::limits::MAX_EPS
             ));
         }
-        if self.mode == MemoryMode::Banks && self.banks > MAX_BANKS {
+        if self.mode == NodeMode::Banks && self.banks > MAX_BANKS {
             return bad(format!(
                 "banks = {} must be <= {MAX_BANKS} (each bank is a certified SOE of its own)",
                 self.banks
             ));
         }
-        if self.mode == MemoryMode::Banks && self.banks < 2 {
+        if self.mode == NodeMode::Banks && self.banks < 2 {
             return bad(format!(
                 "banks = {} must be >= 2 (one bank is a fixed order δ)",
                 self.banks
@@ -136,8 +136,8 @@ impl NodeSpec {
     pub fn build(&self) -> Result<NodeTable> {
         self.validate()?;
         match self.mode {
-            MemoryMode::Banks => NodeTable::banks(self.banks, self.delta, self.horizon, self.eps),
-            MemoryMode::Shared => NodeTable::shared(self.delta, self.horizon, self.eps),
+            NodeMode::Banks => NodeTable::banks(self.banks, self.delta, self.horizon, self.eps),
+            NodeMode::Shared => NodeTable::shared(self.delta, self.horizon, self.eps),
         }
     }
 }

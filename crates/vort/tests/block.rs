@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 use common::*;
 use vort::attention::{causal_softmax, sliding_softmax};
-use vort::block::{Block, BlockConfig, BlockState, Memory, Routing};
+use vort::block::{Block, BlockConfig, BlockState};
 use vort::features::{orthogonal_gaussian, FeatureMap, Features};
 use vort::retention::chunked::chunked_raw;
 use vort::retention::naive::{naive, Kernel};
@@ -16,10 +16,11 @@ use vort::retention::recurrent::recurrent;
 use vort::retention::State;
 use vort::retention::{normalise, with_ones};
 use vort::tol::*;
-use vort::{Dims, MemoryMode, NodeSpec, NodeTable, VortError};
+use vort::{Dims, NodeMode, NodeSpec, NodeTable, VortError};
+use vort::{Mixer, Routing};
 
-fn memories() -> Vec<Memory> {
-    let vort = |mode, routing| Memory::Vort {
+fn memories() -> Vec<Mixer> {
+    let vort = |mode, routing| Mixer::Vort {
         nodes: NodeSpec {
             mode,
             banks: 3,
@@ -28,37 +29,38 @@ fn memories() -> Vec<Memory> {
             eps: 1e-4,
         },
         routing,
+        router_bias_init: 0.0,
     };
     vec![
-        vort(MemoryMode::Shared, Routing::Full),
-        vort(MemoryMode::Banks, Routing::Full),
-        vort(MemoryMode::Shared, Routing::EntityOnly),
-        vort(MemoryMode::Banks, Routing::EntropyOnly),
-        vort(MemoryMode::Shared, Routing::Fixed { alpha: 0.6 }),
-        Memory::PowerLaw {
+        vort(NodeMode::Shared, Routing::Full),
+        vort(NodeMode::Banks, Routing::Full),
+        vort(NodeMode::Shared, Routing::EntityOnly),
+        vort(NodeMode::Banks, Routing::EntropyOnly),
+        vort(NodeMode::Shared, Routing::Fixed { alpha: 0.6 }),
+        Mixer::PowerLaw {
             alpha: 0.5,
             horizon: 256,
             eps: 1e-4,
         },
-        Memory::Exponential,
-        Memory::ExpMixture {
+        Mixer::Exponential,
+        Mixer::Mixture {
             m: 5,
             min_rate: 1e-3,
         },
-        Memory::Softmax,
+        Mixer::Softmax { window: 0 },
         // shorter than the T = 29 / 20 of the shared tests, so the window really slides
-        Memory::SlidingSoftmax { window: 5 },
+        Mixer::Softmax { window: 5 },
     ]
 }
 
-fn cfg(memory: Memory, map: FeatureMap) -> BlockConfig {
+fn cfg(mixer: Mixer, map: FeatureMap) -> BlockConfig {
     BlockConfig {
         d_model: 12,
         heads: 2,
         head_dim: 6,
         features: 10,
         feature_map: map,
-        memory,
+        mixer,
         chunk: 8,
         eps_den: 1e-6,
         qk_scale_init: 1.0,
@@ -143,14 +145,14 @@ fn gradients_reach_every_parameter() {
         for (name, var) in data.iter() {
             let skip_entropy_free = matches!(
                 mem,
-                Memory::Vort {
+                Mixer::Vort {
                     routing: Routing::EntityOnly,
                     ..
                 }
             ) && name.ends_with("router.b");
             let skip_entity_free = matches!(
                 mem,
-                Memory::Vort {
+                Mixer::Vort {
                     routing: Routing::EntropyOnly,
                     ..
                 }
@@ -395,25 +397,26 @@ fn config_round_trips_through_json() {
 #[test]
 fn bad_configs_and_inputs_are_typed_errors() {
     let vm = VarMap::new();
-    let mut c = cfg(Memory::Softmax, FeatureMap::Elu);
+    let mut c = cfg(Mixer::Softmax { window: 0 }, FeatureMap::Elu);
     c.heads = 0;
     assert!(Block::seeded(c, &vm, "x", &Device::Cpu).is_err());
     let c = cfg(
-        Memory::Vort {
+        Mixer::Vort {
             nodes: NodeSpec {
-                mode: MemoryMode::Shared,
+                mode: NodeMode::Shared,
                 banks: 2,
                 delta: 0.3,
                 horizon: 64,
                 eps: 1e-3,
             },
             routing: Routing::Fixed { alpha: 0.1 },
+            router_bias_init: 0.0,
         },
         FeatureMap::Elu,
     );
     assert!(Block::seeded(c, &vm, "y", &Device::Cpu).is_err());
     let blk = Block::seeded(
-        cfg(Memory::Exponential, FeatureMap::Elu),
+        cfg(Mixer::Exponential, FeatureMap::Elu),
         &vm,
         "z",
         &Device::Cpu,
@@ -439,15 +442,16 @@ fn router_computes_the_documented_formula() {
     let delta = 0.2;
     for routing in [Routing::Full, Routing::EntityOnly, Routing::EntropyOnly] {
         let vm = VarMap::new();
-        let mem = Memory::Vort {
+        let mem = Mixer::Vort {
             nodes: NodeSpec {
-                mode: MemoryMode::Banks,
+                mode: NodeMode::Banks,
                 banks: 2,
                 delta,
                 horizon: 64,
                 eps: 1e-3,
             },
             routing,
+            router_bias_init: 0.0,
         };
         let blk = Block::seeded(cfg(mem, FeatureMap::Elu), &vm, "r", &Device::Cpu).unwrap();
         // make a, b, c non-trivial
@@ -563,14 +567,14 @@ fn sliding_softmax_with_a_wide_window_is_full_softmax_in_f64() {
 }
 
 /// window >= T at the block level: the same y and the same gradient in every parameter and in
-/// x as `Memory::Softmax` (the block's parameters are f32, so f32 with the same-kernel
+/// x as `Mixer::Softmax { window: 0 }` (the block's parameters are f32, so f32 with the same-kernel
 /// tolerances: both run the same ops on the same keys, only the masking code differs).
 #[test]
 fn sliding_block_with_a_wide_window_is_the_softmax_block() {
     for window in [29, 64] {
         let vm = VarMap::new();
         let full = Block::seeded(
-            cfg(Memory::Softmax, FeatureMap::Elu),
+            cfg(Mixer::Softmax { window: 0 }, FeatureMap::Elu),
             &vm,
             "b",
             &Device::Cpu,
@@ -578,7 +582,7 @@ fn sliding_block_with_a_wide_window_is_the_softmax_block() {
         .unwrap();
         // same prefix: the second block reuses the first one's parameters
         let slid = Block::seeded(
-            cfg(Memory::SlidingSoftmax { window }, FeatureMap::Elu),
+            cfg(Mixer::Softmax { window }, FeatureMap::Elu),
             &vm,
             "b",
             &Device::Cpu,
@@ -691,7 +695,7 @@ fn sliding_block_streams_in_pieces_with_a_bounded_cache() {
     for window in [1, 5, 16] {
         let vm = VarMap::new();
         let blk = Block::seeded(
-            cfg(Memory::SlidingSoftmax { window }, FeatureMap::Elu),
+            cfg(Mixer::Softmax { window }, FeatureMap::Elu),
             &vm,
             "s",
             &Device::Cpu,
@@ -731,15 +735,11 @@ fn sliding_block_streams_in_pieces_with_a_bounded_cache() {
     }
 }
 
-/// window = 0 is a typed error (block and function), as is a retention state.
+/// window = 0 is a typed error of the sliding-window function (a block's window 0 is full
+/// softmax), as is a retention state given to a softmax block.
 #[test]
 fn sliding_window_zero_and_wrong_state_are_typed_errors() {
     let vm = VarMap::new();
-    let c = cfg(Memory::SlidingSoftmax { window: 0 }, FeatureMap::Elu);
-    assert!(matches!(
-        Block::seeded(c, &vm, "z", &Device::Cpu),
-        Err(VortError::InvalidArgument(_))
-    ));
     let q = Tensor::zeros((1, 1, 3, 2), DType::F32, &Device::Cpu).unwrap();
     assert!(matches!(
         sliding_softmax(&q, &q, &q, 0),
@@ -751,7 +751,7 @@ fn sliding_window_zero_and_wrong_state_are_typed_errors() {
         "fewer keys than queries"
     );
     let blk = Block::seeded(
-        cfg(Memory::SlidingSoftmax { window: 3 }, FeatureMap::Elu),
+        cfg(Mixer::Softmax { window: 3 }, FeatureMap::Elu),
         &vm,
         "w",
         &Device::Cpu,
@@ -769,9 +769,9 @@ fn sliding_window_zero_and_wrong_state_are_typed_errors() {
 /// alike), and streams on after `set_horizon` with the same parameters.
 #[test]
 fn block_streams_refuse_the_horizon_until_retargeted() {
-    for mode in [MemoryMode::Shared, MemoryMode::Banks] {
+    for mode in [NodeMode::Shared, NodeMode::Banks] {
         let vm = VarMap::new();
-        let mem = Memory::Vort {
+        let mem = Mixer::Vort {
             nodes: NodeSpec {
                 mode,
                 banks: 2,
@@ -780,6 +780,7 @@ fn block_streams_refuse_the_horizon_until_retargeted() {
                 eps: 1e-3,
             },
             routing: Routing::Full,
+            router_bias_init: 0.0,
         };
         let mut blk = Block::seeded(cfg(mem, FeatureMap::Favor), &vm, "h", &Device::Cpu).unwrap();
         assert_eq!(blk.horizon(), Some(16));
@@ -875,20 +876,21 @@ fn block_step_equals_streaming_forward() {
 /// VORT runs at lr 3e-2 (results/recall-medium/notes.md, session 21).
 #[test]
 fn saturated_routers_and_rates_keep_gradients_finite() {
-    let vort = |routing| Memory::Vort {
+    let vort = |routing| Mixer::Vort {
         nodes: NodeSpec {
-            mode: MemoryMode::Shared,
+            mode: NodeMode::Shared,
             banks: 1,
             delta: 0.2,
             horizon: 64,
             eps: 1e-3,
         },
         routing,
+        router_bias_init: 0.0,
     };
     for mem in [
         vort(Routing::Full),
         vort(Routing::EntityOnly),
-        Memory::Exponential,
+        Mixer::Exponential,
     ] {
         let vm = VarMap::new();
         let blk =

@@ -9,7 +9,7 @@ use vort::retention::chunked::chunked_raw;
 use vort::retention::fused::fused_raw;
 use vort::retention::{node_weights, normalise, with_ones};
 use vort::tol::*;
-use vort::{Dims, MemoryMode, NodeSpec, NodeTable};
+use vort::{Dims, NodeMode, NodeSpec, NodeTable};
 
 fn check(dims: Dims, chunk: usize, tables: &[NodeTable], dt: DType, seed: u64) {
     let inp = Inputs::new(dims, 0.25, seed);
@@ -64,7 +64,7 @@ fn check(dims: Dims, chunk: usize, tables: &[NodeTable], dt: DType, seed: u64) {
 
 #[test]
 fn fused_matches_autodiff_of_plain_chunked_f64() {
-    for mode in [MemoryMode::Banks, MemoryMode::Shared] {
+    for mode in [NodeMode::Banks, NodeMode::Shared] {
         let tb = NodeSpec {
             mode,
             banks: 3,
@@ -146,7 +146,7 @@ fn fused_matches_autodiff_of_plain_chunked_f64() {
 #[test]
 fn fused_matches_autodiff_f32_and_per_head_rates() {
     let tb = NodeSpec {
-        mode: MemoryMode::Shared,
+        mode: NodeMode::Shared,
         banks: 3,
         delta: 0.25,
         horizon: 256,
@@ -238,7 +238,7 @@ fn prefill_state_equals_recurrent_state() {
     use vort::retention::recurrent::recurrent;
     use vort::retention::State;
     let tb = NodeSpec {
-        mode: MemoryMode::Banks,
+        mode: NodeMode::Banks,
         banks: 2,
         delta: 0.3,
         horizon: 512,
@@ -290,7 +290,7 @@ fn prefill_state_equals_recurrent_state() {
 fn fused_f32_long_sequence_stays_close_to_f64_recurrent() {
     use vort::retention::recurrent::recurrent;
     use vort::retention::State;
-    for mode in [MemoryMode::Banks, MemoryMode::Shared] {
+    for mode in [NodeMode::Banks, NodeMode::Shared] {
         let tb = NodeSpec {
             mode,
             banks: 4,
@@ -351,9 +351,9 @@ fn the_four_forms_agree_on_uneven_pieces_with_carried_states() {
     };
     let lens = [1usize, 7, 30, 23];
     for (mode, per_head) in [
-        (MemoryMode::Banks, false),
-        (MemoryMode::Shared, false),
-        (MemoryMode::Shared, true),
+        (NodeMode::Banks, false),
+        (NodeMode::Shared, false),
+        (NodeMode::Shared, true),
     ] {
         let spec = NodeSpec {
             mode,

@@ -10,12 +10,12 @@ use vort::retention::naive::{naive, Kernel};
 use vort::retention::recurrent::recurrent;
 use vort::retention::State;
 use vort::tol::*;
-use vort::{Dims, MemoryMode, NodeSpec, NodeTable};
+use vort::{Dims, NodeMode, NodeSpec, NodeTable};
 
 const EPS_DEN: f64 = 1e-6;
 const DELTA: f64 = 0.2;
 
-fn table(mode: MemoryMode, horizon: u64) -> NodeTable {
+fn table(mode: NodeMode, horizon: u64) -> NodeTable {
     NodeSpec {
         mode,
         banks: 4,
@@ -78,7 +78,7 @@ fn run_chunked(inp: &Inputs, tb: &NodeTable, chunk: usize, dt: DType) -> (Tensor
     (y, st.to_tensor(&candle_core::Device::Cpu).unwrap())
 }
 
-const MODES: [MemoryMode; 2] = [MemoryMode::Banks, MemoryMode::Shared];
+const MODES: [NodeMode; 2] = [NodeMode::Banks, NodeMode::Shared];
 
 #[test]
 fn naive_soe_kernel_is_within_certificate_of_exact() {
@@ -134,7 +134,7 @@ fn recurrent_matches_naive_soe_f64() {
 #[test]
 fn recurrent_final_state_is_the_decayed_sum() {
     // G_n(T-1) = Σ_i e^(-u_n (T-1-i)) c_n(α_i) φk_i v'_iᵀ, checked directly in f64.
-    let tb = table(MemoryMode::Shared, 64);
+    let tb = table(NodeMode::Shared, 64);
     let inp = Inputs::new(dims(1, 1, 17, 3, 2), DELTA, 3);
     let (_, st) = run_recurrent(&inp, &tb);
     let (t, f, d1) = (17, 3, 3);
@@ -199,7 +199,7 @@ fn chunked_matches_recurrent_outputs_and_state() {
 
 #[test]
 fn recurrent_f32_matches_f64() {
-    let tb = table(MemoryMode::Shared, 64);
+    let tb = table(NodeMode::Shared, 64);
     let inp = Inputs::new(dims(1, 2, 63, 5, 4), DELTA, 5);
     let (y64, _) = run_recurrent(&inp, &tb);
     let c = |x: &Vec<f64>| x.iter().map(|&v| v as f32).collect::<Vec<f32>>();

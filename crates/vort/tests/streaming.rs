@@ -8,7 +8,7 @@ use vort::retention::chunked::chunked;
 use vort::retention::recurrent::recurrent;
 use vort::retention::State;
 use vort::tol::*;
-use vort::{Dims, MemoryMode, NodeSpec, VortError};
+use vort::{Dims, NodeMode, NodeSpec, VortError};
 
 const EPS_DEN: f64 = 1e-6;
 
@@ -64,7 +64,7 @@ fn f32s(x: &[f64]) -> Vec<f32> {
 
 #[test]
 fn recurrent_in_pieces_equals_one_pass_f32() {
-    for mode in [MemoryMode::Banks, MemoryMode::Shared] {
+    for mode in [NodeMode::Banks, NodeMode::Shared] {
         let tb = NodeSpec {
             mode,
             banks: 3,
@@ -128,7 +128,7 @@ fn recurrent_in_pieces_equals_one_pass_f32() {
 #[test]
 fn chunked_in_pieces_with_state_equals_one_pass() {
     let tb = NodeSpec {
-        mode: MemoryMode::Shared,
+        mode: NodeMode::Shared,
         banks: 3,
         delta: 0.3,
         horizon: 1000,
@@ -176,7 +176,7 @@ fn chunked_in_pieces_with_state_equals_one_pass() {
 #[test]
 fn state_save_restore_round_trip_and_resume() {
     let tb = NodeSpec {
-        mode: MemoryMode::Banks,
+        mode: NodeMode::Banks,
         banks: 2,
         delta: 0.4,
         horizon: 500,
@@ -209,7 +209,7 @@ fn state_save_restore_round_trip_and_resume() {
     assert!(e <= F64_SAME_KERNEL_REL, "{e:e}");
     // a state is never restored into a layer with other nodes
     let other = NodeSpec {
-        mode: MemoryMode::Banks,
+        mode: NodeMode::Banks,
         banks: 3,
         delta: 0.4,
         horizon: 500,
@@ -246,7 +246,7 @@ fn state_save_restore_round_trip_and_resume() {
 fn every_form_refuses_contexts_past_the_horizon() {
     use vort::retention::naive::{naive, Kernel};
     let horizon = 40;
-    for mode in [MemoryMode::Banks, MemoryMode::Shared] {
+    for mode in [NodeMode::Banks, NodeMode::Shared] {
         let spec = NodeSpec {
             mode,
             banks: 3,
@@ -355,7 +355,7 @@ fn every_form_refuses_contexts_past_the_horizon() {
 #[test]
 fn node_spec_refuses_bad_recipes() {
     let ok = NodeSpec {
-        mode: MemoryMode::Banks,
+        mode: NodeMode::Banks,
         banks: 2,
         delta: 0.2,
         horizon: 100,
@@ -381,7 +381,7 @@ fn node_spec_refuses_bad_recipes() {
     }
     // shared nodes ignore the bank count
     let shared = NodeSpec {
-        mode: MemoryMode::Shared,
+        mode: NodeMode::Shared,
         banks: 0,
         ..ok
     };
@@ -394,7 +394,7 @@ fn node_spec_refuses_bad_recipes() {
 fn shared_table_weights_are_nonnegative_everywhere() {
     for (delta, horizon, eps) in [(0.1, 8192, 1e-3), (0.05, 1 << 20, 1e-4), (0.3, 300, 1e-6)] {
         let tb = NodeSpec {
-            mode: MemoryMode::Shared,
+            mode: NodeMode::Shared,
             banks: 4,
             delta,
             horizon,

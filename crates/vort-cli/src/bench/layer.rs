@@ -13,7 +13,7 @@ use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use vort::error::Result;
-use vort::nodes::{MemoryMode, NodeSpec};
+use vort::nodes::{NodeMode, NodeSpec};
 use vort::retention::chunked::chunked_raw;
 use vort::retention::fused::{fused_raw, prefill_state};
 use vort::retention::node_weights_host;
@@ -218,7 +218,7 @@ fn rand_inputs(
 /// Invalid options, an SOE that cannot be certified.
 pub fn bench_layer(o: &LayerBenchOpts) -> Result<Vec<LayerBenchResult>> {
     let mut out = Vec::new();
-    for mode in [MemoryMode::Banks, MemoryMode::Shared] {
+    for mode in [NodeMode::Banks, NodeMode::Shared] {
         let table = NodeSpec {
             mode,
             banks: o.banks,
@@ -317,7 +317,7 @@ pub struct DecodeResult {
 #[allow(clippy::too_many_arguments)]
 pub fn bench_decode(
     contexts: &[u64],
-    mode: MemoryMode,
+    mode: NodeMode,
     h: usize,
     f: usize,
     d: usize,
@@ -419,7 +419,7 @@ pub fn bench_crossover(
             Ok(())
         })?;
         let table = NodeSpec {
-            mode: MemoryMode::Shared,
+            mode: NodeMode::Shared,
             banks: 4,
             delta: 0.1,
             horizon: t as u64,

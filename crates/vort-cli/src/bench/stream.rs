@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::load_avg_1min;
 use vort::error::{Result, VortError};
-use vort::nodes::{MemoryMode, NodeSpec, NodeTable};
+use vort::nodes::{NodeMode, NodeSpec, NodeTable};
 use vort::retention::recurrent::recurrent;
 use vort::retention::State;
 use vort::Dims;
@@ -254,7 +254,7 @@ pub fn bench_stream_drift_with(
     let load_avg_before = load_avg_1min();
     let t0 = Instant::now();
     let mut modes = Vec::new();
-    for mode in [MemoryMode::Shared, MemoryMode::Banks] {
+    for mode in [NodeMode::Shared, NodeMode::Banks] {
         let table = NodeSpec {
             mode,
             banks: o.banks,
@@ -278,7 +278,7 @@ pub fn bench_stream_drift_with(
 
 fn drift_one_mode(
     o: &StreamDriftOpts,
-    mode: MemoryMode,
+    mode: NodeMode,
     table: &NodeTable,
     progress: &mut impl FnMut(&str, u64),
 ) -> Result<StreamDriftMode> {

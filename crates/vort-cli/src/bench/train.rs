@@ -19,7 +19,8 @@ use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 use vort::vort_math::rng::SplitMix64;
 
-use vort::model::{MemoryKind, Model, ModelConfig, ModelError};
+use vort::model::{Model, ModelConfig, ModelError};
+use vort::{Mixer, NodeMode, Routing};
 use vort_lab::tasks::Batch;
 use vort_lab::train::{optimizer, optimizer_step, RunConfig, TrainError};
 
@@ -42,22 +43,20 @@ pub struct Reference {
 /// does not fit).
 pub fn mixers(window: usize) -> Vec<(String, ModelConfig)> {
     let base = ModelConfig::default();
-    let with = |memory: MemoryKind| ModelConfig {
-        memory,
+    let with = |kind: &str| ModelConfig {
+        mixer: Mixer::of_kind(kind).expect("a mixer kind"),
         ..base.clone()
     };
+    let mut banks = with("vort");
+    if let Mixer::Vort { nodes, .. } = &mut banks.mixer {
+        nodes.mode = NodeMode::Banks;
+    }
     vec![
-        ("vort-shared".into(), with(MemoryKind::Vort)),
-        (
-            "vort-banks".into(),
-            ModelConfig {
-                vort_mode: vort::MemoryMode::Banks,
-                ..with(MemoryKind::Vort)
-            },
-        ),
-        ("power-law".into(), with(MemoryKind::PowerLaw)),
-        ("exponential".into(), with(MemoryKind::Exponential)),
-        ("mixture".into(), with(MemoryKind::Mixture)),
+        ("vort-shared".into(), with("vort")),
+        ("vort-banks".into(), banks),
+        ("power-law".into(), with("power-law")),
+        ("exponential".into(), with("exponential")),
+        ("mixture".into(), with("mixture")),
         (
             if window > 0 {
                 format!("softmax-w{window}")
@@ -65,8 +64,8 @@ pub fn mixers(window: usize) -> Vec<(String, ModelConfig)> {
                 "softmax".into()
             },
             ModelConfig {
-                softmax_window: window,
-                ..with(MemoryKind::Softmax)
+                mixer: Mixer::Softmax { window },
+                ..base.clone()
             },
         ),
     ]
@@ -99,7 +98,10 @@ pub fn references(quick: bool) -> Vec<Reference> {
             labelled: lab,
         });
     };
-    for (mixer, m) in mixers(0) {
+    for (mixer, mut m) in mixers(0) {
+        if let Mixer::Vort { routing, .. } = &mut m.mixer {
+            *routing = Routing::EntityOnly;
+        }
         let model = ModelConfig {
             d_model: 64,
             layers: if quick { 1 } else { 2 },
@@ -108,7 +110,6 @@ pub fn references(quick: bool) -> Vec<Reference> {
             features: 16,
             mlp_mult: 0,
             short_conv: 4,
-            router: vort::model::RouterKind::EntityOnly,
             ..m
         };
         add(
@@ -173,11 +174,11 @@ pub fn flops_per_token(
     );
     let proj = 4.0 * 2.0 * d * h * dh;
     let mlp = 2.0 * 2.0 * d * (m.mlp_mult as f64 * d);
-    let mixer = match m.memory {
-        MemoryKind::Softmax => {
+    let mixer = match m.mixer {
+        Mixer::Softmax { window } => {
             let t = seq_len as f64;
-            let ctx = if m.softmax_window > 0 {
-                (m.softmax_window as f64).min(t)
+            let ctx = if window > 0 {
+                (window as f64).min(t)
             } else {
                 (t + 1.0) / 2.0
             };
@@ -385,7 +386,7 @@ pub fn bench_train(
         let fpt = flops_per_token(&r.config.model, nodes, t, r.vocab, fraction);
         let run = TrainBenchRun {
             name: r.name.clone(),
-            memory: r.config.model.memory.name().into(),
+            memory: r.config.model.mixer.kind().into(),
             tokens_per_s,
             flops_per_token: fpt,
             mfu: fpt * tokens_per_s / (sgemm_before * 1e9),

@@ -21,13 +21,13 @@ use crate::tasks::{TaskConfig, TaskKind, CONTEXT_BUCKETS};
 use crate::train::eval::{EvalResult, LagAccuracy};
 use crate::train::stream::{stream_text, StreamResult};
 use crate::train::{self, RunConfig, TrainConfig, TrainError};
-use vort::model::MemoryKind;
+use vort::Mixer;
 
 /// The paper's BPC at context > 4096 (docs/DESIGN.md §3): power law 1.56, exponential 1.68.
-pub fn paper_bpc(memory: MemoryKind) -> Option<f64> {
+pub fn paper_bpc(memory: &str) -> Option<f64> {
     match memory {
-        MemoryKind::Vort | MemoryKind::PowerLaw => Some(1.56),
-        MemoryKind::Exponential => Some(1.68),
+        "vort" | "power-law" => Some(1.56),
+        "exponential" => Some(1.68),
         _ => None,
     }
 }
@@ -39,13 +39,17 @@ pub fn paper_bpc(memory: MemoryKind) -> Option<f64> {
 pub const SOFTMAX_WINDOW: usize = 128;
 
 /// The run config of a (scale, memory, seed) on the books in `data_dir`.
-pub fn preset(scale: Scale, memory: MemoryKind, seed: u64, data_dir: &str) -> RunConfig {
+pub fn preset(scale: Scale, memory: &str, seed: u64, data_dir: &str) -> RunConfig {
     let mut c = RunConfig {
         seed,
         ..RunConfig::default()
     };
-    c.model.memory = memory;
-    c.model.softmax_window = SOFTMAX_WINDOW;
+    c.model.mixer = match Mixer::of_kind(memory).expect("a mixer kind of the preset") {
+        Mixer::Softmax { .. } => Mixer::Softmax {
+            window: SOFTMAX_WINDOW,
+        },
+        m => m,
+    };
     c.task = TaskConfig {
         kind: TaskKind::Books,
         data_dir: data_dir.into(),
@@ -103,7 +107,7 @@ pub fn plan(scale: Scale, data_dir: &str) -> Vec<RunConfig> {
         Scale::Quick | Scale::Medium => &[0],
         Scale::Full => &super::SEEDS,
     };
-    MemoryKind::ALL
+    super::KINDS
         .iter()
         .flat_map(|&m| seeds.iter().map(move |&s| preset(scale, m, s, data_dir)))
         .collect()
@@ -111,7 +115,7 @@ pub fn plan(scale: Scale, data_dir: &str) -> Vec<RunConfig> {
 
 /// Memory kinds streamed through a whole test book (seed 0): VORT and the exponential
 /// memory it is compared with.
-pub const STREAMED: [MemoryKind; 2] = [MemoryKind::Vort, MemoryKind::Exponential];
+pub const STREAMED: [&str; 2] = ["vort", "exponential"];
 
 /// Bytes of the first test book streamed per model: quick 128 KiB (16 training lengths),
 /// medium and full the whole book (*The Parent's Assistant*, 916,860 bytes: 20 s for VORT at
@@ -211,7 +215,7 @@ pub fn run_plan(
                 "[{}/{}] books {} seed {}",
                 i + 1,
                 runs.len(),
-                c.model.memory,
+                c.model.mixer,
                 c.seed
             );
         }
@@ -221,9 +225,9 @@ pub fn run_plan(
         reused += usize::from(was_reused);
     }
     let mut rows = Vec::new();
-    for memory in MemoryKind::ALL {
+    for memory in super::KINDS {
         let idx: Vec<usize> = (0..results.len())
-            .filter(|&i| results[i].memory == memory.name())
+            .filter(|&i| results[i].memory == *memory)
             .collect();
         if idx.is_empty() {
             continue;
@@ -243,7 +247,7 @@ pub fn run_plan(
             alphas.iter().map(f).sum::<f64>() / alphas.len() as f64
         };
         rows.push(BooksRow {
-            memory: memory.name().into(),
+            memory: memory.to_string(),
             seeds: idx.iter().map(|&i| results[i].seed).collect(),
             paper_long: paper_bpc(memory),
             buckets,
@@ -333,7 +337,7 @@ fn streams(
     let mut rows = Vec::new();
     for c in runs
         .iter()
-        .filter(|c| c.seed == 0 && STREAMED.contains(&c.model.memory))
+        .filter(|c| c.seed == 0 && STREAMED.contains(&c.model.mixer.kind()))
     {
         let book = &corpus.test_books()[0];
         let text = &book.bytes[..book.bytes.len().min(max_bytes)];
@@ -348,7 +352,7 @@ fn streams(
         };
         bar.set_message(format!(
             "streaming {} through {}",
-            book.title, c.model.memory
+            book.title, c.model.mixer
         ));
         bar.set_style(
             indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} bytes {msg}")
@@ -359,7 +363,7 @@ fn streams(
         })?;
         bar.finish_and_clear();
         rows.push(StreamRow {
-            memory: c.model.memory.name().into(),
+            memory: c.model.mixer.kind().into(),
             book: book.title.clone(),
             result,
         });
@@ -369,11 +373,8 @@ fn streams(
 
 fn plots(results: &[EvalResult], streams: &[StreamRow], out: &Path) -> Result<(), TrainError> {
     let mut series = Vec::new();
-    for (ci, memory) in MemoryKind::ALL.iter().enumerate() {
-        let rs: Vec<&EvalResult> = results
-            .iter()
-            .filter(|r| r.memory == memory.name())
-            .collect();
+    for (ci, memory) in super::KINDS.iter().enumerate() {
+        let rs: Vec<&EvalResult> = results.iter().filter(|r| r.memory == *memory).collect();
         let Some(first) = rs.first() else { continue };
         // pool seeds per doubling context bin: the mean, and its SE over scored bytes from
         // the pooled variance; bins with fewer than MIN_BIN bytes are left out (context 1
@@ -403,11 +404,7 @@ fn plots(results: &[EvalResult], streams: &[StreamRow], out: &Path) -> Result<()
                 bars.push((x, bits(mean - 2.0 * se), bits(mean + 2.0 * se)));
             }
         }
-        series.push(
-            Series::line(memory.name(), pts)
-                .with_color(ci)
-                .with_bars(bars),
-        );
+        series.push(Series::line(*memory, pts).with_color(ci).with_bars(bars));
     }
     panels_plot(
         &out.join("bpc_vs_context.png"),
@@ -476,7 +473,7 @@ fn plots(results: &[EvalResult], streams: &[StreamRow], out: &Path) -> Result<()
     }
     let vort: Vec<_> = results
         .iter()
-        .filter(|r| r.memory == MemoryKind::Vort.name())
+        .filter(|r| r.memory == "vort")
         .filter_map(|r| r.alpha.as_ref())
         .collect();
     if !vort.is_empty() {
@@ -640,7 +637,10 @@ fn markdown(rep: &BooksReport, runs: &[RunConfig]) -> String {
             c.model.features,
             c.train.steps,
             c.train.batch_size,
-            c.model.softmax_window,
+            match c.model.mixer {
+                Mixer::Softmax { window } => window,
+                _ => SOFTMAX_WINDOW,
+            },
             rep.runs.first().map_or(0, |r| r.sequences),
             c.task.seq_len,
             c.task.data_dir

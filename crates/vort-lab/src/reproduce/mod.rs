@@ -25,7 +25,7 @@ use crate::tasks::{TaskConfig, TaskKind, BUCKETS};
 use crate::train::eval::{EvalResult, LagAccuracy};
 use crate::train::{self, RunConfig, RunOptions, TrainConfig, TrainError};
 use stats::{above_chance, claim_verdict, compare, pct, pct_ci, sum_rows};
-use vort::model::MemoryKind;
+use vort::Mixer;
 
 /// How large a reproduction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,13 +54,13 @@ impl Scale {
 
 /// The paper's accuracy at lags > 1000 (docs/DESIGN.md §3), in percent, for a task and memory kind.
 /// The paper's "power law" row is placed beside both VORT and the fixed power law.
-pub fn paper_number(task: TaskKind, memory: MemoryKind) -> Option<f64> {
+pub fn paper_number(task: TaskKind, memory: &str) -> Option<f64> {
     match (task, memory) {
-        (TaskKind::Zipf, MemoryKind::Vort | MemoryKind::PowerLaw) => Some(79.4),
-        (TaskKind::Zipf, MemoryKind::Exponential) => Some(52.3),
-        (TaskKind::Zipf, MemoryKind::Mixture) => Some(61.8),
-        (TaskKind::LabelCopy, MemoryKind::Vort | MemoryKind::PowerLaw) => Some(82.7),
-        (TaskKind::LabelCopy, MemoryKind::Exponential) => Some(58.4),
+        (TaskKind::Zipf, "vort" | "power-law") => Some(79.4),
+        (TaskKind::Zipf, "exponential") => Some(52.3),
+        (TaskKind::Zipf, "mixture") => Some(61.8),
+        (TaskKind::LabelCopy, "vort" | "power-law") => Some(82.7),
+        (TaskKind::LabelCopy, "exponential") => Some(58.4),
         _ => None,
     }
 }
@@ -77,17 +77,21 @@ pub struct Plan {
 /// Seeds of every reproduction.
 pub const SEEDS: [u64; 3] = [0, 1, 2];
 
+/// The mixer kinds of the synthetic and books reproductions, in report order (RetNet's fixed
+/// decays joined with the recall reproduction).
+pub const KINDS: [&str; 5] = ["vort", "power-law", "exponential", "mixture", "softmax"];
+
 /// The run config of a (scale, task, memory, seed).
 ///
 /// Four pairs per sequence rather than more: each planted pair competes with the others for
 /// the d_φ × d_v state of a head, and with 16 pairs the quick models learned nothing beyond
 /// lag 100 (measured, first quick run); with 4 the lag effect becomes visible.
-pub fn preset(scale: Scale, task: TaskKind, memory: MemoryKind, seed: u64) -> RunConfig {
+pub fn preset(scale: Scale, task: TaskKind, memory: &str, seed: u64) -> RunConfig {
     let mut c = RunConfig {
         seed,
         ..RunConfig::default()
     };
-    c.model.memory = memory;
+    c.model.mixer = Mixer::of_kind(memory).expect("a mixer kind of the preset");
     c.task = TaskConfig {
         kind: task,
         seq_len: 2048,
@@ -162,11 +166,8 @@ pub fn preset(scale: Scale, task: TaskKind, memory: MemoryKind, seed: u64) -> Ru
 /// Memory kinds of the quick scale: every kind but softmax attention, whose O(T²) training
 /// at T = 2048 runs at 2-3.5k tokens/s on 2 cores (measured), i.e. 6-10 minutes per run, which
 /// alone would exceed the quick budget; the full scale includes it.
-pub fn quick_kinds() -> Vec<MemoryKind> {
-    MemoryKind::ALL
-        .into_iter()
-        .filter(|&k| k != MemoryKind::Softmax)
-        .collect()
+pub fn quick_kinds() -> Vec<&'static str> {
+    KINDS.into_iter().filter(|&k| k != "softmax").collect()
 }
 
 impl Plan {
@@ -174,9 +175,9 @@ impl Plan {
     /// the full scale (see [`quick_kinds`]).
     pub fn for_scale(scale: Scale) -> Plan {
         let mut runs = Vec::new();
-        let kinds: Vec<MemoryKind> = match scale {
+        let kinds: Vec<&str> = match scale {
             Scale::Quick | Scale::Medium => quick_kinds(),
-            Scale::Full => MemoryKind::ALL.to_vec(),
+            Scale::Full => KINDS.to_vec(),
         };
         for task in TaskKind::SYNTHETIC {
             for &memory in &kinds {
@@ -251,7 +252,7 @@ fn mean_sd(x: &[f64]) -> (f64, f64) {
 fn run_dir(out: &Path, c: &RunConfig) -> PathBuf {
     out.join("runs")
         .join(c.task.kind.name())
-        .join(c.model.memory.name())
+        .join(c.model.mixer.kind())
         .join(format!("seed{}", c.seed))
 }
 
@@ -338,7 +339,7 @@ pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, T
                 i + 1,
                 plan.runs.len(),
                 c.task.kind,
-                c.model.memory,
+                c.model.mixer,
                 c.seed
             );
         }
@@ -349,9 +350,9 @@ pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, T
     }
     let mut rows = Vec::new();
     for task in TaskKind::SYNTHETIC {
-        for memory in MemoryKind::ALL {
+        for memory in KINDS {
             let idx: Vec<usize> = (0..results.len())
-                .filter(|&i| results[i].task == task.name() && results[i].memory == memory.name())
+                .filter(|&i| results[i].task == task.name() && results[i].memory == *memory)
                 .collect();
             if idx.is_empty() {
                 continue;
@@ -379,7 +380,7 @@ pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, T
                 .collect();
             rows.push(Row {
                 task: task.name().into(),
-                memory: memory.name().into(),
+                memory: memory.to_string(),
                 seeds: idx.iter().map(|&i| results[i].seed).collect(),
                 paper_long: paper_number(task, memory),
                 buckets,
@@ -455,11 +456,8 @@ fn plots(results: &[EvalResult], chance: f64, out: &Path) -> Result<(), TrainErr
             continue;
         }
         let mut series = Vec::new();
-        for (ci, memory) in MemoryKind::ALL.iter().enumerate() {
-            let rs: Vec<&&EvalResult> = of_task
-                .iter()
-                .filter(|r| r.memory == memory.name())
-                .collect();
+        for (ci, memory) in KINDS.iter().enumerate() {
+            let rs: Vec<&&EvalResult> = of_task.iter().filter(|r| r.memory == *memory).collect();
             if rs.is_empty() {
                 continue;
             }
@@ -468,7 +466,7 @@ fn plots(results: &[EvalResult], chance: f64, out: &Path) -> Result<(), TrainErr
             let bins: Vec<&[LagAccuracy]> = rs.iter().map(|r| r.lag_bins.as_slice()).collect();
             let curve = stats::lag_curve(&bins, 100.0);
             series.push(
-                Series::line(memory.name(), curve.points)
+                Series::line(*memory, curve.points)
                     .with_color(ci)
                     .with_bars(curve.bars),
             );
@@ -501,7 +499,7 @@ fn plots(results: &[EvalResult], chance: f64, out: &Path) -> Result<(), TrainErr
         )?;
         let vort: Vec<&&EvalResult> = of_task
             .iter()
-            .filter(|r| r.memory == MemoryKind::Vort.name() && r.alpha.is_some())
+            .filter(|r| r.memory == "vort" && r.alpha.is_some())
             .collect();
         if !vort.is_empty() {
             let mut all = Vec::new();
@@ -619,23 +617,23 @@ fn synthetic_verdicts(rep: &Report, task: TaskKind, chance: f64) -> String {
          only where softmax attention learned the task (>= 50% overall).\n\n",
     );
     let far = BUCKETS.len() - 1;
-    let softmax = runs_of(rep, task, MemoryKind::Softmax.name());
+    let softmax = runs_of(rep, task, "softmax");
     let (sk, sn) = overall_counts(&softmax);
     let sane = sn > 0 && sk as f64 / sn as f64 >= 0.5 && above_chance(sk, sn, chance);
-    let vort = runs_of(rep, task, MemoryKind::Vort.name());
-    let any_learned = MemoryKind::ALL.iter().any(|m| {
-        let (k, n) = overall_counts(&runs_of(rep, task, m.name()));
+    let vort = runs_of(rep, task, "vort");
+    let any_learned = KINDS.iter().any(|m| {
+        let (k, n) = overall_counts(&runs_of(rep, task, m));
         above_chance(k, n, chance)
     });
-    for other in [MemoryKind::Exponential, MemoryKind::Mixture] {
-        let o = runs_of(rep, task, other.name());
+    for other in ["exponential", "mixture"] {
+        let o = runs_of(rep, task, other);
         if vort.is_empty() || o.is_empty() {
             continue;
         }
         let claim = format!(
             "- The paper's claim that power-law memory (VORT) recalls better than {} at lags > \
              1000 on {}",
-            other.name(),
+            other,
             task.name()
         );
         let line = if softmax.is_empty() {
@@ -661,7 +659,7 @@ fn synthetic_verdicts(rep: &Report, task: TaskKind, chance: f64) -> String {
             let (d, se, word) = compare(a, b);
             format!(
                 "{claim}: VORT - {} = {:+.1} ± {:.1} points (SE): {}.\n",
-                other.name(),
+                other,
                 100.0 * d,
                 100.0 * se,
                 claim_verdict(word)
@@ -690,10 +688,10 @@ fn markdown(rep: &Report, plan: &Plan) -> String {
         rep.wall_s,
         rep.train_s
     ));
-    let kinds: Vec<String> = MemoryKind::ALL
+    let kinds: Vec<String> = KINDS
         .iter()
-        .filter(|k| !plan.runs.iter().any(|r| r.model.memory == **k))
-        .map(|k| k.name().to_string())
+        .filter(|k| !plan.runs.iter().any(|r| r.model.mixer.kind() == **k))
+        .map(|k| k.to_string())
         .collect();
     if !kinds.is_empty() {
         s.push_str(&format!(
@@ -722,7 +720,10 @@ fn markdown(rep: &Report, plan: &Plan) -> String {
             c.model.features,
             c.train.steps,
             c.train.batch_size,
-            c.model.delta,
+            match &c.model.mixer {
+                Mixer::Vort { nodes, .. } => nodes.delta,
+                _ => 0.1,
+            },
             c.train.entity_aux_weight
         ));
     }
@@ -818,7 +819,7 @@ mod tests {
     use crate::train::eval::LagAccuracy;
 
     /// A run whose three lag buckets have `k` correct of `n` answers each.
-    fn run(memory: MemoryKind, seed: u64, k: [usize; 3], n: [usize; 3]) -> EvalResult {
+    fn run(memory: &str, seed: u64, k: [usize; 3], n: [usize; 3]) -> EvalResult {
         let buckets = BUCKETS
             .iter()
             .enumerate()
@@ -835,7 +836,7 @@ mod tests {
             .collect();
         EvalResult {
             task: TaskKind::Zipf.name().into(),
-            memory: memory.name().into(),
+            memory: memory.to_string(),
             seed,
             step: 1,
             sequences: 1,
@@ -867,8 +868,8 @@ mod tests {
     #[test]
     fn synthetic_verdicts_are_gated_on_softmax_and_follow_the_rule() {
         let n = [100, 100, 100];
-        let vort = run(MemoryKind::Vort, 0, [90, 85, 80], n);
-        let exp = run(MemoryKind::Exponential, 0, [90, 70, 50], n);
+        let vort = run("vort", 0, [90, 85, 80], n);
+        let exp = run("exponential", 0, [90, 70, 50], n);
         let chance = 1.0 / 16.0;
         // no softmax run: inconclusive, whatever the memories did
         let v = synthetic_verdicts(
@@ -881,7 +882,7 @@ mod tests {
             "{v}"
         );
         // softmax at chance: inconclusive
-        let weak = run(MemoryKind::Softmax, 0, [7, 6, 6], n);
+        let weak = run("softmax", 0, [7, 6, 6], n);
         let v = synthetic_verdicts(
             &report(vec![vort.clone(), exp.clone(), weak]),
             TaskKind::Zipf,
@@ -892,7 +893,7 @@ mod tests {
             "{v}"
         );
         // softmax learned: 80/100 against 50/100 is beyond 2 SE
-        let sane = run(MemoryKind::Softmax, 0, [99, 98, 97], n);
+        let sane = run("softmax", 0, [99, 98, 97], n);
         let v = synthetic_verdicts(
             &report(vec![vort.clone(), exp, sane.clone()]),
             TaskKind::Zipf,
@@ -903,7 +904,7 @@ mod tests {
             "{v}"
         );
         // and 52/100 against 50/100 is not
-        let close = run(MemoryKind::Exponential, 0, [90, 70, 78], n);
+        let close = run("exponential", 0, [90, 70, 78], n);
         let v = synthetic_verdicts(&report(vec![vort, close, sane]), TaskKind::Zipf, chance);
         assert!(v.contains("not reproduced (no difference)"), "{v}");
     }

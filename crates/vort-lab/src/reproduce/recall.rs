@@ -28,7 +28,7 @@ use crate::plot::{histogram, panels_plot, Panel, Series};
 use crate::tasks::{MixLength, BUCKETS};
 use crate::train::eval::{EvalResult, LagAccuracy};
 use crate::train::{self, checkpoint, Adopted, RunConfig, RunOptions, TrainError};
-use vort::model::MemoryKind;
+use vort::Mixer;
 
 /// The embedded presets, by scale name.
 pub const PRESETS: [(&str, &str); 3] = [
@@ -402,11 +402,15 @@ fn extrapolate(
     let mut cx = c.clone();
     cx.task.seq_len = seq_len;
     cx.task.test_examples = examples;
-    if cx.model.horizon != 0 && cx.model.horizon < seq_len as u64 {
-        cx.model.horizon = seq_len as u64;
-    }
-    if cx.model.memory == MemoryKind::Softmax && cx.model.softmax_window == 0 {
-        cx.model.softmax_window = c.task.seq_len;
+    match &mut cx.model.mixer {
+        Mixer::Vort { nodes, .. } if nodes.horizon != 0 && nodes.horizon < seq_len as u64 => {
+            nodes.horizon = seq_len as u64;
+        }
+        Mixer::PowerLaw { horizon, .. } if *horizon != 0 && *horizon < seq_len as u64 => {
+            *horizon = seq_len as u64;
+        }
+        Mixer::Softmax { window } if *window == 0 => *window = c.task.seq_len,
+        _ => {}
     }
     let (model, _vm) = crate::train::eval::load_params_as(dir, &cx)?;
     let source = crate::tasks::Source::open(&cx.task)?;
@@ -497,13 +501,9 @@ pub struct RecallReport {
 pub fn state_floats(cfg: &RunConfig, nodes: usize) -> usize {
     let m = &cfg.model;
     let l = cfg.task.seq_len;
-    let per_head = match m.memory {
-        MemoryKind::Softmax => {
-            let kept = if m.softmax_window > 0 {
-                m.softmax_window.min(l)
-            } else {
-                l
-            };
+    let per_head = match m.mixer {
+        Mixer::Softmax { window } => {
+            let kept = if window > 0 { window.min(l) } else { l };
             2 * kept * m.head_dim
         }
         _ => {
@@ -1948,7 +1948,7 @@ model = { d_model = 48, qk_scale_init = 1.0 }
         assert_eq!(c.model.d_model, 48);
         // the mixer's patch comes last
         assert_eq!(c.model.qk_scale_init, 4.0);
-        assert_eq!(c.model.memory, MemoryKind::Softmax);
+        assert_eq!(c.model.mixer, Mixer::Softmax { window: 0 });
         // a bad field fails when the preset is read, naming the cell
         let bad = text.replace("num_kv_pairs = 8", "num_kv_pairs = 80");
         let e = RecallPreset::from_toml(&bad, "t").unwrap_err().to_string();

@@ -450,7 +450,7 @@ pub fn evaluate_stream(
     let overall = total.row(String::new(), 1, max_lag);
     Ok(EvalResult {
         task: cfg.task.kind.name().into(),
-        memory: cfg.model.memory.name().into(),
+        memory: cfg.model.mixer.kind().into(),
         seed: cfg.seed,
         step,
         sequences: n_seq,
@@ -710,11 +710,11 @@ mod tests {
     /// as the stream goes (a regression: they were all kept until the end of the sequence).
     #[test]
     fn streamed_logits_hold_no_graph() {
-        use vort::model::{MemoryKind, ModelConfig};
+        use vort::model::ModelConfig;
         let dev = Device::Cpu;
-        for memory in [MemoryKind::Softmax, MemoryKind::Vort] {
+        for mixer in [vort::Mixer::Softmax { window: 0 }, vort::Mixer::default()] {
             let cfg = ModelConfig {
-                memory,
+                mixer,
                 d_model: 16,
                 layers: 2,
                 heads: 2,
@@ -732,7 +732,7 @@ mod tests {
             let t = Tensor::from_vec(toks, (2, 40), &dev).unwrap();
             let pos = [3, 17, 39, 45, 79];
             let streamed = streamed_logits(&model, &t, &pos, 16).unwrap();
-            assert!(!streamed.track_op(), "{memory}");
+            assert!(!streamed.track_op(), "{}", model.cfg.mixer);
             // and they are the one-pass logits, in the order of `pos`
             let once = model
                 .logits_at(&model.forward(&t).unwrap().hidden, &pos)
@@ -745,7 +745,7 @@ mod tests {
                 .unwrap()
                 .to_scalar::<f32>()
                 .unwrap();
-            assert!(d < 1e-4, "{memory}: {d}");
+            assert!(d < 1e-4, "{}: {d}", model.cfg.mixer);
         }
     }
 

@@ -137,7 +137,7 @@ impl TrainError {
             self,
             TrainError::Config { .. }
                 | TrainError::Task(_)
-                | TrainError::Model(ModelError::UnknownMemory(_) | ModelError::Invalid(_))
+                | TrainError::Model(ModelError::UnknownMixer(_) | ModelError::Invalid(_))
                 | TrainError::NoCheckpoint(_)
                 | TrainError::CheckpointCorrupt { .. }
                 | TrainError::CheckpointMismatch { .. }
@@ -236,17 +236,6 @@ impl TrainConfig {
     }
 }
 
-/// Whether a parameter counts as a weight matrix for `decay_matrices_only`: rank 2 and not
-/// one of the router's, decays', mixture's, convolution's or bigram's parameters.
-pub fn is_weight_matrix(name: &str, shape: &[usize]) -> bool {
-    shape.len() == 2
-        && !name.contains(".router.")
-        && !name.ends_with(".conv")
-        && !name.ends_with("decay_rho")
-        && !name.ends_with("mix_logits")
-        && name != Model::BIGRAM_PARAM
-}
-
 /// A whole run: seed, task, model and training (the TOML file saved as `config.toml`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -333,11 +322,12 @@ impl RunConfig {
                 return bad(&format!("train.{name} = {x:?} must be finite and {domain}"));
             }
         }
-        if self.model.horizon != 0 && self.model.horizon < self.task.seq_len as u64 {
+        let horizon = self.model.mixer.horizon().unwrap_or(0);
+        if horizon != 0 && horizon < self.task.seq_len as u64 {
             return bad(&format!(
-                "model.horizon = {} is below task.seq_len = {}: every training sequence would \
-                 run past the certified kernel (0 = the sequence length)",
-                self.model.horizon, self.task.seq_len
+                "the mixer's horizon = {horizon} is below task.seq_len = {}: every training \
+                 sequence would run past the certified kernel (0 = the sequence length)",
+                self.task.seq_len
             ));
         }
         if !(t.bigram_lr_scale > 0.0 && t.bigram_lr_scale.is_finite()) {
@@ -576,7 +566,9 @@ pub fn optimizer(cfg: &RunConfig, vm: &VarMap) -> Result<AdamW, TrainError> {
         },
     )?;
     Ok(if t.decay_matrices_only {
-        opt.decay_only(is_weight_matrix)
+        // the model's own list (its blocks' projections, embeddings, MLPs, head)
+        let decayed = cfg.model.decayed_params();
+        opt.decay_only(|name, _| decayed.iter().any(|d| d == name))
     } else {
         opt
     })
@@ -1175,11 +1167,11 @@ impl RunConfig {
         // projections, the feature maps, the node weights (VORT: up to ~32 nodes), the MLP
         let activations = |b: f64, t: f64, kept: f64, scores: f64| {
             let nodes = 32.0;
-            let window = match m.softmax_window {
-                0 => t,
-                w => (w as f64).min(t),
-            };
-            let mixer = if m.memory == vort::model::MemoryKind::Softmax {
+            let mixer = if let vort::Mixer::Softmax { window } = m.mixer {
+                let window = match window {
+                    0 => t,
+                    w => (w as f64).min(t),
+                };
                 scores * h * t * window
             } else {
                 h * t * (4.0 * feats + 3.0 * (dh + 1.0) + 2.0 * nodes)

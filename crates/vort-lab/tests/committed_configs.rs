@@ -1,0 +1,96 @@
+//! Every committed results folder's run configs stay readable after the mixer got its own
+//! table: one config.toml of each mixer kind from each folder, copied verbatim into
+//! tests/data/committed-configs/ (named `<results folder>--<mixer>.toml`; the flat fields
+//! `memory`, `vort_mode`, `router`, `softmax_window`, ... of the old form). Each parses into
+//! the mixer it names with the settings it held, and its rewrite in the new form
+//! (`[model.mixer]`) parses back to the same config.
+
+use std::path::Path;
+use vort::{Mixer, NodeMode, Routing};
+use vort_lab::train::RunConfig;
+
+/// The old flat value of `key` in the `[model]` table of `text` (None when absent).
+fn flat(text: &str, key: &str) -> Option<String> {
+    let model = text.split("[model]").nth(1)?.split("\n[").next()?;
+    model.lines().find_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
+    })
+}
+
+#[test]
+fn every_committed_config_reads_into_its_mixer_and_round_trips() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/committed-configs");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 14, "{} files", files.len());
+    let mut folders = std::collections::BTreeSet::new();
+    for path in &files {
+        let name = path.file_stem().unwrap().to_str().unwrap();
+        let (folder, kind) = name.split_once("--").unwrap();
+        folders.insert(folder.to_string());
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(text.contains("memory = "), "{name}: not an old-form config");
+        let c = RunConfig::from_toml(&text, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(c.model.mixer.kind(), kind, "{name}");
+        let num = |k: &str| flat(&text, k).unwrap().parse::<f64>().unwrap();
+        match &c.model.mixer {
+            Mixer::Vort {
+                nodes,
+                routing,
+                router_bias_init,
+            } => {
+                let mode = match flat(&text, "vort_mode").unwrap().as_str() {
+                    "banks" => NodeMode::Banks,
+                    _ => NodeMode::Shared,
+                };
+                assert_eq!(nodes.mode, mode, "{name}");
+                assert_eq!(nodes.banks as f64, num("banks"), "{name}");
+                assert_eq!(nodes.delta, num("delta"), "{name}");
+                assert_eq!(nodes.horizon as f64, num("horizon"), "{name}");
+                assert_eq!(nodes.eps, num("soe_eps"), "{name}");
+                assert_eq!(*router_bias_init, num("router_bias_init"), "{name}");
+                let want = match flat(&text, "router").unwrap().as_str() {
+                    "entity-only" => Routing::EntityOnly,
+                    "entropy-only" => Routing::EntropyOnly,
+                    _ => Routing::Full,
+                };
+                assert_eq!(*routing, want, "{name}");
+            }
+            Mixer::Mixture { m, min_rate } => {
+                assert_eq!(*m as f64, num("mixture_m"), "{name}");
+                assert_eq!(*min_rate, num("mixture_min_rate"), "{name}");
+            }
+            Mixer::Softmax { window } => {
+                assert_eq!(*window as f64, num("softmax_window"), "{name}")
+            }
+            other => panic!("{name}: unexpected {other:?}"),
+        }
+        let new = c.to_toml().unwrap();
+        assert!(
+            new.contains("[model.mixer]") && !new.contains("memory = "),
+            "{new}"
+        );
+        let back = RunConfig::from_toml(&new, "rewritten").unwrap();
+        assert_eq!(back, c, "{name}");
+    }
+    // one folder per committed results folder that holds run configs
+    assert_eq!(folders.len(), 7, "{folders:?}");
+}
+
+/// The old flat fields beside a `[model.mixer]` table are refused, naming both forms.
+#[test]
+fn mixing_the_old_and_new_forms_is_refused() {
+    let text = "[model]\nmemory = \"vort\"\n[model.mixer]\nkind = \"vort\"\n";
+    let e = RunConfig::from_toml(text, "both.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("[model.mixer]") && e.contains("flat"), "{e}");
+    let e = RunConfig::from_toml("[model.mixer]\nkind = \"lstm\"\n", "x.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("lstm"), "{e}");
+}

@@ -30,16 +30,16 @@ pub const NAIVE_MAX_T: usize = 16_384;
 pub enum Form {
     /// O(T²), exact GL kernel, f64 ([`vort::retention::exact_gl`]).
     Naive,
-    /// One token at a time with the SOE states, f64 ([`vort::retention::naive_recurrent`]).
+    /// One token at a time with the SOE states, f64 ([`vort::retention::naive_recurrent()`]).
     #[serde(alias = "naive_recurrent")]
     Recurrent,
     /// Chunked candle form with the SOE states, f32 (the training form's autodiff twin,
-    /// [`vort::retention::chunk`]).
+    /// [`vort::retention::chunk()`]).
     #[default]
     #[serde(alias = "chunk")]
     Chunked,
     /// The fused op with the SOE states, f32 (the training form,
-    /// [`vort::retention::fused_chunk`]).
+    /// [`vort::retention::fused_chunk()`]).
     #[serde(alias = "fused_chunk")]
     Fused,
 }

@@ -444,7 +444,7 @@ fn fused_rate_gradient_matches_autodiff_of_chunked() {
                 let (o, st) = if fused {
                     fused_chunk::<f64>(&x, &rates, chunk, initial, true).unwrap()
                 } else {
-                    chunk::<f64>(&x, &rates, chunk, initial, true).unwrap()
+                    vort::retention::chunk::<f64>(&x, &rates, chunk, initial, true).unwrap()
                 };
                 let gr = (&o * &w).unwrap().sum_all().unwrap().backward().unwrap();
                 let grads: Vec<Vec<f64>> = [&q, &k, &v, &cw, &u]

@@ -30,7 +30,7 @@ fn dims(b: usize, h: usize, t: usize, f: usize, d: usize) -> Dims {
 }
 
 /// Which kernel the naive sum uses: the exact GL one ([`exact_gl`]) or the table's SOE (the
-/// contract's [`vort::retention::naive`]).
+/// contract's [`vort::retention::naive()`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kernel {
     Exact,

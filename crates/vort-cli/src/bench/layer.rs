@@ -319,15 +319,15 @@ pub struct DecodeResult {
     pub state_bytes: usize,
     /// Median latency of one decode step (all heads), microseconds.
     pub us_per_token: f64,
-    /// Time to prefill the context with [`fused_chunk`] (its forward and final state, as a
+    /// Time to prefill the context with [`fused_chunk()`] (its forward and final state, as a
     /// block prefills a stream), seconds.
     pub prefill_s: f64,
 }
 
 /// Recurrent decode latency: one layer core (B = 1, H heads, F, D) whose memory is certified
 /// for the largest context plus the timed steps; the state is prefilled with random tokens up
-/// to each context in turn ([`fused_chunk`] with its final state), then `steps` single-token
-/// steps of [`naive_recurrent`] are timed (node weights, the step and the normalisation).
+/// to each context in turn ([`fused_chunk()`] with its final state), then `steps` single-token
+/// steps of [`naive_recurrent()`] are timed (node weights, the step and the normalisation).
 ///
 /// # Errors
 /// Invalid options.

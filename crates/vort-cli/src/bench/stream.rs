@@ -2,8 +2,8 @@
 //!
 //! One head (B = H = 1), F = D = 16, random tokens: features φq, φk uniform in [0, 1), values
 //! standard normal, orders α uniform in [δ, 1]. The same inputs (rounded to f32 once, so both
-//! runs see identical values) stream through [`naive_recurrent::<f32>`](naive_recurrent) and
-//! [`naive_recurrent::<f64>`](naive_recurrent) in pieces, carrying each [`State`], so memory
+//! runs see identical values) stream through [`naive_recurrent::<f32>`](naive_recurrent()) and
+//! [`naive_recurrent::<f64>`](naive_recurrent()) in pieces, carrying each [`State`], so memory
 //! stays bounded whatever the length. The inputs of each piece are generated as it is fed,
 //! every token from a generator seeded by (seed, position) ([`Stream::BenchToken`]): the result
 //! does not depend on the piece size.

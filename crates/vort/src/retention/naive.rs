@@ -2,7 +2,7 @@
 //! form is tested against.
 //!
 //! - [`naive`]: the form of the retention contract, the SOE kernel of the node weights and
-//!   rates, K_i(j) = Σ_n cw_i[n] e^(-u_n j) (K_i(0) = 1), which the recurrent and chunked forms
+//!   rates, K_i(j) = Σ_n c_n(α_i) e^(-u_n j) (K_i(0) = 1), which the recurrent and chunked forms
 //!   compute exactly; it carries states like them.
 //! - [`exact_gl`]: a different kernel, the exact Grünwald–Letnikov one the SOE approximates
 //!   (`NodeTable::exact_kernel`: w_j(α_i) for shared nodes, the bank split

@@ -169,7 +169,7 @@ pub fn host_call<T: WithDType>(
     ))
 }
 
-/// [`retention::naive`] (the SOE reference) from a zero state on host inputs, normalised:
+/// [`retention::naive()`] (the SOE reference) from a zero state on host inputs, normalised:
 /// y [B, H, T, D].
 pub fn naive_y(
     q: &[f64],
@@ -191,7 +191,7 @@ pub fn naive_y(
     Ok(to_f64(&normalise(&o, eps_den)?))
 }
 
-/// [`retention::naive_recurrent`] on host inputs, continuing `state` (replaced by the final
+/// [`retention::naive_recurrent()`] on host inputs, continuing `state` (replaced by the final
 /// state; untouched on error), normalised: y [B, H, T, D] in `T`.
 #[allow(clippy::too_many_arguments)]
 pub fn recurrent_y<T: WithDType>(
@@ -216,7 +216,7 @@ pub fn recurrent_y<T: WithDType>(
     Ok(normalise(&o, eps_den)?.flatten_all()?.to_vec1::<T>()?)
 }
 
-/// [`retention::chunk`] with the node weights of the orders `alpha` [B, H, T] (differentiable
+/// [`retention::chunk()`] with the node weights of the orders `alpha` [B, H, T] (differentiable
 /// in α) and v' = [v, 1], normalised: y [B, H, T, D] and the final state.
 #[allow(clippy::too_many_arguments)]
 pub fn chunk_y<T: WithDType>(

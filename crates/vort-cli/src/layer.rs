@@ -39,8 +39,10 @@ pub struct RetentionArgs {
     #[arg(long, value_name = "OUT.safetensors")]
     output: PathBuf,
     /// naive (the formula with the exact kernel: GL weights for shared memory, the bank split
-    /// for banks; O(T²), f64, T <= 16,384), recurrent (one token at a time, f64) or chunked
-    /// (the training form, f32); the last two use the certified SOE.
+    /// for banks; O(T²), f64, T <= 16,384), recurrent (one token at a time, f64), chunked (the
+    /// training form in plain candle ops, f32) or fused (the fused op the models train with,
+    /// f32); the last three use the certified SOE. The library's names naive_recurrent, chunk
+    /// and fused_chunk are accepted too.
     #[arg(long, default_value = "chunked", value_parser = parse_form)]
     form: Form,
     /// banks (K orders on [δ, 1], the paper) or shared (one node set, continuous α).
@@ -59,7 +61,7 @@ pub struct RetentionArgs {
     /// Smallest order δ; orders below it are clamped to it (the count is reported).
     #[arg(long, default_value = "0.1", value_parser = parse_real, allow_negative_numbers = true)]
     delta: f64,
-    /// Chunk length of the chunked form.
+    /// Chunk length of the chunked forms (chunked, fused).
     #[arg(long, default_value = "64", value_parser = parse_count)]
     chunk: u64,
     /// Use the memory of a trained VORT model: a run directory or a file of `vort export`.

@@ -8,32 +8,40 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use vort::dims::Dims;
 use vort::error::{Result, VortError};
 use vort::nodes::{NodeMode, NodeSpec};
-use vort::retention::chunked::chunked;
-use vort::retention::naive::{naive, Kernel};
-use vort::retention::recurrent::recurrent;
-use vort::retention::State;
+use vort::retention::{
+    chunk, exact_gl, fused_chunk, naive_recurrent, node_weights, node_weights_host, normalise,
+    with_ones, Inputs, Rates,
+};
 use vort::st::{self, Precision};
 
 /// Longest input the naive (O(T²) memory) form accepts: its T x T f64 kernel is 2.1 GB here.
 pub const NAIVE_MAX_T: usize = 16_384;
 
-/// Which form computes the retention.
+/// Which form computes the retention. The SOE forms also answer to the library's (fla's) names:
+/// `naive_recurrent`, `chunk` and `fused_chunk`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Form {
-    /// O(T²), exact GL kernel, f64.
+    /// O(T²), exact GL kernel, f64 ([`vort::retention::exact_gl`]).
     Naive,
-    /// One token at a time with the SOE states, f64.
+    /// One token at a time with the SOE states, f64 ([`vort::retention::naive_recurrent()`]).
+    #[serde(alias = "naive_recurrent")]
     Recurrent,
-    /// Chunked candle form with the SOE states, f32 (the training form).
+    /// Chunked candle form with the SOE states, f32 (the training form's autodiff twin,
+    /// [`vort::retention::chunk()`]).
     #[default]
+    #[serde(alias = "chunk")]
     Chunked,
+    /// The fused op with the SOE states, f32 (the training form,
+    /// [`vort::retention::fused_chunk()`]).
+    #[serde(alias = "fused_chunk")]
+    Fused,
 }
 
 impl std::str::FromStr for Form {
@@ -41,10 +49,12 @@ impl std::str::FromStr for Form {
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "naive" => Ok(Form::Naive),
-            "recurrent" => Ok(Form::Recurrent),
-            "chunked" => Ok(Form::Chunked),
+            "recurrent" | "naive_recurrent" => Ok(Form::Recurrent),
+            "chunked" | "chunk" => Ok(Form::Chunked),
+            "fused" | "fused_chunk" => Ok(Form::Fused),
             _ => Err(VortError::InvalidArgument(format!(
-                "form `{s}` is not one of naive|recurrent|chunked"
+                "form `{s}` is not one of naive|recurrent|chunked|fused (or the library's \
+                 naive_recurrent|chunk|fused_chunk)"
             ))),
         }
     }
@@ -66,7 +76,7 @@ pub struct RetentionOpts {
     pub banks: usize,
     /// Smallest order δ of the banks / shared node set; orders below it are clamped to it.
     pub delta: f64,
-    /// Chunk length of the chunked form.
+    /// Chunk length of the chunked forms (chunked, fused).
     pub chunk: usize,
     /// eps_den of the normalisation y = num / (den + eps_den).
     pub eps_den: f64,
@@ -257,7 +267,7 @@ pub fn retention_head(x: &HeadInputs, opts: &RetentionOpts) -> Result<(Vec<f64>,
         // the O(T²) reference keeps a T x T kernel: 34 GB at T = 65,536
         return Err(VortError::InvalidArgument(format!(
             "the naive form keeps a T x T kernel ({:.1} GB at T = {}); it is refused above \
-             T = {NAIVE_MAX_T} ({:.1} GB): use --form recurrent or chunked",
+             T = {NAIVE_MAX_T} ({:.1} GB): use --form recurrent, chunked or fused",
             (x.t as f64).powi(2) * 8.0 / 1e9,
             x.t,
             (NAIVE_MAX_T as f64).powi(2) * 8.0 / 1e9
@@ -266,56 +276,64 @@ pub fn retention_head(x: &HeadInputs, opts: &RetentionOpts) -> Result<(Vec<f64>,
     let table = spec.build()?;
     let lo = table.grid.first().copied().unwrap_or(0.0).min(opts.delta);
     let clamped_orders = x.alpha.iter().filter(|&&a| a < lo).count();
-    let dims = Dims {
-        b: 1,
-        h: 1,
-        t: x.t,
-        f: x.f,
-        d: x.d,
-    };
+    let dims = Dims::new(1, 1, x.t, x.f, x.d);
     let tables = std::slice::from_ref(&table);
+    let rates = Rates::of_tables(tables)?;
+    let dev = Device::Cpu;
+    let shape = |w: usize| (1, 1, x.t, w);
+    let host = |y: Tensor| -> Result<Vec<f64>> {
+        Ok(y.flatten_all()?.to_dtype(DType::F64)?.to_vec1::<f64>()?)
+    };
     let y = match opts.form {
-        Form::Naive => naive(
+        Form::Naive => exact_gl(
             &x.phi_q,
             &x.phi_k,
             &x.v,
             &x.alpha,
             dims,
             tables,
-            Kernel::Exact,
             opts.eps_den,
         )?,
         Form::Recurrent => {
-            let mut st = State::<f64>::zeros(1, 1, table.len(), x.f, x.d);
-            recurrent(
-                &mut st,
-                &x.phi_q,
-                &x.phi_k,
-                &x.v,
-                &x.alpha,
-                dims,
-                tables,
-                opts.eps_den,
-            )?
-        }
-        Form::Chunked => {
-            let dev = Device::Cpu;
-            let mk = |v: &Vec<f64>, s: &[usize]| -> Result<Tensor> {
-                Ok(Tensor::from_vec(v.clone(), s, &dev)?.to_dtype(candle_core::DType::F32)?)
+            // f64, the node weights c_n(α) computed on the host
+            let cw: Vec<f64> = node_weights_host(&x.alpha, dims, tables)?;
+            let mk = |v: &[f64], w: usize| Tensor::from_vec(v.to_vec(), shape(w), &dev);
+            let vp = with_ones(&mk(&x.v, x.d)?)?;
+            let (q, k, cw) = (
+                mk(&x.phi_q, x.f)?,
+                mk(&x.phi_k, x.f)?,
+                mk(&cw, table.len())?,
+            );
+            let inputs = Inputs {
+                q: &q,
+                k: &k,
+                vp: &vp,
+                cw: &cw,
             };
-            let (y, _) = chunked::<f32>(
-                &mk(&x.phi_q, &[1, 1, x.t, x.f])?,
-                &mk(&x.phi_k, &[1, 1, x.t, x.f])?,
-                &mk(&x.v, &[1, 1, x.t, x.d])?,
-                &mk(&x.alpha, &[1, 1, x.t])?,
-                tables,
-                opts.chunk,
-                None,
-                opts.eps_den,
-            )?;
-            y.flatten_all()?
-                .to_dtype(candle_core::DType::F64)?
-                .to_vec1::<f64>()?
+            let (o, _) = naive_recurrent::<f64>(&inputs, &rates, opts.chunk, None, false)?;
+            host(normalise(&o, opts.eps_den)?)?
+        }
+        Form::Chunked | Form::Fused => {
+            // f32 inputs (α too: the node weights are computed from its f32 values)
+            let mk = |v: &[f64], s: &[usize]| -> Result<Tensor> {
+                Ok(Tensor::from_vec(v.to_vec(), s, &dev)?.to_dtype(DType::F32)?)
+            };
+            let q = mk(&x.phi_q, &[1, 1, x.t, x.f])?;
+            let k = mk(&x.phi_k, &[1, 1, x.t, x.f])?;
+            let vp = with_ones(&mk(&x.v, &[1, 1, x.t, x.d])?)?;
+            let cw = node_weights(&mk(&x.alpha, &[1, 1, x.t])?, tables)?;
+            let inputs = Inputs {
+                q: &q,
+                k: &k,
+                vp: &vp,
+                cw: &cw,
+            };
+            let (o, _) = if opts.form == Form::Fused {
+                fused_chunk::<f32>(&inputs, &rates, opts.chunk, None, false)?
+            } else {
+                chunk::<f32>(&inputs, &rates, opts.chunk, None, false)?
+            };
+            host(normalise(&o, opts.eps_den)?)?
         }
     };
     let report = RetentionReport {
@@ -335,8 +353,8 @@ pub fn retention_head(x: &HeadInputs, opts: &RetentionOpts) -> Result<(Vec<f64>,
 }
 
 /// Refuses an output that is not finite in f32, the precision it is written in: finite inputs
-/// whose products overflow (the chunked form computes in f32, so φ near 1e19 or v near 3e38
-/// overflow inside it; the f64 forms can still produce values past f32's range). Nothing is
+/// whose products overflow (the chunked forms compute in f32, so φ near 1e19 or v near 3e38
+/// overflow inside them; the f64 forms can still produce values past f32's range). Nothing is
 /// written then.
 ///
 /// # Errors
@@ -354,7 +372,7 @@ fn check_finite_f32(y: &[f64], d: usize, form: Form) -> Result<()> {
             i / d.max(1),
             i % d.max(1),
             y[i],
-            if form == Form::Chunked {
+            if matches!(form, Form::Chunked | Form::Fused) {
                 ", or use --form recurrent (f64)"
             } else {
                 ""

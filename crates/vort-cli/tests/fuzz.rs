@@ -129,10 +129,10 @@ fn fuzz_retention_input() {
     let d = tmp("retention");
     let (input, out) = (d.join("in.safetensors"), d.join("out.safetensors"));
     runner()
-        .run(&(edits(), 0usize..3), |(e, form)| {
+        .run(&(edits(), 0usize..4), |(e, form)| {
             std::fs::write(&input, apply(&seed, &e)).unwrap();
             let _ = std::fs::remove_file(&out);
-            let form = ["naive", "recurrent", "chunked"][form];
+            let form = ["naive", "recurrent", "chunked", "fused"][form];
             let o = vort(&[
                 "retention",
                 "--input",

@@ -48,16 +48,27 @@ fn read_y(path: &Path) -> (Vec<usize>, Vec<f64>) {
     (y.shape, y.data)
 }
 
-/// The three forms on one file: chunked and recurrent share the SOE kernel (agree to f32
-/// rounding); naive uses the exact kernel (agrees within the certified eps).
+/// The four forms on one file: fused, chunked and recurrent share the SOE kernel (agree to f32
+/// rounding); naive uses the exact kernel (agrees within the certified eps). The library's
+/// names of the SOE forms (naive_recurrent, chunk, fused_chunk) give the same bytes as the
+/// CLI's.
 #[test]
 fn retention_forms_agree_through_the_binary() {
     let (t, f, d) = (70, 6, 5);
     let input = tmp("in.safetensors");
     write(&input, &inputs(t, f, d));
+    let forms = [
+        "naive",
+        "recurrent",
+        "chunked",
+        "fused",
+        "naive_recurrent",
+        "chunk",
+        "fused_chunk",
+    ];
     for memory in ["banks", "shared"] {
         let mut ys = Vec::new();
-        for form in ["naive", "recurrent", "chunked"] {
+        for form in forms {
             let out = tmp(&format!("y-{memory}-{form}.safetensors"));
             let o = vort(&[
                 "retention",
@@ -93,6 +104,15 @@ fn retention_forms_agree_through_the_binary() {
         };
         assert!(rel(&ys[2], &ys[1]) < 1e-5, "{memory}: chunked vs recurrent");
         assert!(rel(&ys[1], &ys[0]) < 1e-4, "{memory}: recurrent vs naive");
+        assert!(rel(&ys[3], &ys[2]) < 1e-5, "{memory}: fused vs chunked");
+        for (alias, name) in [(4, "recurrent"), (5, "chunked"), (6, "fused")] {
+            assert_eq!(
+                ys[alias],
+                ys[alias - 3],
+                "{memory}: {} is {name}",
+                forms[alias]
+            );
+        }
     }
     let _ = std::fs::remove_file(input);
 }
@@ -117,7 +137,7 @@ fn retention_respects_its_horizon() {
         args.extend_from_slice(extra);
         vort(&args)
     };
-    for form in ["naive", "recurrent", "chunked"] {
+    for form in ["naive", "recurrent", "chunked", "fused"] {
         let _ = std::fs::remove_file(&out);
         let o = run(&["--form", form, "--horizon", "49"]);
         let err = assert_one_line_error(&o, 2);

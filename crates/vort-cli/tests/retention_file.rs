@@ -59,7 +59,7 @@ fn forms_agree(t: usize) {
     );
     for memory in [NodeMode::Banks, NodeMode::Shared] {
         let mut ys = Vec::new();
-        for form in [Form::Naive, Form::Recurrent, Form::Chunked] {
+        for form in [Form::Naive, Form::Recurrent, Form::Chunked, Form::Fused] {
             let out = tmp(&format!("out-{t}-{memory:?}-{form:?}"));
             let opts = RetentionOpts {
                 form,
@@ -83,6 +83,10 @@ fn forms_agree(t: usize) {
         assert!(
             vort::tol::rel_rms(&ys[2], &ys[1]) <= vort::tol::F32_SAME_KERNEL_REL,
             "{memory:?}"
+        );
+        assert!(
+            vort::tol::rel_rms(&ys[3], &ys[2]) <= vort::tol::F32_SAME_KERNEL_REL,
+            "{memory:?}: fused vs chunked"
         );
     }
     let _ = std::fs::remove_file(inp);

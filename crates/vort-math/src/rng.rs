@@ -7,6 +7,11 @@
 //!   data order survives a resume.
 //! - [`XorShift64Star`] (Vigna 2016): parameter initialisation and random features. Kept as a
 //!   second generator only so that every committed run keeps its exact initialisation.
+//!
+//! Every seed a generator starts from is drawn here: [`derive()`] mixes (seed, stream, index)
+//! for the data streams, and [`stream_seed`] gives the named streams of the model and the
+//! benchmarks ([`Stream`]), whose derivations are frozen at the values every committed run was
+//! initialised with.
 
 /// SplitMix64 with Box–Muller normals and the integer draws the tasks need. Enough for
 /// reproducible data and noise; not for cryptography.
@@ -93,6 +98,49 @@ pub fn derive(seed: u64, stream: u64, index: u64) -> u64 {
     SplitMix64::new(b).next_u64()
 }
 
+/// The named seed streams of the model and the benchmarks, drawn by [`stream_seed`].
+///
+/// Their derivations predate [`derive()`] and are frozen: each is the value the committed runs
+/// were initialised with (`scripts/rescore.py` re-scores them bit for bit), so none may change.
+/// A new stream should use [`derive()`] with a stream number of its own instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// A model's own parameters (embedding, norms, head), from the run seed:
+    /// `seed ^ 0x005E_ED0F_5EED` (the index is unused).
+    ModelInit,
+    /// The seed of layer `index`'s block, from the run seed:
+    /// `seed · 0x9E37_79B9_7F4A_7C15 + index + 1` (wrapping).
+    Block,
+    /// The short-convolution taps of layer `index`, from the run seed:
+    /// `seed ^ 0xC0_4701 ^ (index << 32)`.
+    ShortConv,
+    /// A block's random features, from the block's seed: `seed ^ 0xF00D` (the index is
+    /// unused).
+    Features,
+    /// Token `index` (its stream position) of `vort bench stream`, from the bench seed:
+    /// `s(seed ^ s(index))` with s the first output of [`SplitMix64`] started at its argument.
+    BenchToken,
+}
+
+/// The first output of a [`SplitMix64`] started at `z` (the splitmix64 finaliser of
+/// z + 0x9E37_79B9_7F4A_7C15).
+fn splitmix(z: u64) -> u64 {
+    SplitMix64::new(z).next_u64()
+}
+
+/// The seed of `stream` at `index`, from `seed` (see [`Stream`] for each derivation).
+pub fn stream_seed(seed: u64, stream: Stream, index: u64) -> u64 {
+    match stream {
+        Stream::ModelInit => seed ^ 0x005E_ED0F_5EED,
+        Stream::Block => seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(index.wrapping_add(1)),
+        Stream::ShortConv => seed ^ 0xC0_4701 ^ (index << 32),
+        Stream::Features => seed ^ 0xF00D,
+        Stream::BenchToken => splitmix(seed ^ splitmix(index)),
+    }
+}
+
 /// xorshift64* with a Box–Muller normal sampler (no cached spare: one normal per two draws).
 #[derive(Debug, Clone)]
 pub struct XorShift64Star(u64);
@@ -155,6 +203,76 @@ mod tests {
         assert_eq!(c.len(), 20);
         assert_ne!(derive(1, 2, 3), derive(1, 2, 4));
         assert_ne!(derive(1, 2, 3), derive(1, 3, 3));
+    }
+
+    /// The frozen streams give exactly the seeds the committed runs were initialised with: the
+    /// expressions that were written at each call site (model.rs, block.rs and the bench's own
+    /// pasted splitmix64), here as pinned values for seeds 0, 1 and 42 at index 3 (12345 for
+    /// the bench token).
+    #[test]
+    fn frozen_streams_keep_their_values() {
+        let want: [(u64, [u64; 5]); 3] = [
+            (
+                0,
+                [
+                    0x5E_ED0F_5EED,
+                    0x4,
+                    0x3_00C0_4701,
+                    0xF00D,
+                    0x040D_6020_823F_BD3F,
+                ],
+            ),
+            (
+                1,
+                [
+                    0x5E_ED0F_5EEC,
+                    0x9E37_79B9_7F4A_7C19,
+                    0x3_00C0_4700,
+                    0xF00C,
+                    0xD84F_1615_66EF_E75D,
+                ],
+            ),
+            (
+                42,
+                [
+                    0x5E_ED0F_5EC7,
+                    0xF519_F86E_E238_5B76,
+                    0x3_00C0_472B,
+                    0xF027,
+                    0x39B3_1AEC_2E75_130B,
+                ],
+            ),
+        ];
+        for (seed, [init, block, conv, features, token]) in want {
+            assert_eq!(stream_seed(seed, Stream::ModelInit, 3), init);
+            assert_eq!(stream_seed(seed, Stream::Block, 3), block);
+            assert_eq!(stream_seed(seed, Stream::ShortConv, 3), conv);
+            assert_eq!(stream_seed(seed, Stream::Features, 3), features);
+            assert_eq!(stream_seed(seed, Stream::BenchToken, 12345), token);
+            // the call sites' own expressions (Rust's precedence: << before ^)
+            let l = 3u64;
+            assert_eq!(seed ^ 0x005E_ED0F_5EED, init);
+            assert_eq!(
+                seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(l + 1),
+                block
+            );
+            assert_eq!(seed ^ 0xC0_4701 ^ l << 32, conv);
+            assert_eq!(seed ^ 0xF00D, features);
+        }
+        // the bench's pasted splitmix64 is SplitMix64's first output
+        let pasted = |mut z: u64| {
+            z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        for z in [0, 1, 12345, u64::MAX, 0xDEAD_BEEF] {
+            assert_eq!(splitmix(z), pasted(z));
+            assert_eq!(
+                stream_seed(z, Stream::BenchToken, z / 3),
+                pasted(z ^ pasted(z / 3))
+            );
+        }
     }
 
     #[test]

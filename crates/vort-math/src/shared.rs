@@ -1,5 +1,5 @@
-//! Shared SOE nodes: one set of rates {u_s} for every order a in [δ, 1] (docs/DESIGN.md §2, beyond the
-//! paper).
+//! Shared SOE nodes: one set of rates {u_s} for every order a in [δ, 1] (docs/DESIGN.md §2,
+//! beyond the paper).
 //!
 //! With shared rates only the weights depend on the order, ŵ_j(a) = Σ_s c_s(a) e^(-u_s j), so a
 //! layer can fold c_s(α_i) into token i's key and run one recurrence for all orders, with
@@ -20,11 +20,12 @@
 //!   h G_a(x_k) and the tail weights are fixed positive combinations of them (plus the
 //!   closed-form geometric remainder). It is tabulated on a uniform a-grid for reports, and
 //!   certified at every grid order and every midpoint. (Linear interpolation of a table was
-//!   tried first: c_k(a) ∝ e^((1-a) x_k) varies with rate |x_k| ~ 15 in a, so a table fine enough for eps = 1e-4 at T = 1e5 needs thousands of orders.)
+//!   tried first: c_k(a) ∝ e^((1-a) x_k) varies with rate |x_k| ~ 15 in a, so a table fine
+//!   enough for eps = 1e-4 at T = 1e5 needs thousands of orders.)
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{check_order, MathError};
+use crate::error::MathError;
 use crate::soe::{self, Certificate, SoeTerm};
 
 /// Index gaps between the positive tail nodes tried by [`SharedSoe::build`].
@@ -277,18 +278,6 @@ impl SharedSoe {
             ),
             ..worst
         })
-    }
-
-    /// Checks that `alpha` is a valid order inside [δ, 1].
-    pub fn check_alpha(&self, alpha: f64) -> Result<f64, MathError> {
-        let a = check_order(alpha)?;
-        if a < self.delta {
-            return Err(MathError::InvalidArgument(format!(
-                "order {a} is below this node set's delta {}",
-                self.delta
-            )));
-        }
-        Ok(a)
     }
 }
 

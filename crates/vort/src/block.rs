@@ -21,11 +21,11 @@ use crate::error::{Result, VortError};
 use crate::features::{FeatureMap, Features};
 use crate::mixer::{Mixer, Routing};
 use crate::nodes::{NodeMode, NodeSpec, NodeTable};
-use crate::retention::chunked::chunked_raw;
-use crate::retention::fused::fused_raw;
-use crate::retention::recurrent::recurrent_raw;
-use crate::retention::{node_weights, normalise, with_ones, Inputs, Rates, State};
-use vort_math::rng::XorShift64Star;
+use crate::retention::{
+    chunk as chunk_form, fused_chunk, naive_recurrent, node_weights, normalise, with_ones, Inputs,
+    Rates, State,
+};
+use vort_math::rng::{self, stream_seed, XorShift64Star};
 
 /// Configuration of one block. Every field is saved with each run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -350,7 +350,7 @@ impl Block {
             cfg.feature_map,
             dh,
             cfg.features,
-            cfg.seed ^ 0xF00D,
+            stream_seed(cfg.seed, rng::Stream::Features, 0),
             &device,
         )?;
         let kind = match &cfg.mixer {
@@ -670,11 +670,11 @@ impl Block {
             // model, and an out-of-memory kill on a whole book).
             let chunk = self.cfg.chunk;
             let (o, g) = if pass == Pass::Decode {
-                recurrent_raw(&inputs, &rates, chunk, initial, true)?
+                naive_recurrent(&inputs, &rates, chunk, initial, true)?
             } else if self.cfg.fused {
-                fused_raw(&inputs, &rates, chunk, initial, want_state)?
+                fused_chunk(&inputs, &rates, chunk, initial, want_state)?
             } else {
-                chunked_raw(&inputs, &rates, chunk, initial, want_state)?
+                chunk_form(&inputs, &rates, chunk, initial, want_state)?
             };
             (
                 normalise(&o, self.cfg.eps_den)?,

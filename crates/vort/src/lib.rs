@@ -6,20 +6,22 @@
 //! y_t = Σ_{i<=t} K_i(t-i) φ(q_t)·φ(k_i) v_i / (Σ_{i<=t} K_i(t-i) φ(q_t)·φ(k_i) + eps_den)
 //! ```
 //!
-//! with K_i(j) the Grünwald–Letnikov weight w_j(α_i) (exact in [`retention::naive`]) or its certified
-//! sum of exponentials Σ_n c_n(α_i) e^(-u_n j), j >= 1, K_i(0) = 1 (every other form).
+//! with K_i(j) the Grünwald–Letnikov weight w_j(α_i) (exact in [`retention::exact_gl`]) or its
+//! certified sum of exponentials Σ_n c_n(α_i) e^(-u_n j), j >= 1, K_i(0) = 1 (every form).
 //!
 //! - [`mixer`]: the choice of mixer (VORT or a baseline) with each kind's own settings.
 //! - [`nodes`]: node modes (banks, shared nodes, fixed mixtures) as node tables {u_n, c_n(a)}.
-//! - [`retention`]: the four forms of the retention core and what they share (table checks,
-//!   node weights, normalisation):
-//!   - [`retention::naive`]: the O(T²) f64 reference (exact GL kernel or the table's SOE);
-//!   - [`retention::recurrent`]: the streaming form with an explicit state (save/restore to
-//!     safetensors), O(N F D) per token;
-//!   - [`retention::chunked`]: the training form in plain candle ops (autodiff twin of the
+//! - [`retention`]: the four forms of the retention core under one contract, with fla's names,
+//!   and what they share (table checks, node weights, normalisation, the state):
+//!   - [`retention::naive()`]: the O(T²) f64 reference of the SOE kernel (beside it,
+//!     [`retention::exact_gl`], the same sum with the exact GL kernel);
+//!   - [`retention::naive_recurrent()`]: the streaming form, token by token with an explicit
+//!     state (save/restore to safetensors), O(N F D) per token;
+//!   - [`retention::chunk()`]: the training form in plain candle ops (autodiff twin of the
 //!     fused op);
-//!   - [`retention::fused`]: the fused CustomOp with hand-written backward (gemm on blocks,
-//!     rayon), and the prefill of a recurrent state.
+//!   - [`retention::fused_chunk()`]: the fused CustomOp with hand-written backward (gemm on
+//!     blocks, rayon).
+//! - [`dims`]: the sizes of a retention call.
 //! - [`features`]: FAVOR+ positive orthogonal random features, ELU+1.
 //! - [`attention`]: causal and sliding-window softmax attention (the baseline).
 //! - [`ops`]: elementwise ops fused and parallel where candle's are single-threaded (GELU).
@@ -75,8 +77,9 @@
 //! # }
 //! ```
 //!
-//! Tests chain the forms (docs/DESIGN.md §5): naive <- recurrent <- chunked <- fused, for outputs, final
-//! states and gradients (q, k, v, α, and the learned decay of the exponential baseline).
+//! Tests chain the forms (docs/DESIGN.md §5): naive <- naive_recurrent <- chunk <- fused_chunk,
+//! for outputs, final states and gradients (q, k, v, α, and the learned decay of the
+//! exponential baseline).
 
 pub mod attention;
 pub mod block;

@@ -16,7 +16,7 @@ use crate::nodes::{NodeMode, NodeSpec};
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::{VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};
-use vort_math::rng::XorShift64Star;
+use vort_math::rng::{stream_seed, Stream, XorShift64Star};
 
 /// Why a model could not be built or run.
 #[derive(Debug, thiserror::Error)]
@@ -258,9 +258,7 @@ impl ModelConfig {
             chunk: self.chunk,
             eps_den: self.eps_den,
             qk_scale_init: self.qk_scale_init,
-            seed: seed
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .wrapping_add(layer as u64 + 1),
+            seed: stream_seed(seed, Stream::Block, layer as u64),
             fused: true,
         }
     }
@@ -456,7 +454,7 @@ impl Model {
     ) -> Result<(), ModelError> {
         cfg.validate()?;
         let dm = cfg.d_model;
-        let mut rng = XorShift64Star::new(seed ^ 0x005E_ED0F_5EED);
+        let mut rng = XorShift64Star::new(stream_seed(seed, Stream::ModelInit, 0));
         let mut mat = |rows: usize, cols: usize, std: f64| -> Result<Tensor, ModelError> {
             Ok(
                 Tensor::from_vec(rng.normals(rows * cols, std), (rows, cols), device)?
@@ -482,7 +480,8 @@ impl Model {
                 // identity at lag 0 plus small random taps: the block starts as without the
                 // convolution, and the shift a key-value binding needs is one tap away
                 let k = cfg.short_conv;
-                let mut conv_rng = XorShift64Star::new(seed ^ 0xC0_4701 ^ (l as u64) << 32);
+                let mut conv_rng =
+                    XorShift64Star::new(stream_seed(seed, Stream::ShortConv, l as u64));
                 let mut w = conv_rng.normals(k * dm, 0.3);
                 for x in &mut w[..dm] {
                     *x += 1.0;

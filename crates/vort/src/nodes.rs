@@ -293,22 +293,6 @@ impl NodeTable {
         context <= self.horizon
     }
 
-    /// Refuses a context of `context` tokens (the largest lag is context - 1, but the count of
-    /// tokens is what users see, so the check is on it) past the certified horizon.
-    ///
-    /// # Errors
-    /// [`VortError::BeyondHorizon`] naming both.
-    pub fn check_context(&self, context: u64) -> Result<()> {
-        if self.covers(context) {
-            Ok(())
-        } else {
-            Err(VortError::BeyondHorizon {
-                context,
-                horizon: self.horizon,
-            })
-        }
-    }
-
     /// Number of nodes N.
     pub fn len(&self) -> usize {
         self.u.len()

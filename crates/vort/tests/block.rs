@@ -1,6 +1,6 @@
 //! The block: every memory (VORT banks/shared, baselines) in the same code path; streaming in
 //! pieces equals one pass; gradients reach every parameter; the feature map's properties; the
-//! baselines' kernels chained naive <- recurrent <- chunked.
+//! baselines' kernels chained naive <- naive_recurrent <- chunk.
 
 mod common;
 
@@ -10,9 +10,6 @@ use common::*;
 use vort::attention::{causal_softmax, sliding_softmax};
 use vort::block::{Block, BlockConfig, BlockState};
 use vort::features::{orthogonal_gaussian, FeatureMap, Features};
-use vort::retention::chunked::chunked_raw;
-use vort::retention::naive::{naive, Kernel};
-use vort::retention::recurrent::recurrent;
 use vort::retention::State;
 use vort::retention::{normalise, with_ones};
 use vort::tol::*;
@@ -294,13 +291,7 @@ fn softmax_matches_f64_reference() {
 /// differences of the naive form.
 #[test]
 fn exponential_baselines_chain_naive_recurrent_chunked() {
-    let dims = Dims {
-        b: 1,
-        h: 2,
-        t: 37,
-        f: 4,
-        d: 3,
-    };
+    let dims = Dims::new(1, 2, 37, 4, 3);
     let inp = Inputs::new(dims, 0.0, 17);
     // per head: head 0 a single exponential, head 1 a 2-term mixture (padded to N = 2)
     let u = [vec![0.05, 0.5], vec![0.01, 0.3]];
@@ -308,19 +299,9 @@ fn exponential_baselines_chain_naive_recurrent_chunked() {
     let tables: Vec<NodeTable> = (0..2)
         .map(|i| NodeTable::fixed(u[i].clone(), c[i].clone()).unwrap())
         .collect();
-    let yn = naive(
-        &inp.q,
-        &inp.k,
-        &inp.v,
-        &inp.alpha,
-        dims,
-        &tables,
-        Kernel::Soe,
-        1e-6,
-    )
-    .unwrap();
+    let yn = naive_y(&inp.q, &inp.k, &inp.v, &inp.alpha, dims, &tables, 1e-6).unwrap();
     let mut st = State::<f64>::zeros(1, 2, 2, 4, 3);
-    let yr = recurrent(
+    let yr = recurrent_y(
         &mut st, &inp.q, &inp.k, &inp.v, &inp.alpha, dims, &tables, 1e-6,
     )
     .unwrap();
@@ -344,7 +325,7 @@ fn exponential_baselines_chain_naive_recurrent_chunked() {
         cw: &cw,
     };
     let rates = vort::retention::Rates::Learned(uvar.as_tensor().clone());
-    let (o, g) = chunked_raw::<f64>(&x, &rates, 6, None, true).unwrap();
+    let (o, g) = vort::retention::chunk::<f64>(&x, &rates, 6, None, true).unwrap();
     let y = normalise(&o, 1e-6).unwrap();
     assert!(rel_rms(&to_f64(&y), &yr) <= F64_SAME_KERNEL_REL);
     assert!(rel_rms(&g.unwrap().g, &st.g) <= F64_SAME_KERNEL_REL);
@@ -361,17 +342,7 @@ fn exponential_baselines_chain_naive_recurrent_chunked() {
                 .map(|i| NodeTable::fixed(uu[i].clone(), c[i].clone()).unwrap())
                 .collect();
             dot(
-                &naive(
-                    &inp.q,
-                    &inp.k,
-                    &inp.v,
-                    &inp.alpha,
-                    dims,
-                    &tb,
-                    Kernel::Soe,
-                    1e-6,
-                )
-                .unwrap(),
+                &naive_y(&inp.q, &inp.k, &inp.v, &inp.alpha, dims, &tb, 1e-6).unwrap(),
                 &w,
             )
         };

@@ -5,9 +5,7 @@ mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
 use common::*;
-use vort::retention::chunked::chunked_raw;
-use vort::retention::fused::fused_raw;
-use vort::retention::{node_weights, normalise, with_ones};
+use vort::retention::{chunk, fused_chunk, node_weights, normalise, with_ones};
 use vort::tol::*;
 use vort::{Dims, NodeMode, NodeSpec, NodeTable};
 
@@ -75,71 +73,11 @@ fn fused_matches_autodiff_of_plain_chunked_f64() {
         .build()
         .unwrap();
         let t = std::slice::from_ref(&tb);
-        check(
-            Dims {
-                b: 1,
-                h: 2,
-                t: 1,
-                f: 3,
-                d: 2,
-            },
-            4,
-            t,
-            DType::F64,
-            1,
-        );
-        check(
-            Dims {
-                b: 2,
-                h: 2,
-                t: 63,
-                f: 5,
-                d: 4,
-            },
-            16,
-            t,
-            DType::F64,
-            2,
-        );
-        check(
-            Dims {
-                b: 1,
-                h: 2,
-                t: 63,
-                f: 5,
-                d: 4,
-            },
-            1,
-            t,
-            DType::F64,
-            3,
-        );
-        check(
-            Dims {
-                b: 1,
-                h: 1,
-                t: 40,
-                f: 60,
-                d: 60,
-            },
-            7,
-            t,
-            DType::F64,
-            4,
-        );
-        check(
-            Dims {
-                b: 1,
-                h: 2,
-                t: 20,
-                f: 4,
-                d: 3,
-            },
-            32,
-            t,
-            DType::F64,
-            5,
-        );
+        check(Dims::new(1, 2, 1, 3, 2), 4, t, DType::F64, 1);
+        check(Dims::new(2, 2, 63, 5, 4), 16, t, DType::F64, 2);
+        check(Dims::new(1, 2, 63, 5, 4), 1, t, DType::F64, 3);
+        check(Dims::new(1, 1, 40, 60, 60), 7, t, DType::F64, 4);
+        check(Dims::new(1, 2, 20, 4, 3), 32, t, DType::F64, 5);
     }
 }
 
@@ -155,13 +93,7 @@ fn fused_matches_autodiff_f32_and_per_head_rates() {
     .build()
     .unwrap();
     check(
-        Dims {
-            b: 2,
-            h: 2,
-            t: 100,
-            f: 8,
-            d: 6,
-        },
+        Dims::new(2, 2, 100, 8, 6),
         32,
         std::slice::from_ref(&tb),
         DType::F32,
@@ -170,13 +102,7 @@ fn fused_matches_autodiff_f32_and_per_head_rates() {
     // order 0: no nodes at all (y_t = v_t up to eps_den)
     let t0 = NodeTable::banks_at(&[0.0], 64, 1e-4).unwrap();
     check(
-        Dims {
-            b: 1,
-            h: 2,
-            t: 30,
-            f: 4,
-            d: 3,
-        },
+        Dims::new(1, 2, 30, 4, 3),
         8,
         std::slice::from_ref(&t0),
         DType::F64,
@@ -185,32 +111,14 @@ fn fused_matches_autodiff_f32_and_per_head_rates() {
     // per-head rates (baseline mixtures): two fixed tables with the same N
     let t0 = NodeTable::fixed(vec![0.01, 0.1, 1.0], vec![0.5, 0.3, 0.2]).unwrap();
     let t1 = NodeTable::fixed(vec![0.002, 0.05, 0.7], vec![0.2, 0.2, 0.6]).unwrap();
-    check(
-        Dims {
-            b: 1,
-            h: 2,
-            t: 45,
-            f: 4,
-            d: 3,
-        },
-        8,
-        &[t0, t1],
-        DType::F64,
-        7,
-    );
+    check(Dims::new(1, 2, 45, 4, 3), 8, &[t0, t1], DType::F64, 7);
 }
 
 #[test]
 fn fused_is_zero_state_chunked_for_long_horizon_slow_modes() {
     // u ~ 1e-7 (λ rounds to 1 in f32): the μ form keeps the f32 fused op on the f64 answer.
     let tb = NodeTable::fixed(vec![1e-7, 1e-3], vec![0.5, 0.5]).unwrap();
-    let dims = Dims {
-        b: 1,
-        h: 1,
-        t: 300,
-        f: 4,
-        d: 3,
-    };
+    let dims = Dims::new(1, 1, 300, 4, 3);
     let inp = Inputs::new(dims, 0.0, 9);
     let (q, k, v, a) = inp.tensors(DType::F64);
     let cw = node_weights(a.as_tensor(), std::slice::from_ref(&tb)).unwrap();
@@ -232,10 +140,10 @@ fn fused_is_zero_state_chunked_for_long_horizon_slow_modes() {
     assert!(e <= F32_SAME_KERNEL_REL, "{e:e}");
 }
 
+/// The fused form's final state (the chunked state recurrence alone, its prefill path for
+/// decoding) equals the recurrent form's, continuing from a non-empty state.
 #[test]
-fn prefill_state_equals_recurrent_state() {
-    use vort::retention::node_weights_host;
-    use vort::retention::recurrent::recurrent;
+fn fused_final_state_equals_recurrent_state() {
     use vort::retention::State;
     let tb = NodeSpec {
         mode: NodeMode::Banks,
@@ -247,40 +155,41 @@ fn prefill_state_equals_recurrent_state() {
     .build()
     .unwrap();
     let tables = std::slice::from_ref(&tb);
-    let dims = Dims {
-        b: 2,
-        h: 2,
-        t: 75,
-        f: 5,
-        d: 4,
-    };
+    let dims = Dims::new(2, 2, 75, 5, 4);
     let inp = Inputs::new(dims, 0.3, 10);
     let mut st = State::<f64>::zeros(2, 2, tb.len(), 5, 4);
-    recurrent(
+    recurrent_y(
         &mut st, &inp.q, &inp.k, &inp.v, &inp.alpha, dims, tables, 1e-6,
     )
     .unwrap();
-    let cw: Vec<f64> = node_weights_host(&inp.alpha, dims, tables).unwrap();
-    let mut pre = State::<f64>::zeros(2, 2, tb.len(), 5, 4);
-    // two calls: prefill continues from a non-empty state
+    let mut pre = None;
+    // two calls: the second continues from a non-empty state
     let cut = |x: &[f64], w: usize, t0: usize, t1: usize| -> Vec<f64> {
         (0..4)
             .flat_map(|bh| x[(bh * 75 + t0) * w..(bh * 75 + t1) * w].to_vec())
             .collect()
     };
-    let n = tb.len();
     for (t0, t1) in [(0, 40), (40, 75)] {
-        vort::retention::fused::prefill_state(
-            &mut pre,
+        let ([q, k, vp, cw], rates) = host_call(
+            &cut(&inp.q, 5, t0, t1),
             &cut(&inp.k, 5, t0, t1),
             &cut(&inp.v, 4, t0, t1),
-            &cut(&cw, n, t0, t1),
-            t1 - t0,
-            std::slice::from_ref(&tb.u),
-            16,
+            &cut(&inp.alpha, 1, t0, t1),
+            Dims::new(2, 2, t1 - t0, 5, 4),
+            tables,
         )
         .unwrap();
+        let x = vort::retention::Inputs {
+            q: &q,
+            k: &k,
+            vp: &vp,
+            cw: &cw,
+        };
+        pre = fused_chunk::<f64>(&x, &rates, 16, pre.as_ref(), true)
+            .unwrap()
+            .1;
     }
+    let pre = pre.unwrap();
     assert_eq!(pre.pos, 75);
     let e = rel_rms(&pre.g, &st.g);
     assert!(e <= F64_SAME_KERNEL_REL, "{e:e}");
@@ -288,7 +197,6 @@ fn prefill_state_equals_recurrent_state() {
 
 #[test]
 fn fused_f32_long_sequence_stays_close_to_f64_recurrent() {
-    use vort::retention::recurrent::recurrent;
     use vort::retention::State;
     for mode in [NodeMode::Banks, NodeMode::Shared] {
         let tb = NodeSpec {
@@ -301,16 +209,10 @@ fn fused_f32_long_sequence_stays_close_to_f64_recurrent() {
         .build()
         .unwrap();
         let tables = std::slice::from_ref(&tb);
-        let dims = Dims {
-            b: 1,
-            h: 1,
-            t: 4096,
-            f: 4,
-            d: 3,
-        };
+        let dims = Dims::new(1, 1, 4096, 4, 3);
         let inp = Inputs::new(dims, 0.1, 20);
         let mut st = State::<f64>::zeros(1, 1, tb.len(), 4, 3);
-        let y64 = recurrent(
+        let y64 = recurrent_y(
             &mut st, &inp.q, &inp.k, &inp.v, &inp.alpha, dims, tables, 1e-6,
         )
         .unwrap();
@@ -339,16 +241,8 @@ fn fused_f32_long_sequence_stays_close_to_f64_recurrent() {
 /// the initial state's readout).
 #[test]
 fn the_four_forms_agree_on_uneven_pieces_with_carried_states() {
-    use vort::retention::naive::naive_raw;
-    use vort::retention::recurrent::recurrent_raw;
-    use vort::retention::{Inputs as Call, Rates, State};
-    let dims = Dims {
-        b: 2,
-        h: 2,
-        t: 61,
-        f: 4,
-        d: 3,
-    };
+    use vort::retention::{naive, naive_recurrent, Inputs as Call, Rates, State};
+    let dims = Dims::new(2, 2, 61, 4, 3);
     let lens = [1usize, 7, 30, 23];
     for (mode, per_head) in [
         (NodeMode::Banks, false),
@@ -402,10 +296,10 @@ fn the_four_forms_agree_on_uneven_pieces_with_carried_states() {
             let mut outs = Vec::new();
             for (i, st) in states.iter_mut().enumerate() {
                 let run = match i {
-                    0 => naive_raw,
-                    1 => recurrent_raw,
-                    2 => chunked_raw,
-                    _ => fused_raw,
+                    0 => naive,
+                    1 => naive_recurrent,
+                    2 => chunk,
+                    _ => fused_chunk,
                 };
                 let (o, g) = run(&x, &rates, 8, st.as_ref(), true).unwrap();
                 let g = g.unwrap();
@@ -422,7 +316,7 @@ fn the_four_forms_agree_on_uneven_pieces_with_carried_states() {
                 outs.push((to_f64(&o), g.g.clone(), grads));
                 *st = Some(g);
             }
-            let names = ["naive", "recurrent", "chunked", "fused"];
+            let names = ["naive", "naive_recurrent", "chunk", "fused_chunk"];
             for i in 1..4 {
                 let e = rel_rms(&outs[i].0, &outs[0].0);
                 assert!(
@@ -454,10 +348,10 @@ fn the_four_forms_agree_on_uneven_pieces_with_carried_states() {
         };
         for (i, st) in states.iter().enumerate() {
             let run = match i {
-                0 => naive_raw,
-                1 => recurrent_raw,
-                2 => chunked_raw,
-                _ => fused_raw,
+                0 => naive,
+                1 => naive_recurrent,
+                2 => chunk,
+                _ => fused_chunk,
             };
             let horizon = if per_head { 61 } else { 64 };
             match run(&x, &rates, 8, st.as_ref(), true) {
@@ -492,7 +386,7 @@ fn fused_rate_gradient_matches_autodiff_of_chunked() {
         (2, 3, 70, 8, 5, 1, 3, 32, DType::F32),
     ];
     for (case, &(b, h, t, f, d, n, hu, chunk, dt)) in cases.iter().enumerate() {
-        let dims = Dims { b, h, t, f, d };
+        let dims = Dims::new(b, h, t, f, d);
         let inp = Inputs::new(dims, 0.25, 40 + case as u64);
         let (q, k, v, _) = inp.tensors(dt);
         let dev = Device::Cpu;
@@ -548,9 +442,9 @@ fn fused_rate_gradient_matches_autodiff_of_chunked() {
             };
             let run = |fused: bool| {
                 let (o, st) = if fused {
-                    fused_raw::<f64>(&x, &rates, chunk, initial, true).unwrap()
+                    fused_chunk::<f64>(&x, &rates, chunk, initial, true).unwrap()
                 } else {
-                    chunked_raw::<f64>(&x, &rates, chunk, initial, true).unwrap()
+                    vort::retention::chunk::<f64>(&x, &rates, chunk, initial, true).unwrap()
                 };
                 let gr = (&o * &w).unwrap().sum_all().unwrap().backward().unwrap();
                 let grads: Vec<Vec<f64>> = [&q, &k, &v, &cw, &u]
@@ -585,13 +479,7 @@ fn fused_rate_gradient_matches_autodiff_of_chunked() {
 #[test]
 fn fused_rate_gradient_matches_finite_differences() {
     use vort::retention::{Inputs as Call, Rates};
-    let dims = Dims {
-        b: 1,
-        h: 2,
-        t: 29,
-        f: 3,
-        d: 2,
-    };
+    let dims = Dims::new(1, 2, 29, 3, 2);
     let inp = Inputs::new(dims, 0.25, 7);
     let (q, k, v, _) = inp.tensors(DType::F64);
     let dev = Device::Cpu;
@@ -608,7 +496,7 @@ fn fused_rate_gradient_matches_finite_differences() {
             cw: &cw,
         };
         let rates = Rates::Learned(uv.as_tensor().clone());
-        let (o, _) = fused_raw::<f64>(&x, &rates, 8, None, false).unwrap();
+        let (o, _) = fused_chunk::<f64>(&x, &rates, 8, None, false).unwrap();
         let l = (&o * &w).unwrap().sum_all().unwrap();
         let g = l.backward().unwrap();
         (

@@ -1,14 +1,12 @@
-//! The chain naive <- recurrent <- chunked (docs/DESIGN.md §5), for both memory modes: outputs, final
-//! states and gradients, with awkward shapes.
+//! The chain naive <- naive_recurrent <- chunk (docs/DESIGN.md §5), for both memory modes:
+//! outputs, final states and gradients, with awkward shapes; and the SOE forms against the exact
+//! GL kernel ([`vort::retention::exact_gl`]) within the certificate.
 
 mod common;
 
 use candle_core::{DType, Device, Tensor};
 use common::*;
-use vort::retention::chunked::chunked;
-use vort::retention::naive::{naive, Kernel};
-use vort::retention::recurrent::recurrent;
-use vort::retention::State;
+use vort::retention::{exact_gl, State};
 use vort::tol::*;
 use vort::{Dims, NodeMode, NodeSpec, NodeTable};
 
@@ -28,18 +26,29 @@ fn table(mode: NodeMode, horizon: u64) -> NodeTable {
 }
 
 fn dims(b: usize, h: usize, t: usize, f: usize, d: usize) -> Dims {
-    Dims { b, h, t, f, d }
+    Dims::new(b, h, t, f, d)
+}
+
+/// Which kernel the naive sum uses: the exact GL one ([`exact_gl`]) or the table's SOE (the
+/// contract's [`vort::retention::naive()`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kernel {
+    Exact,
+    Soe,
 }
 
 fn run_naive(inp: &Inputs, tb: &NodeTable, kernel: Kernel) -> Vec<f64> {
-    naive(
+    let f = match kernel {
+        Kernel::Exact => exact_gl,
+        Kernel::Soe => naive_y,
+    };
+    f(
         &inp.q,
         &inp.k,
         &inp.v,
         &inp.alpha,
         inp.dims,
         std::slice::from_ref(tb),
-        kernel,
         EPS_DEN,
     )
     .unwrap()
@@ -48,7 +57,7 @@ fn run_naive(inp: &Inputs, tb: &NodeTable, kernel: Kernel) -> Vec<f64> {
 fn run_recurrent(inp: &Inputs, tb: &NodeTable) -> (Vec<f64>, State<f64>) {
     let Dims { b, h, f, d, .. } = inp.dims;
     let mut st = State::<f64>::zeros(b, h, tb.len(), f, d);
-    let y = recurrent(
+    let y = recurrent_y(
         &mut st,
         &inp.q,
         &inp.k,
@@ -64,7 +73,7 @@ fn run_recurrent(inp: &Inputs, tb: &NodeTable) -> (Vec<f64>, State<f64>) {
 
 fn run_chunked(inp: &Inputs, tb: &NodeTable, chunk: usize, dt: DType) -> (Tensor, Tensor) {
     let (q, k, v, a) = inp.tensors(dt);
-    let (y, st) = chunked::<f64>(
+    let (y, st) = chunk_y::<f64>(
         &q,
         &k,
         &v,
@@ -204,7 +213,7 @@ fn recurrent_f32_matches_f64() {
     let (y64, _) = run_recurrent(&inp, &tb);
     let c = |x: &Vec<f64>| x.iter().map(|&v| v as f32).collect::<Vec<f32>>();
     let mut st = State::<f32>::zeros(1, 2, tb.len(), 5, 4);
-    let y32 = recurrent(
+    let y32 = recurrent_y(
         &mut st,
         &c(&inp.q),
         &c(&inp.k),
@@ -231,7 +240,7 @@ fn chunked_gradients_match_finite_differences_of_naive() {
         let (q, k, v, a) = inp.tensors(DType::F64);
         let wt = Tensor::from_vec(w.clone(), (1, 2, 23, 3), &Device::Cpu).unwrap();
         let (y, _) =
-            chunked::<f64>(&q, &k, &v, &a, std::slice::from_ref(&tb), 5, None, EPS_DEN).unwrap();
+            chunk_y::<f64>(&q, &k, &v, &a, std::slice::from_ref(&tb), 5, None, EPS_DEN).unwrap();
         let grads = (y * &wt).unwrap().sum_all().unwrap().backward().unwrap();
         for (which, var) in [&q, &k, &v, &a].into_iter().enumerate() {
             let g = to_f64(grads.get(var.as_tensor()).unwrap());
@@ -307,7 +316,7 @@ fn fixed_order_power_law_chain() {
         );
         // α has no effect on a fixed-order table: its gradient is exactly zero
         let (q, k, v, al) = inp.tensors(DType::F64);
-        let (y, _) = chunked::<f64>(
+        let (y, _) = chunk_y::<f64>(
             &q,
             &k,
             &v,

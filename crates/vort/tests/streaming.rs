@@ -4,8 +4,6 @@ mod common;
 
 use candle_core::DType;
 use common::*;
-use vort::retention::chunked::chunked;
-use vort::retention::recurrent::recurrent;
 use vort::retention::State;
 use vort::tol::*;
 use vort::{Dims, NodeMode, NodeSpec, VortError};
@@ -74,17 +72,11 @@ fn recurrent_in_pieces_equals_one_pass_f32() {
         }
         .build()
         .unwrap();
-        let dims = Dims {
-            b: 2,
-            h: 2,
-            t: 63,
-            f: 6,
-            d: 5,
-        };
+        let dims = Dims::new(2, 2, 63, 6, 5);
         let inp = Inputs::new(dims, 0.3, 11);
         let tables = std::slice::from_ref(&tb);
         let mut one = State::<f32>::zeros(2, 2, tb.len(), 6, 5);
-        let y1 = recurrent(
+        let y1 = recurrent_y(
             &mut one,
             &f32s(&inp.q),
             &f32s(&inp.k),
@@ -100,7 +92,7 @@ fn recurrent_in_pieces_equals_one_pass_f32() {
         let mut t0 = 0;
         for &l in &LENS {
             let p = piece(&inp, t0, t0 + l);
-            let y = recurrent(
+            let y = recurrent_y(
                 &mut st,
                 &f32s(&p.q),
                 &f32s(&p.k),
@@ -136,25 +128,19 @@ fn chunked_in_pieces_with_state_equals_one_pass() {
     }
     .build()
     .unwrap();
-    let dims = Dims {
-        b: 1,
-        h: 2,
-        t: 63,
-        f: 6,
-        d: 5,
-    };
+    let dims = Dims::new(1, 2, 63, 6, 5);
     let inp = Inputs::new(dims, 0.3, 12);
     let tables = std::slice::from_ref(&tb);
     for dt in [DType::F64, DType::F32] {
         let (q, k, v, a) = inp.tensors(dt);
-        let (y1, g1) = chunked::<f64>(&q, &k, &v, &a, tables, 8, None, EPS_DEN).unwrap();
+        let (y1, g1) = chunk_y::<f64>(&q, &k, &v, &a, tables, 8, None, EPS_DEN).unwrap();
         let mut state = None;
         let mut parts = Vec::new();
         let mut t0 = 0;
         for &l in &LENS {
             let p = piece(&inp, t0, t0 + l);
             let (q, k, v, a) = p.tensors(dt);
-            let (y, g) = chunked(&q, &k, &v, &a, tables, 8, state.as_ref(), EPS_DEN).unwrap();
+            let (y, g) = chunk_y(&q, &k, &v, &a, tables, 8, state.as_ref(), EPS_DEN).unwrap();
             parts.push(to_f64(&y));
             state = Some(g);
             t0 += l;
@@ -184,17 +170,11 @@ fn state_save_restore_round_trip_and_resume() {
     }
     .build()
     .unwrap();
-    let dims = Dims {
-        b: 1,
-        h: 3,
-        t: 40,
-        f: 4,
-        d: 3,
-    };
+    let dims = Dims::new(1, 3, 40, 4, 3);
     let inp = Inputs::new(dims, 0.4, 13);
     let tables = std::slice::from_ref(&tb);
     let run = |st: &mut State<f64>, p: &Inputs| {
-        recurrent(st, &p.q, &p.k, &p.v, &p.alpha, p.dims, tables, EPS_DEN).unwrap()
+        recurrent_y(st, &p.q, &p.k, &p.v, &p.alpha, p.dims, tables, EPS_DEN).unwrap()
     };
     let mut one = State::<f64>::zeros(1, 3, tb.len(), 4, 3);
     let y_all = run(&mut one, &inp);
@@ -244,7 +224,6 @@ fn state_save_restore_round_trip_and_resume() {
 /// the recurrent form leaves the state untouched when it refuses.
 #[test]
 fn every_form_refuses_contexts_past_the_horizon() {
-    use vort::retention::naive::{naive, Kernel};
     let horizon = 40;
     for mode in [NodeMode::Banks, NodeMode::Shared] {
         let spec = NodeSpec {
@@ -256,17 +235,7 @@ fn every_form_refuses_contexts_past_the_horizon() {
         };
         let tb = spec.build().unwrap();
         let tables = std::slice::from_ref(&tb);
-        let inp = Inputs::new(
-            Dims {
-                b: 1,
-                h: 2,
-                t: 41,
-                f: 3,
-                d: 2,
-            },
-            0.3,
-            5,
-        );
+        let inp = Inputs::new(Dims::new(1, 2, 41, 3, 2), 0.3, 5);
         let beyond = |e: VortError| match e {
             VortError::BeyondHorizon { context, horizon } => {
                 assert_eq!((context, horizon), (41, 40));
@@ -277,21 +246,14 @@ fn every_form_refuses_contexts_past_the_horizon() {
             other => panic!("expected BeyondHorizon, got {other}"),
         };
         beyond(
-            naive(
-                &inp.q,
-                &inp.k,
-                &inp.v,
-                &inp.alpha,
-                inp.dims,
-                tables,
-                Kernel::Soe,
-                EPS_DEN,
+            naive_y(
+                &inp.q, &inp.k, &inp.v, &inp.alpha, inp.dims, tables, EPS_DEN,
             )
             .unwrap_err(),
         );
         let (q, k, v, a) = inp.tensors(DType::F64);
         beyond(
-            chunked::<f64>(
+            chunk_y::<f64>(
                 q.as_tensor(),
                 k.as_tensor(),
                 v.as_tensor(),
@@ -306,7 +268,7 @@ fn every_form_refuses_contexts_past_the_horizon() {
         // recurrent: 30 tokens pass, the next 11 would reach 41 and are refused as a whole
         let first = piece(&inp, 0, 30);
         let mut st = State::<f64>::zeros(1, 2, tb.len(), 3, 2);
-        recurrent(
+        recurrent_y(
             &mut st,
             &first.q,
             &first.k,
@@ -320,7 +282,7 @@ fn every_form_refuses_contexts_past_the_horizon() {
         let before = st.clone();
         let rest = piece(&inp, 30, 41);
         beyond(
-            recurrent(
+            recurrent_y(
                 &mut st,
                 &rest.q,
                 &rest.k,
@@ -336,7 +298,7 @@ fn every_form_refuses_contexts_past_the_horizon() {
         // the same stream with a table for a longer horizon goes through
         let long = spec.with_horizon(1 << 20).build().unwrap();
         let mut st = State::<f64>::zeros(1, 2, long.len(), 3, 2);
-        let y = recurrent(
+        let y = recurrent_y(
             &mut st,
             &inp.q,
             &inp.k,

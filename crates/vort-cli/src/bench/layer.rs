@@ -5,7 +5,8 @@
 //! from f64 over a stream of up to 2^20 tokens.
 //!
 //! FLOP counts are those of the matrix products of the algorithm as implemented (the module
-//! doc of [`vort::retention::fused`]), 2·m·n·k each; elementwise work is not counted. Times are medians.
+//! doc of [`vort::retention::fused_chunk`](mod@vort::retention::fused_chunk)), 2·m·n·k each;
+//! elementwise work is not counted. Times are medians.
 
 use std::time::Instant;
 
@@ -14,12 +15,10 @@ use serde::{Deserialize, Serialize};
 
 use vort::error::Result;
 use vort::nodes::{NodeMode, NodeSpec};
-use vort::retention::chunked::chunked_raw;
-use vort::retention::fused::{fused_raw, prefill_state};
-use vort::retention::node_weights_host;
-use vort::retention::recurrent::recurrent;
-use vort::retention::State;
-use vort::retention::{node_weights, normalise, with_ones, Inputs, Rates};
+use vort::retention::{
+    chunk, fused_chunk, naive_recurrent, node_weights, node_weights_host, normalise, with_ones,
+    Inputs, Rates, State,
+};
 use vort::Dims;
 use vort_math::rng::XorShift64Star;
 
@@ -249,7 +248,7 @@ pub fn bench_layer(o: &LayerBenchOpts) -> Result<Vec<LayerBenchResult>> {
                 vp: &vp,
                 cw: &cw,
             };
-            let _ = fused_raw::<f32>(&x, &rates, o.chunk, None, false)?;
+            let _ = fused_chunk::<f32>(&x, &rates, o.chunk, None, false)?;
             Ok(())
         })?;
         let fwd_bwd = |fused: bool| -> Result<()> {
@@ -262,9 +261,9 @@ pub fn bench_layer(o: &LayerBenchOpts) -> Result<Vec<LayerBenchResult>> {
                 cw: &cw,
             };
             let o_raw = if fused {
-                fused_raw::<f32>(&x, &rates, o.chunk, None, false)?.0
+                fused_chunk::<f32>(&x, &rates, o.chunk, None, false)?.0
             } else {
-                chunked_raw::<f32>(&x, &rates, o.chunk, None, false)?.0
+                chunk::<f32>(&x, &rates, o.chunk, None, false)?.0
             };
             let y = normalise(&o_raw, 1e-6)?;
             let _ = (y * &w)?.sum_all()?.backward()?;
@@ -293,6 +292,22 @@ pub fn bench_layer(o: &LayerBenchOpts) -> Result<Vec<LayerBenchResult>> {
     Ok(out)
 }
 
+/// The contract's inputs q, k [B, H, T, F], v' = [v, 1] and cw [B, H, T, N] from host buffers
+/// (q, k, v and the node weights, row-major with the sizes of `dims`).
+fn host_inputs(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    cw: &[f32],
+    dims: Dims,
+    n: usize,
+) -> Result<[Tensor; 4]> {
+    let Dims { b, h, t, f, d, .. } = dims;
+    let dev = Device::Cpu;
+    let mk = |x: &[f32], w: usize| Tensor::from_vec(x.to_vec(), (b, h, t, w), &dev);
+    Ok([mk(q, f)?, mk(k, f)?, with_ones(&mk(v, d)?)?, mk(cw, n)?])
+}
+
 /// Decode latency at one context length.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DecodeResult {
@@ -304,13 +319,15 @@ pub struct DecodeResult {
     pub state_bytes: usize,
     /// Median latency of one decode step (all heads), microseconds.
     pub us_per_token: f64,
-    /// Time to prefill the context with [`prefill_state`], seconds.
+    /// Time to prefill the context with [`fused_chunk()`] (its forward and final state, as a
+    /// block prefills a stream), seconds.
     pub prefill_s: f64,
 }
 
 /// Recurrent decode latency: one layer core (B = 1, H heads, F, D) whose memory is certified
-/// for the largest context plus the timed steps; the state is prefilled with random tokens up to each context in
-/// turn ([`prefill_state`]), then `steps` single-token steps are timed.
+/// for the largest context plus the timed steps; the state is prefilled with random tokens up
+/// to each context in turn ([`fused_chunk()`] with its final state), then `steps` single-token
+/// steps of [`naive_recurrent()`] are timed (node weights, the step and the normalisation).
 ///
 /// # Errors
 /// Invalid options.
@@ -336,6 +353,7 @@ pub fn bench_decode(
     }
     .build()?;
     let tables = std::slice::from_ref(&table);
+    let rates = Rates::of_tables(tables)?;
     let n = table.len();
     let mut st = State::<f32>::zeros(1, h, n, f, d);
     let mut rng = XorShift64Star::new(11);
@@ -346,7 +364,7 @@ pub fn bench_decode(
         let t0 = Instant::now();
         while st.pos < ctx {
             let t = ((ctx - st.pos) as usize).min(piece);
-            let dims = Dims { b: 1, h, t, f, d };
+            let dims = Dims::new(1, h, t, f, d);
             let k: Vec<f32> = (0..h * t * f).map(|_| (rng.unif() * sc) as f32).collect();
             let v: Vec<f32> = (0..h * t * d)
                 .map(|_| (2.0 * rng.unif() - 1.0) as f32)
@@ -355,16 +373,21 @@ pub fn bench_decode(
                 .map(|_| delta + (1.0 - delta) * rng.unif())
                 .collect();
             let cw: Vec<f32> = node_weights_host(&a, dims, tables)?;
-            prefill_state(&mut st, &k, &v, &cw, t, std::slice::from_ref(&table.u), 64)?;
+            // q does not change the state: zeros (the random draws stay those of the prefill)
+            let q = vec![0f32; h * t * f];
+            let [q, k, vp, cw] = host_inputs(&q, &k, &v, &cw, dims, n)?;
+            let x = Inputs {
+                q: &q,
+                k: &k,
+                vp: &vp,
+                cw: &cw,
+            };
+            st = fused_chunk::<f32>(&x, &rates, 64, Some(&st), true)?
+                .1
+                .expect("final state asked for");
         }
         let prefill_s = t0.elapsed().as_secs_f64();
-        let dims = Dims {
-            b: 1,
-            h,
-            t: 1,
-            f,
-            d,
-        };
+        let dims = Dims::new(1, h, 1, f, d);
         let mut lat = Vec::with_capacity(steps);
         for _ in 0..steps {
             let q: Vec<f32> = (0..h * f).map(|_| (rng.unif() * sc) as f32).collect();
@@ -374,7 +397,17 @@ pub fn bench_decode(
                 .collect();
             let a: Vec<f64> = (0..h).map(|_| delta + (1.0 - delta) * rng.unif()).collect();
             let t1 = Instant::now();
-            let _ = recurrent(&mut st, &q, &k, &v, &a, dims, tables, 1e-6)?;
+            let cw: Vec<f32> = node_weights_host(&a, dims, tables)?;
+            let [q, k, vp, cw] = host_inputs(&q, &k, &v, &cw, dims, n)?;
+            let x = Inputs {
+                q: &q,
+                k: &k,
+                vp: &vp,
+                cw: &cw,
+            };
+            let (o, next) = naive_recurrent::<f32>(&x, &rates, 1, Some(&st), true)?;
+            let _ = normalise(&o, 1e-6)?;
+            st = next.expect("final state asked for");
             lat.push(t1.elapsed().as_secs_f64() * 1e6);
         }
         out.push(DecodeResult {
@@ -437,7 +470,7 @@ pub fn bench_crossover(
                 vp: &vp,
                 cw: &cw,
             };
-            let (o, _) = fused_raw::<f32>(&x, &rates, 64, None, false)?;
+            let (o, _) = fused_chunk::<f32>(&x, &rates, 64, None, false)?;
             let _ = normalise(&o, 1e-6)?;
             Ok(())
         })?;

@@ -2,10 +2,11 @@
 //!
 //! One head (B = H = 1), F = D = 16, random tokens: features φq, φk uniform in [0, 1), values
 //! standard normal, orders α uniform in [δ, 1]. The same inputs (rounded to f32 once, so both
-//! runs see identical values) stream through [`recurrent::<f32>`](recurrent) and
-//! [`recurrent::<f64>`](recurrent) in pieces, carrying each [`State`], so memory stays bounded
-//! whatever the length. The inputs of each piece are generated as it is fed, every token from
-//! a generator seeded by (seed, position): the result does not depend on the piece size.
+//! runs see identical values) stream through [`naive_recurrent::<f32>`](naive_recurrent()) and
+//! [`naive_recurrent::<f64>`](naive_recurrent()) in pieces, carrying each [`State`], so memory
+//! stays bounded whatever the length. The inputs of each piece are generated as it is fed,
+//! every token from a generator seeded by (seed, position) ([`Stream::BenchToken`]): the result
+//! does not depend on the piece size.
 //!
 //! The error is [`vort::tol::rel_rms`] of the f32 outputs against the f64 ones,
 //! ‖y32 - y64‖₂ / ‖y64‖₂, accumulated per window of stream positions (log-spaced windows
@@ -18,12 +19,14 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::load_avg_1min;
+use candle_core::{Device, Tensor, WithDType};
 use vort::error::{Result, VortError};
 use vort::nodes::{NodeMode, NodeSpec, NodeTable};
-use vort::retention::recurrent::recurrent;
-use vort::retention::State;
+use vort::retention::{
+    naive_recurrent, node_weights_host, normalise, with_ones, Inputs, Rates, State,
+};
 use vort::Dims;
-use vort_math::rng::XorShift64Star;
+use vort_math::rng::{stream_seed, Stream, XorShift64Star};
 
 /// The relative-RMS budget of f32 streaming against f64.
 pub const STREAM_DRIFT_BUDGET: f64 = 1e-3;
@@ -164,14 +167,6 @@ pub fn log_bins(tokens: u64, count: usize) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// splitmix64, to seed a generator per token from (seed, position).
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// One piece's inputs in f32, and the same values in f64.
 struct Piece {
     q: Vec<f32>,
@@ -197,7 +192,7 @@ fn piece_inputs(o: &StreamDriftOpts, start: u64, t: usize) -> Piece {
         alpha: Vec::with_capacity(t),
     };
     for pos in start..start + t as u64 {
-        let mut r = XorShift64Star::new(mix(o.seed ^ mix(pos)));
+        let mut r = XorShift64Star::new(stream_seed(o.seed, Stream::BenchToken, pos));
         p.q.extend((0..f).map(|_| r.unif() as f32));
         p.k.extend((0..f).map(|_| r.unif() as f32));
         p.v.extend((0..d).map(|_| r.normal() as f32));
@@ -276,6 +271,36 @@ pub fn bench_stream_drift_with(
     })
 }
 
+/// One piece through [`naive_recurrent`] in `T` from `state` (replaced by the state after it),
+/// node weights c_n(α) on the host: the normalised y [B, H, T, D].
+#[allow(clippy::too_many_arguments)]
+fn step<T: WithDType>(
+    state: &mut State<T>,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    alpha: &[f64],
+    dims: Dims,
+    tables: &[NodeTable],
+    eps_den: f64,
+) -> Result<Vec<T>> {
+    let Dims { b, h, t, f, d, .. } = dims;
+    let cw: Vec<T> = node_weights_host(alpha, dims, tables)?;
+    let dev = Device::Cpu;
+    let mk = |x: &[T], w: usize| Tensor::from_vec(x.to_vec(), (b, h, t, w), &dev);
+    let (q, k, vp) = (mk(q, f)?, mk(k, f)?, with_ones(&mk(v, d)?)?);
+    let cw = mk(&cw, state.n)?;
+    let x = Inputs {
+        q: &q,
+        k: &k,
+        vp: &vp,
+        cw: &cw,
+    };
+    let (o, next) = naive_recurrent(&x, &Rates::of_tables(tables)?, 1, Some(&*state), true)?;
+    *state = next.expect("final state asked for");
+    Ok(normalise(&o, eps_den)?.flatten_all()?.to_vec1::<T>()?)
+}
+
 fn drift_one_mode(
     o: &StreamDriftOpts,
     mode: NodeMode,
@@ -295,23 +320,17 @@ fn drift_one_mode(
     let mut w = 0;
     while s64.pos < o.tokens {
         let t = (o.tokens - s64.pos).min(o.piece as u64) as usize;
-        let dims = Dims {
-            b: 1,
-            h: 1,
-            t,
-            f: o.f,
-            d: o.d,
-        };
+        let dims = Dims::new(1, 1, t, o.f, o.d);
         let start = s64.pos;
         let p = piece_inputs(o, start, t);
         let (y32, y64) = rayon::join(
             || {
-                recurrent(
+                step(
                     &mut s32, &p.q, &p.k, &p.v, &p.alpha, dims, tables, o.eps_den,
                 )
             },
             || {
-                recurrent(
+                step(
                     &mut s64, &p.q64, &p.k64, &p.v64, &p.alpha, dims, tables, o.eps_den,
                 )
             },

@@ -1,24 +1,29 @@
-//! The retention core in its four forms, chained in the tests (fla's layout, docs/DESIGN.md §2 and §5):
+//! The retention core in its four forms, fla's layout and names (docs/DESIGN.md §2 and §5), one
+//! public function each under one contract:
 //!
-//! - [`naive`]: the O(T²) f64 reference (exact GL kernel or the table's SOE);
-//! - [`recurrent`]: one token at a time, the streaming and decoding form;
-//! - [`chunked`]: the training form in plain candle ops (autodiff twin of the fused op);
-//! - [`fused`]: the fused CustomOp with a hand-written backward, and the state prefill.
+//! - [`naive()`]: the O(T²) f64 reference of the table's SOE kernel, summed pair by pair;
+//! - [`naive_recurrent()`]: one token at a time on the host, the streaming and decoding form;
+//! - [`chunk()`]: the training form in plain candle ops, differentiable by candle's autodiff
+//!   (the twin the fused op is tested against);
+//! - [`fused_chunk()`]: the fused CustomOp with a hand-written backward (the training form).
 //!
 //! The contract (fla's): every form takes the same [`Inputs`] (φq, φk, v' = [v, 1] and the
-//! per-token node weights), the same [`Rates`], a chunk length, an optional initial [`State`]
-//! and whether to return the final one, and returns the unnormalised output o [B, H, T, D+1]
-//! with that state:
+//! per-token node weights), the same [`Rates`], a chunk length (which the naive and recurrent
+//! forms ignore), an optional initial [`State`] and whether to return the final one, and returns
+//! the unnormalised output o [B, H, T, D+1] with that state:
 //!
 //! ```text
 //! form(&Inputs, &Rates, chunk, initial_state: Option<&State<T>>, output_final_state: bool)
 //!     -> (o, Option<State<T>>)
 //! ```
 //!
-//! [`naive::naive_raw`] (f64, O(T²)), [`recurrent::recurrent_raw`] (host, token by token),
-//! [`chunked::chunked_raw`] (candle autodiff) and [`fused::fused_raw`] (custom op). The tests
-//! chain them on pieces of uneven length with carried states. Every form refuses a context
-//! (initial position + T) past the rates' certified horizon.
+//! The tests chain naive <- naive_recurrent <- chunk <- fused_chunk on pieces of uneven length
+//! with carried states. Every form refuses a context (initial position + T) past the rates'
+//! certified horizon.
+//!
+//! Beside them, [`exact_gl`] is the naive sum with the exact Grünwald–Letnikov kernel, a
+//! different kernel (the model the SOE approximates, within its certificate): it has no state
+//! and is what the tests and `vort retention --form naive` compare the SOE against.
 //!
 //! This module also holds what the forms share: the table checks (one table for all heads or one
 //! per head; the certified horizon), per-token node weights c_n(α) on the host and as a tensor
@@ -30,10 +35,15 @@ use crate::dims::Dims;
 use crate::error::{Result, VortError};
 use crate::nodes::NodeTable;
 
-pub mod chunked;
-pub mod fused;
+pub mod chunk;
+pub mod fused_chunk;
 pub mod naive;
-pub mod recurrent;
+pub mod naive_recurrent;
+
+pub use chunk::chunk;
+pub use fused_chunk::fused_chunk;
+pub use naive::{exact_gl, naive};
+pub use naive_recurrent::naive_recurrent;
 
 /// One call's inputs, shared by every form: q, k [B, H, T, F] (nonnegative features),
 /// vp [B, H, T, D+1] (values with a last column of ones, which carries the denominator) and
@@ -51,11 +61,11 @@ pub struct Inputs<'a> {
 }
 
 impl Inputs<'_> {
-    /// (B, H, T, F, D+1, N), checked for consistency.
+    /// The call's sizes (B, H, T, F, D, N; position 0), checked for consistency.
     ///
     /// # Errors
     /// Shapes that do not agree.
-    pub fn dims(&self) -> Result<(usize, usize, usize, usize, usize, usize)> {
+    pub fn dims(&self) -> Result<Dims> {
         let (b, h, t, f) = dims4("q", self.q)?;
         let (_, _, _, d1) = dims4("vp", self.vp)?;
         let (_, _, _, n) = dims4("cw", self.cw)?;
@@ -79,27 +89,17 @@ impl Inputs<'_> {
                 expected: "[B, H, T, D+1] with D >= 1".into(),
             });
         }
-        Ok((b, h, t, f, d1, n))
+        Ok(Dims {
+            n,
+            ..Dims::new(b, h, t, f, d1 - 1)
+        })
     }
 }
 
-/// The sizes of one contract call, after [`begin`] checked them.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Call {
-    pub b: usize,
-    pub h: usize,
-    pub t: usize,
-    pub f: usize,
-    /// D + 1 (the ones column included).
-    pub d1: usize,
-    pub n: usize,
-    /// Tokens before this call (the initial state's position, or 0).
-    pub pos: u64,
-}
-
 /// The checks every form makes before computing: the inputs agree, the rates fit their heads
-/// and nodes, the initial state has the call's sizes, and the context (start position + T)
-/// is inside the rates' certified horizon.
+/// and nodes, the initial state has the call's sizes, and the context (start position + T) is
+/// inside the rates' certified horizon. Returns the call's sizes, with the initial state's
+/// position (or 0).
 ///
 /// # Errors
 /// Shape mismatches, a state of other sizes, [`VortError::BeyondHorizon`].
@@ -107,23 +107,15 @@ pub(crate) fn begin<T: WithDType>(
     x: &Inputs,
     rates: &Rates,
     initial_state: Option<&State<T>>,
-) -> Result<Call> {
-    let (b, h, t, f, d1, n) = x.dims()?;
-    rates.check_shape(h, n)?;
+) -> Result<Dims> {
+    let mut dims = x.dims()?;
+    rates.check_shape(dims.h, dims.n)?;
     if let Some(s) = initial_state {
-        s.check_dims(b, h, n, f, d1 - 1)?;
+        s.check_dims(&dims)?;
     }
-    let pos = initial_state.map_or(0, |s| s.pos);
-    rates.check_context(pos + t as u64)?;
-    Ok(Call {
-        b,
-        h,
-        t,
-        f,
-        d1,
-        n,
-        pos,
-    })
+    dims.pos = initial_state.map_or(0, |s| s.pos);
+    rates.check_context(dims.pos + dims.t as u64)?;
+    Ok(dims)
 }
 
 /// A tensor's values on the host in `T` (detached: no gradient).
@@ -136,7 +128,8 @@ pub(crate) fn host<T: WithDType>(x: &Tensor) -> Result<Vec<T>> {
 
 /// The decay rates u_n of the nodes, one row per head or one for all: fixed (node tables,
 /// with the horizon their kernel is certified for; or a baseline's constants, valid at every
-/// lag) or learned (a tensor that keeps its gradient; only the plain chunked form takes it).
+/// lag) or learned (a tensor whose gradient [`chunk()`] and [`fused_chunk()`] compute; the naive
+/// and recurrent forms take its values).
 #[derive(Debug, Clone)]
 pub enum Rates {
     /// Fixed rates `[Hu][N]` and the certified horizon (None: valid at every lag).
@@ -265,14 +258,6 @@ pub(crate) fn check_tables(tables: &[NodeTable], heads: usize) -> Result<()> {
             tables.len()
         )))
     }
-}
-
-/// Refuses a context of `context` tokens past any table's certified horizon.
-///
-/// # Errors
-/// [`VortError::BeyondHorizon`].
-pub(crate) fn check_context(tables: &[NodeTable], context: u64) -> Result<()> {
-    tables.iter().try_for_each(|t| t.check_context(context))
 }
 
 /// Node weights c_n(α) of every token, differentiable in α: alpha [B, H, T] -> [B, H, T, N]
@@ -406,11 +391,12 @@ impl<T: WithDType> State<T> {
         }
     }
 
-    /// Checks the sizes [B, H, N, F, D] against a call's.
+    /// Checks the sizes B, H, N, F, D against a call's.
     ///
     /// # Errors
     /// [`VortError::InvalidArgument`] naming both.
-    pub fn check_dims(&self, b: usize, h: usize, n: usize, f: usize, d: usize) -> Result<()> {
+    pub fn check_dims(&self, dims: &Dims) -> Result<()> {
+        let Dims { b, h, n, f, d, .. } = *dims;
         if (self.b, self.h, self.n, self.f, self.d) == (b, h, n, f, d) {
             Ok(())
         } else {

@@ -1,51 +1,41 @@
-//! The O(T²) reference (docs/DESIGN.md §2), f64, one loop over (t, i): the twin every fast form is
-//! tested against.
+//! The O(T²) references (docs/DESIGN.md §2), f64, one loop over (t, i): the twins every fast
+//! form is tested against.
+//!
+//! - [`naive`]: the form of the retention contract, the SOE kernel of the node weights and
+//!   rates, K_i(j) = Σ_n c_n(α_i) e^(-u_n j) (K_i(0) = 1), which the recurrent and chunked forms
+//!   compute exactly; it carries states like them.
+//! - [`exact_gl`]: a different kernel, the exact Grünwald–Letnikov one the SOE approximates
+//!   (`NodeTable::exact_kernel`: w_j(α_i) for shared nodes, the bank split
+//!   β w_j(a_k) + (1-β) w_j(a_(k+1)) for banks), normalised, with no state:
 //!
 //! ```text
 //! y_t = Σ_{i<=t} K_i(t-i) (φq_t·φk_i) v_i / (Σ_{i<=t} K_i(t-i) (φq_t·φk_i) + eps_den)
 //! ```
-//!
-//! with K_i the exact GL kernel of token i's order ([`Kernel::Exact`], `NodeTable::exact_kernel`:
-//! w_j(α_i) for shared nodes, the bank split β w_j(a_k) + (1-β) w_j(a_(k+1)) for banks), or the
-//! table's own SOE ([`Kernel::Soe`]) which the recurrent and chunked forms compute exactly.
 
-use super::{begin, check_context, check_tables, host, table_for, Call, Inputs, Rates, State};
+use super::{begin, check_tables, host, table_for, Inputs, Rates, State};
 use crate::dims::Dims;
 use crate::error::Result;
 use crate::nodes::NodeTable;
 use candle_core::{Tensor, WithDType};
 
-/// Which kernel the naive form uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kernel {
-    /// The exact Grünwald–Letnikov weights (the model the SOE approximates).
-    Exact,
-    /// The table's SOE, K(j) = Σ c_n(α) e^(-u_n j): what recurrent/chunked compute.
-    Soe,
-}
-
-/// Naive retention. q, k: [B, H, T, F]; v: [B, H, T, D]; alpha: [B, H, T]; `tables`: 1 or H.
-/// Returns y: [B, H, T, D]. Exact up to f64 rounding for the chosen kernel.
+/// The naive sum with the exact GL kernel (not the SOE: see the module doc). q, k: [B, H, T, F];
+/// v: [B, H, T, D]; alpha: [B, H, T]; `tables`: 1 or H. Returns y: [B, H, T, D], exact up to
+/// f64 rounding. The exact kernel is valid at every lag, so no horizon is checked.
 ///
 /// # Errors
-/// Wrong buffer lengths or table count; with [`Kernel::Soe`], T past the tables' horizon.
-#[allow(clippy::too_many_arguments)]
-pub fn naive(
+/// Wrong buffer lengths or table count.
+pub fn exact_gl(
     q: &[f64],
     k: &[f64],
     v: &[f64],
     alpha: &[f64],
     dims: Dims,
     tables: &[NodeTable],
-    kernel: Kernel,
     eps_den: f64,
 ) -> Result<Vec<f64>> {
     dims.check(q.len(), k.len(), v.len(), alpha.len())?;
     check_tables(tables, dims.h)?;
-    if kernel == Kernel::Soe {
-        check_context(tables, dims.t as u64)?;
-    }
-    let Dims { b, h, t, f, d } = dims;
+    let Dims { b, h, t, f, d, .. } = dims;
     let mut y = vec![0.0; b * h * t * d];
     for bh in 0..b * h {
         let table = table_for(tables, bh % h);
@@ -56,10 +46,7 @@ pub fn naive(
         let mut kern = vec![0.0; t * t];
         for i in 0..t {
             for j in 0..t - i {
-                kern[i * t + j] = match kernel {
-                    Kernel::Exact => table.exact_kernel(alpha[ao + i], j as u64)?,
-                    Kernel::Soe => table.kernel(alpha[ao + i], j as u64),
-                };
+                kern[i * t + j] = table.exact_kernel(alpha[ao + i], j as u64)?;
             }
         }
         let mut num = vec![0.0; d];
@@ -94,27 +81,23 @@ pub fn naive(
 /// ```
 ///
 /// The reference of the state-carrying forms. (The exact GL kernel has no state: it is
-/// [`naive`] with [`Kernel::Exact`].) Learned rates are taken by value (no gradient).
+/// [`exact_gl`].) Learned rates are taken by value (no gradient).
 ///
 /// # Errors
 /// Shape mismatches; a state of other sizes; initial position + T past the rates' certified
 /// horizon.
-pub fn naive_raw<T: WithDType>(
+pub fn naive<T: WithDType>(
     x: &Inputs,
     rates: &Rates,
     _chunk: usize,
     initial_state: Option<&State<T>>,
     output_final_state: bool,
 ) -> Result<(Tensor, Option<State<T>>)> {
-    let Call {
-        b,
-        h,
-        t,
-        f,
-        d1,
-        n,
-        pos,
-    } = begin(x, rates, initial_state)?;
+    let dims = begin(x, rates, initial_state)?;
+    let Dims {
+        b, h, t, f, n, pos, ..
+    } = dims;
+    let d1 = dims.d1();
     let (q, k, vp, cw): (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) =
         (host(x.q)?, host(x.k)?, host(x.vp)?, host(x.cw)?);
     let rows = rates.host_rows()?;

@@ -1,8 +1,9 @@
 //! Deterministic inputs and finite differences shared by the integration tests.
 #![allow(dead_code)]
 
-use candle_core::{DType, Device, Tensor, Var};
-use vort::Dims;
+use candle_core::{DType, Device, Tensor, Var, WithDType};
+use vort::retention::{self, node_weights, node_weights_host, normalise, with_ones, Rates, State};
+use vort::{Dims, NodeTable};
 
 pub use vort::vort_math::rng::XorShift64Star as Rng;
 
@@ -20,7 +21,7 @@ pub struct Inputs {
 impl Inputs {
     pub fn new(dims: Dims, alpha_lo: f64, seed: u64) -> Self {
         let mut r = Rng::new(seed);
-        let Dims { b, h, t, f, d } = dims;
+        let Dims { b, h, t, f, d, .. } = dims;
         let sc = 1.0 / (f as f64).sqrt();
         let q = (0..b * h * t * f).map(|_| r.unif() * sc).collect();
         let k = (0..b * h * t * f).map(|_| r.unif() * sc).collect();
@@ -38,7 +39,7 @@ impl Inputs {
     }
 
     pub fn tensors(&self, dt: DType) -> (Var, Var, Var, Var) {
-        let Dims { b, h, t, f, d } = self.dims;
+        let Dims { b, h, t, f, d, .. } = self.dims;
         let dev = Device::Cpu;
         let mk = |x: &Vec<f64>, shape: &[usize]| {
             Var::from_tensor(
@@ -116,12 +117,12 @@ pub fn fused0(
     u: &[Vec<f64>],
     chunk: usize,
 ) -> vort::Result<Tensor> {
-    let x = vort::retention::Inputs { q, k, vp, cw };
-    let rates = vort::retention::Rates::Fixed {
+    let x = retention::Inputs { q, k, vp, cw };
+    let rates = Rates::Fixed {
         u: u.to_vec(),
         horizon: None,
     };
-    Ok(vort::retention::fused::fused_raw::<f64>(&x, &rates, chunk, None, false)?.0)
+    Ok(retention::fused_chunk::<f64>(&x, &rates, chunk, None, false)?.0)
 }
 
 /// The plain chunked form from a zero state, output only.
@@ -133,7 +134,109 @@ pub fn chunked0(
     u: &Tensor,
     chunk: usize,
 ) -> vort::Result<Tensor> {
-    let x = vort::retention::Inputs { q, k, vp, cw };
-    let rates = vort::retention::Rates::Learned(u.clone());
-    Ok(vort::retention::chunked::chunked_raw::<f64>(&x, &rates, chunk, None, false)?.0)
+    let x = retention::Inputs { q, k, vp, cw };
+    let rates = Rates::Learned(u.clone());
+    Ok(retention::chunk::<f64>(&x, &rates, chunk, None, false)?.0)
+}
+
+/// The contract's inputs from host buffers q, k [B, H, T, F], v [B, H, T, D] and α [B, H, T]
+/// (tensors in `T`): v' = [v, 1] and the node weights c_n(α) of `tables` computed on the host
+/// (`node_weights_host`), with the tables' rates.
+pub fn host_call<T: WithDType>(
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    alpha: &[f64],
+    dims: Dims,
+    tables: &[NodeTable],
+) -> vort::Result<([Tensor; 4], Rates)> {
+    dims.check(q.len(), k.len(), v.len(), alpha.len())?;
+    let Dims { b, h, t, f, d, .. } = dims;
+    let n = tables.first().map_or(0, NodeTable::len);
+    let cw: Vec<T> = node_weights_host(alpha, dims, tables)?;
+    let dev = Device::Cpu;
+    let mk =
+        |x: &[T], shape: (usize, usize, usize, usize)| Tensor::from_vec(x.to_vec(), shape, &dev);
+    let v = mk(v, (b, h, t, d))?;
+    Ok((
+        [
+            mk(q, (b, h, t, f))?,
+            mk(k, (b, h, t, f))?,
+            with_ones(&v)?,
+            mk(&cw, (b, h, t, n))?,
+        ],
+        Rates::of_tables(tables)?,
+    ))
+}
+
+/// [`retention::naive()`] (the SOE reference) from a zero state on host inputs, normalised:
+/// y [B, H, T, D].
+pub fn naive_y(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    alpha: &[f64],
+    dims: Dims,
+    tables: &[NodeTable],
+    eps_den: f64,
+) -> vort::Result<Vec<f64>> {
+    let ([q, k, vp, cw], rates) = host_call(q, k, v, alpha, dims, tables)?;
+    let x = retention::Inputs {
+        q: &q,
+        k: &k,
+        vp: &vp,
+        cw: &cw,
+    };
+    let (o, _) = retention::naive::<f64>(&x, &rates, 0, None, false)?;
+    Ok(to_f64(&normalise(&o, eps_den)?))
+}
+
+/// [`retention::naive_recurrent()`] on host inputs, continuing `state` (replaced by the final
+/// state; untouched on error), normalised: y [B, H, T, D] in `T`.
+#[allow(clippy::too_many_arguments)]
+pub fn recurrent_y<T: WithDType>(
+    state: &mut State<T>,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    alpha: &[f64],
+    dims: Dims,
+    tables: &[NodeTable],
+    eps_den: f64,
+) -> vort::Result<Vec<T>> {
+    let ([q, k, vp, cw], rates) = host_call(q, k, v, alpha, dims, tables)?;
+    let x = retention::Inputs {
+        q: &q,
+        k: &k,
+        vp: &vp,
+        cw: &cw,
+    };
+    let (o, st) = retention::naive_recurrent(&x, &rates, 0, Some(&*state), true)?;
+    *state = st.expect("final state asked for");
+    Ok(normalise(&o, eps_den)?.flatten_all()?.to_vec1::<T>()?)
+}
+
+/// [`retention::chunk()`] with the node weights of the orders `alpha` [B, H, T] (differentiable
+/// in α) and v' = [v, 1], normalised: y [B, H, T, D] and the final state.
+#[allow(clippy::too_many_arguments)]
+pub fn chunk_y<T: WithDType>(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    alpha: &Tensor,
+    tables: &[NodeTable],
+    chunk: usize,
+    state: Option<&State<T>>,
+    eps_den: f64,
+) -> vort::Result<(Tensor, State<T>)> {
+    let cw = node_weights(alpha, tables)?.to_dtype(q.dtype())?;
+    let vp = with_ones(v)?;
+    let x = retention::Inputs {
+        q,
+        k,
+        vp: &vp,
+        cw: &cw,
+    };
+    let (o, g) = retention::chunk(&x, &Rates::of_tables(tables)?, chunk, state, true)?;
+    Ok((normalise(&o, eps_den)?, g.expect("final state asked for")))
 }

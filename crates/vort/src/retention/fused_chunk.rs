@@ -1,7 +1,7 @@
-//! The fused chunked retention: one candle `CustomOp3` for the whole layer core, forward and
-//! hand-written backward in Rust, gemm on blocks, rayon over batch × heads. Same algorithm and
-//! numbers as [`crate::retention::chunked::chunked_raw`] (its autodiff twin, tested against it), without
-//! the per-op autodiff graph.
+//! The fused chunked retention, fla's `fused_chunk`: one candle `CustomOp3` for the whole layer
+//! core, forward and hand-written backward in Rust, gemm on blocks, rayon over batch × heads.
+//! Same algorithm and numbers as [`super::chunk()`] (its autodiff twin, tested against it),
+//! without the per-op autodiff graph.
 //!
 //! Per head, chunk of L tokens, entry state G [N·F, D'] (D' = D + 1, the ones column; stored
 //! column-major, as are the chunk's outputs before they are copied out: see `mm`):
@@ -34,7 +34,8 @@
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor, WithDType};
 use rayon::prelude::*;
 
-use super::{begin, host, Call, Inputs, Rates, State};
+use super::{begin, host, Inputs, Rates, State};
+use crate::dims::Dims;
 use crate::error::{Result, VortError};
 
 /// Values below this are flushed to zero in the decay tables (no denormals in the gemms).
@@ -42,19 +43,19 @@ const FLUSH: f64 = 1e-30;
 
 /// The fused retention op. `u`: rates [Hu, N] row-major with Hu in {1, H}.
 #[derive(Debug, Clone)]
-pub struct FusedRetention {
+struct FusedRetention {
     /// Rates, [Hu, N] row-major (f64 values: the op computes its decays from these).
-    pub u: Vec<f64>,
+    u: Vec<f64>,
     /// Rows of `u` (1: shared by all heads, or H).
-    pub hu: usize,
+    hu: usize,
     /// Nodes N.
-    pub n: usize,
+    n: usize,
     /// Feature dim F (the qkv input is [.., 2F + D']).
-    pub f: usize,
+    f: usize,
     /// Chunk length L.
-    pub chunk: usize,
+    chunk: usize,
     /// Also compute the gradient of the rates (learned rates); fixed rates skip its work.
-    pub rate_grad: bool,
+    rate_grad: bool,
 }
 
 struct Consts<T> {
@@ -187,17 +188,10 @@ fn mm<T: WithDType>(
     }
 }
 
-/// Sizes of one head.
-#[derive(Clone, Copy)]
-struct HeadDims {
-    t: usize,
-    f: usize,
-    d1: usize,
-    n: usize,
-    /// Row stride of the weights input (N).
-    cws: usize,
-    /// Row stride of the qkv input (2F + D'): q at 0, k at F, v' at 2F.
-    rs: usize,
+/// Row stride of the op's qkv input, 2F + D' (q at 0, k at F, v' at 2F); the node weights'
+/// row stride is N. `hd` holds one head's sizes (its B, H and position are not read).
+fn row_stride(hd: &Dims) -> usize {
+    2 * hd.f + hd.d1()
 }
 
 /// Chunk starts and which constants (0 main, 1 tail).
@@ -247,15 +241,8 @@ impl<T: WithDType> Work<T> {
 }
 
 /// P = Q Kᵀ, M (materialised from R = E cwᵀ), S = M ∘ P for one chunk.
-fn intra<T: WithDType>(
-    qkv: &[T],
-    cwc: &[T],
-    hd: HeadDims,
-    c: &Consts<T>,
-    l: usize,
-    w: &mut Work<T>,
-) {
-    let (f, n, cws, rs) = (hd.f, hd.n, hd.cws, hd.rs);
+fn intra<T: WithDType>(qkv: &[T], cwc: &[T], hd: Dims, c: &Consts<T>, l: usize, w: &mut Work<T>) {
+    let (f, n, cws, rs) = (hd.f, hd.n, hd.n, row_stride(&hd));
     mm(l, l, f, &mut w.p, l, 1, qkv, rs, 1, &qkv[f..], 1, rs, false);
     // R[lag][σ] into w.s temporarily: Σ_n E[lag, n] cw[σ, n]
     mm(l, l, n, &mut w.s, l, 1, &c.e, n, 1, cwc, 1, cws, false);
@@ -275,10 +262,10 @@ fn intra<T: WithDType>(
     }
 }
 
-fn build_qd<T: WithDType>(qkv: &[T], hd: HeadDims, c: &Consts<T>, l: usize, qd: &mut [T]) {
+fn build_qd<T: WithDType>(qkv: &[T], hd: Dims, c: &Consts<T>, l: usize, qd: &mut [T]) {
     let (f, n) = (hd.f, hd.n);
     for tau in 0..l {
-        let q = &qkv[tau * hd.rs..tau * hd.rs + f];
+        let q = &qkv[tau * row_stride(&hd)..tau * row_stride(&hd) + f];
         for s in 0..n {
             let dec = c.dq[tau * n + s];
             let row = &mut qd[tau * n * f + s * f..tau * n * f + (s + 1) * f];
@@ -289,19 +276,12 @@ fn build_qd<T: WithDType>(qkv: &[T], hd: HeadDims, c: &Consts<T>, l: usize, qd: 
     }
 }
 
-fn build_kd<T: WithDType>(
-    qkv: &[T],
-    cwc: &[T],
-    hd: HeadDims,
-    c: &Consts<T>,
-    l: usize,
-    kd: &mut [T],
-) {
+fn build_kd<T: WithDType>(qkv: &[T], cwc: &[T], hd: Dims, c: &Consts<T>, l: usize, kd: &mut [T]) {
     let (f, n) = (hd.f, hd.n);
     for sig in 0..l {
-        let k = &qkv[sig * hd.rs + f..sig * hd.rs + 2 * f];
+        let k = &qkv[sig * row_stride(&hd) + f..sig * row_stride(&hd) + 2 * f];
         for s in 0..n {
-            let w = c.dk[sig * n + s] * cwc[sig * hd.cws + s];
+            let w = c.dk[sig * n + s] * cwc[sig * hd.n + s];
             let row = &mut kd[sig * n * f + s * f..sig * n * f + (s + 1) * f];
             for x in 0..f {
                 row[x] = w * k[x];
@@ -324,19 +304,12 @@ fn decay_state<T: WithDType>(g: &mut [T], mu: &[T], f: usize) {
     }
 }
 
-/// G <- G - μ ∘ G + Kdᵀ V for a column-major G [N·F, D'] (`v`: rows of stride `hd.rs`).
-fn state_update<T: WithDType>(
-    g: &mut [T],
-    kd: &[T],
-    v: &[T],
-    hd: HeadDims,
-    c: &Consts<T>,
-    l: usize,
-) {
-    let (f, n, d1) = (hd.f, hd.n, hd.d1);
+/// G <- G - μ ∘ G + Kdᵀ V for a column-major G [N·F, D'] (`v`: rows of stride `row_stride(&hd)`).
+fn state_update<T: WithDType>(g: &mut [T], kd: &[T], v: &[T], hd: Dims, c: &Consts<T>, l: usize) {
+    let (f, n, d1) = (hd.f, hd.n, hd.d1());
     let nf = n * f;
     decay_state(g, &c.mu, f);
-    mm(nf, d1, l, g, 1, nf, kd, 1, nf, v, hd.rs, 1, true);
+    mm(nf, d1, l, g, 1, nf, kd, 1, nf, v, row_stride(&hd), 1, true);
 }
 
 /// dst [cols, rows] = src [rows, cols]ᵀ (both row-major).
@@ -362,13 +335,12 @@ fn fwd_head<T: WithDType>(
     qkv: &[T],
     cw: &[T],
     out: &mut [T],
-    hd: HeadDims,
+    hd: Dims,
     cm: &Consts<T>,
     ct: &Consts<T>,
 ) {
-    let HeadDims {
-        t, f, d1, n, rs, ..
-    } = hd;
+    let Dims { t, f, n, .. } = hd;
+    let (d1, rs) = (hd.d1(), row_stride(&hd));
     let nf = n * f;
     let mut g = vec![T::zero(); nf * d1];
     let mut w = Work::new(cm.l, nf, n, d1);
@@ -377,7 +349,7 @@ fn fwd_head<T: WithDType>(
         let c = if l == cm.l { cm } else { ct };
         let qkc = &qkv[s0 * rs..(s0 + l) * rs];
         let vc = &qkc[2 * f..];
-        let cwc = &cw[s0 * hd.cws..(s0 + l) * hd.cws];
+        let cwc = &cw[s0 * hd.n..(s0 + l) * hd.n];
         intra(qkc, cwc, hd, c, l, &mut w);
         // O (column-major, see `mm`) = S V + Qd G
         mm(l, d1, l, &mut w.ot, 1, l, &w.s, l, 1, vc, rs, 1, false);
@@ -404,11 +376,12 @@ fn bwd_head<T: WithDType>(
     dqkv: &mut [T],
     dcw: &mut [T],
     mut du: Option<&mut [f64]>,
-    hd: HeadDims,
+    hd: Dims,
     cm: &Consts<T>,
     ct: &Consts<T>,
 ) {
-    let HeadDims { f, d1, n, rs, .. } = hd;
+    let Dims { f, n, .. } = hd;
+    let (d1, rs) = (hd.d1(), row_stride(&hd));
     let nf = n * f;
     let gsz = nf * d1;
     let list = chunks(hd.t, cm.l);
@@ -423,14 +396,7 @@ fn bwd_head<T: WithDType>(
         let (done, next) = gs.split_at_mut((ci + 1) * gsz);
         next[..gsz].copy_from_slice(&done[ci * gsz..]);
         let qkc = &qkv[s0 * rs..(s0 + l) * rs];
-        build_kd(
-            qkc,
-            &cw[s0 * hd.cws..(s0 + l) * hd.cws],
-            hd,
-            c,
-            l,
-            &mut w.kd,
-        );
+        build_kd(qkc, &cw[s0 * hd.n..(s0 + l) * hd.n], hd, c, l, &mut w.kd);
         state_update(&mut next[..gsz], &w.kd, &qkc[2 * f..], hd, c, l);
     }
     // pass 2: reverse
@@ -439,10 +405,10 @@ fn bwd_head<T: WithDType>(
         let c = if l == cm.l { cm } else { ct };
         let qkc = &qkv[s0 * rs..(s0 + l) * rs];
         let vc = &qkc[2 * f..];
-        let cwc = &cw[s0 * hd.cws..(s0 + l) * hd.cws];
+        let cwc = &cw[s0 * hd.n..(s0 + l) * hd.n];
         let doc = &dout[s0 * d1..(s0 + l) * d1];
         let dqkc = &mut dqkv[s0 * rs..(s0 + l) * rs];
-        let dcwc = &mut dcw[s0 * hd.cws..(s0 + l) * hd.cws];
+        let dcwc = &mut dcw[s0 * hd.n..(s0 + l) * hd.n];
         intra(qkc, cwc, hd, c, l, &mut w);
         // dV = Sᵀ dO (+ Kd H below), column-major in w.ot (see `mm`)
         mm(l, d1, l, &mut w.ot, 1, l, &w.s, 1, l, doc, d1, 1, false);
@@ -481,13 +447,13 @@ fn bwd_head<T: WithDType>(
             true,
         );
         // dcw (intra) = dRᵀ E
-        mm(l, n, l, dcwc, hd.cws, 1, &w.s, 1, l, &c.e, n, 1, true);
+        mm(l, n, l, dcwc, hd.n, 1, &w.s, 1, l, &c.e, n, 1, true);
         if let Some(du) = du.as_deref_mut() {
             // du (intra) = -Σ_σ cw[σ, n] (dRᵀ (lag∘E))[σ, n]
             mm(l, n, l, &mut w.y, n, 1, &w.s, 1, l, &c.el, n, 1, false);
             for sig in 0..l {
                 for s in 0..n {
-                    du[s] -= (w.y[sig * n + s] * cwc[sig * hd.cws + s]).to_f64();
+                    du[s] -= (w.y[sig * n + s] * cwc[sig * hd.n + s]).to_f64();
                 }
             }
         }
@@ -529,8 +495,8 @@ fn bwd_head<T: WithDType>(
                                 acc += k[x] * src[x];
                             }
                         }
-                        dcwc[sig * hd.cws + s] += dec * acc;
-                        let cws = cwc[sig * hd.cws + s];
+                        dcwc[sig * hd.n + s] += dec * acc;
+                        let cws = cwc[sig * hd.n + s];
                         if let Some(du) = du.as_deref_mut() {
                             // Kd = e^(-u (L-1-σ)) cw k: du -= (L-1-σ) dec cw (k · dKd)
                             du[s] -= (l - 1 - sig) as f64 * (dec * cws * acc).to_f64();
@@ -588,8 +554,8 @@ impl FusedRetention {
             .collect()
     }
 
-    /// (B, H, head sizes) from the qkv and cw layouts.
-    fn dims(&self, l1: &Layout, l2: &Layout) -> candle_core::Result<(usize, usize, HeadDims)> {
+    /// The call's sizes from the qkv and cw layouts (position 0: the op does not read it).
+    fn dims(&self, l1: &Layout, l2: &Layout) -> candle_core::Result<Dims> {
         let (b, h, t, rs) = l1.shape().dims4()?;
         let (_, _, _, cws) = l2.shape().dims4()?;
         if rs <= 2 * self.f
@@ -610,29 +576,17 @@ impl FusedRetention {
         if l2.shape().dims()[..3] != [b, h, t] {
             candle_core::bail!("fused retention: qkv and cw must share [B, H, T]");
         }
-        Ok((
-            b,
-            h,
-            HeadDims {
-                t,
-                f: self.f,
-                d1: rs - 2 * self.f,
-                n: self.n,
-                cws,
-                rs,
-            },
-        ))
+        Ok(Dims {
+            n: self.n,
+            ..Dims::new(b, h, t, self.f, rs - 2 * self.f - 1)
+        })
     }
 
-    fn fwd_typed<T: WithDType>(
-        &self,
-        qkv: &[T],
-        cw: &[T],
-        b: usize,
-        h: usize,
-        hd: HeadDims,
-    ) -> Vec<T> {
-        let HeadDims { t, d1, cws, rs, .. } = hd;
+    fn fwd_typed<T: WithDType>(&self, qkv: &[T], cw: &[T], hd: Dims) -> Vec<T> {
+        let Dims {
+            b, h, t, n: cws, ..
+        } = hd;
+        let (d1, rs) = (hd.d1(), row_stride(&hd));
         let mut out = vec![T::zero(); b * h * t * d1];
         if t == 0 {
             return out;
@@ -658,13 +612,10 @@ impl FusedRetention {
         qkv: &[T],
         cw: &[T],
         dout: &[T],
-        b: usize,
-        h: usize,
-        hd: HeadDims,
+        hd: Dims,
     ) -> (Vec<T>, Vec<T>, Vec<f64>) {
-        let HeadDims {
-            t, d1, cws, rs, n, ..
-        } = hd;
+        let Dims { b, h, t, n, .. } = hd;
+        let (d1, rs, cws) = (hd.d1(), row_stride(&hd), n);
         let mut dqkv = vec![T::zero(); b * h * t * rs];
         let mut dcw = vec![T::zero(); b * h * t * cws];
         let mut du = vec![0f64; self.hu * n];
@@ -730,14 +681,14 @@ impl CustomOp3 for FusedRetention {
         _s3: &CpuStorage,
         _l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (b, h, hd) = self.dims(l1, l2)?;
-        let shape = Shape::from((b, h, hd.t, hd.d1));
+        let hd = self.dims(l1, l2)?;
+        let shape = Shape::from((hd.b, hd.h, hd.t, hd.d1()));
         let out = match (s1, s2) {
             (CpuStorage::F32(a), CpuStorage::F32(c)) => {
-                CpuStorage::F32(self.fwd_typed(contiguous(a, l1)?, contiguous(c, l2)?, b, h, hd))
+                CpuStorage::F32(self.fwd_typed(contiguous(a, l1)?, contiguous(c, l2)?, hd))
             }
             (CpuStorage::F64(a), CpuStorage::F64(c)) => {
-                CpuStorage::F64(self.fwd_typed(contiguous(a, l1)?, contiguous(c, l2)?, b, h, hd))
+                CpuStorage::F64(self.fwd_typed(contiguous(a, l1)?, contiguous(c, l2)?, hd))
             }
             _ => candle_core::bail!("fused retention: qkv and cw must both be f32 or both f64"),
         };
@@ -752,14 +703,15 @@ impl CustomOp3 for FusedRetention {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (b, h, hd) = self.dims(a1.layout(), a2.layout())?;
-        let (t, rs, cws) = (hd.t, hd.rs, hd.cws);
+        let hd = self.dims(a1.layout(), a2.layout())?;
+        let (b, h) = (hd.b, hd.h);
+        let (t, rs, cws) = (hd.t, row_stride(&hd), hd.n);
         let dev = a1.device();
         macro_rules! run {
             ($ty:ty) => {{
                 let v = |x: &Tensor| x.flatten_all()?.to_vec1::<$ty>();
                 let (dqkv, dc, du) =
-                    self.bwd_typed(&v(a1)?, &v(a2)?, &v(&grad.to_dtype(a1.dtype())?)?, b, h, hd);
+                    self.bwd_typed(&v(a1)?, &v(a2)?, &v(&grad.to_dtype(a1.dtype())?)?, hd);
                 (
                     Tensor::from_vec(dqkv, (b, h, t, rs), dev)?,
                     Tensor::from_vec(dc, (b, h, t, cws), dev)?,
@@ -779,28 +731,28 @@ impl CustomOp3 for FusedRetention {
 /// The fused form under the retention contract (module doc of [`super`]): o [B, H, T, D+1]
 /// unnormalised, and the state after the last token when `output_final_state`.
 ///
-/// Fixed or learned rates. The custom op computes the zero-state output, differentiable in
-/// q, k, vp, cw and (learned) the rates by its hand-written backward, with the SOE kernel
-/// inside chunks (the same numbers as [`super::chunked::chunked_raw`] and the recurrent form).
-/// An initial state adds its readout, o_t += Σ_n e^(-u_n (t+1)) φq_tᵀ G0_n, in plain candle
-/// ops (differentiable in q and learned rates); the final state, G_T = e^(-u T) G0 +
-/// Σ_i e^(-u (T-1-i)) c_i φk_i v'_iᵀ, comes from [`prefill_state`] on the host and carries no
-/// gradient (streams detach their states anyway). Training calls it with neither state and
-/// pays for neither.
+/// Fixed or learned rates. The custom op computes the zero-state output, differentiable in q, k,
+/// vp, cw and (learned) the rates by its hand-written backward, with the SOE kernel inside
+/// chunks (the same numbers as [`super::chunk()`] and the recurrent form). An initial state adds
+/// its readout, o_t += Σ_n e^(-u_n (t+1)) φq_tᵀ G0_n, in plain candle ops (differentiable in q
+/// and learned rates); the final state, G_T = e^(-u T) G0 + Σ_i e^(-u (T-1-i)) c_i φk_i v'_iᵀ,
+/// comes from the chunked state recurrence alone (no outputs: ~1/4 of the forward's work) on
+/// the host and carries no gradient (streams detach their states anyway). Training calls it
+/// with neither state and pays for neither.
 ///
 /// # Errors
 /// Shape or dtype mismatches; chunk = 0; a state of other sizes; initial position + T past
 /// the rates' certified horizon.
-pub fn fused_raw<T: WithDType>(
+pub fn fused_chunk<T: WithDType>(
     x: &Inputs,
     rates: &Rates,
     chunk: usize,
     initial_state: Option<&State<T>>,
     output_final_state: bool,
 ) -> Result<(Tensor, Option<State<T>>)> {
-    let Call {
-        b, h, t, f, d1, n, ..
-    } = begin(x, rates, initial_state)?;
+    let dims = begin(x, rates, initial_state)?;
+    let Dims { b, h, t, f, n, .. } = dims;
+    let d1 = dims.d1();
     let dev = x.q.device();
     let dt = x.q.dtype();
     // the rates' values (f64 rows) and, learned, the tensor their gradient flows to
@@ -909,14 +861,15 @@ fn fused_impl(
 
 /// Advances a recurrent state over T tokens with the chunked state recurrence only (no
 /// outputs): G <- e^(-u L) G + Kdᵀ V' per chunk, gemm on blocks, rayon over B×H. This is the
-/// prompt-processing (prefill) path for decoding: ~1/4 of the forward's work.
+/// final state of [`fused_chunk`] (the prompt-processing path for decoding): ~1/4 of the
+/// forward's work.
 ///
 /// q is not needed; k: [B, H, T, F], v: [B, H, T, D], cw: [B, H, T, N] (flat, row-major);
 /// `u`: rates `[Hu][N]`; `state.g`: [B, H, N, F, D+1], updated in place (and `state.pos`).
 ///
 /// # Errors
 /// Length or shape mismatches.
-pub fn prefill_state<T: WithDType>(
+fn prefill_state<T: WithDType>(
     state: &mut State<T>,
     k: &[T],
     v: &[T],
@@ -954,15 +907,11 @@ pub fn prefill_state<T: WithDType>(
         .iter()
         .map(|r| (consts(r, chunk), consts(r, tail)))
         .collect();
-    let rs = 2 * f + d1;
-    let hd = HeadDims {
-        t,
-        f,
-        d1,
+    let hd = Dims {
         n,
-        cws: n,
-        rs,
+        ..Dims::new(b, h, t, f, d)
     };
+    let rs = row_stride(&hd);
     let nf = n * f;
     state
         .g

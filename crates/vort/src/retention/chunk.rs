@@ -1,5 +1,5 @@
-//! The chunked (training) form in plain candle ops: the twin of the fused op, differentiable by
-//! candle's autodiff in q, k, v, the node weights (hence α) and the rates u.
+//! The chunked (training) form in plain candle ops, fla's `chunk`: the twin of the fused op,
+//! differentiable by candle's autodiff in q, k, v, the node weights (hence α) and the rates u.
 //!
 //! Per head, tokens split into chunks of L (the last may be shorter). For a chunk with entry
 //! state G_n (the recurrent G_n(t0 - 1)), local positions τ, σ in 0..L and v' = [v, 1]:
@@ -12,16 +12,16 @@
 //!
 //! The kernel matrix inside a chunk is the same SOE kernel the states carry, so the chunked
 //! output equals the recurrent one up to rounding for every chunk size (and streaming gives the
-//! same numbers as training). The exact GL kernel is the naive form's; the difference is the
-//! SOE certificate (docs/DESIGN.md §1). (docs/DESIGN.md §2's alternative, the exact GL kernel inside each chunk
-//! and the SOE only across chunk boundaries, was built and removed: no model could select it,
-//! and it made the output depend on the chunk size and differ from the streaming form.)
+//! same numbers as training). The exact GL kernel is [`super::exact_gl`]'s; the difference is
+//! the SOE certificate (docs/DESIGN.md §1). An earlier alternative, the exact GL kernel inside
+//! each chunk and the SOE only across chunk boundaries, was built and removed: no model could
+//! select it, and it made the output depend on the chunk size and differ from the streaming
+//! form (docs/DESIGN.md §2).
 
 use candle_core::{DType, Tensor, WithDType, D};
 
-use super::{begin, dims4, node_weights, normalise, with_ones, Call, Inputs, Rates, State};
+use super::{begin, dims4, Inputs, Rates, State};
 use crate::error::{Result, VortError};
-use crate::nodes::NodeTable;
 
 /// The chunked form under the retention contract (module doc of [`super`]): o [B, H, T, D+1]
 /// unnormalised, and the state after the last token when `output_final_state`.
@@ -33,20 +33,20 @@ use crate::nodes::NodeTable;
 /// # Errors
 /// Shape or dtype mismatches; chunk = 0; a state of other sizes; initial position + T past
 /// the rates' certified horizon.
-pub fn chunked_raw<T: WithDType>(
+pub fn chunk<T: WithDType>(
     x: &Inputs,
     rates: &Rates,
     chunk: usize,
     initial_state: Option<&State<T>>,
     output_final_state: bool,
 ) -> Result<(Tensor, Option<State<T>>)> {
-    let Call { t, pos, .. } = begin(x, rates, initial_state)?;
+    let dims = begin(x, rates, initial_state)?;
     let dev = x.q.device();
     let g0 = initial_state.map(|s| s.to_tensor(dev)).transpose()?;
     let u = rates.tensor(dev)?;
     let (o, g) = chunked_impl(x.q, x.k, x.vp, x.cw, &u, chunk, g0.as_ref())?;
     let state = if output_final_state {
-        Some(State::from_tensor(&g.detach(), pos + t as u64)?)
+        Some(State::from_tensor(&g.detach(), dims.pos + dims.t as u64)?)
     } else {
         None
     };
@@ -250,35 +250,4 @@ fn block(
     let inter = bmm(&qd, &gin)?;
     let o = (intra + inter)?.reshape((b, h, t, d1))?;
     Ok((o, g))
-}
-
-/// Normalised chunked retention with per-token orders: y [B, H, T, D] and the final state.
-///
-/// q, k: [B, H, T, F] (nonnegative features); v: [B, H, T, D]; alpha: [B, H, T];
-/// `tables`: 1 or H node tables; `state`: where the stream stands, or None (empty).
-/// Accuracy vs the exact kernel: the tables' certificate (`NodeTable::max_rel_error`).
-///
-/// # Errors
-/// Shape/dtype mismatches; T past the tables' certified horizon.
-#[allow(clippy::too_many_arguments)]
-pub fn chunked<T: WithDType>(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    alpha: &Tensor,
-    tables: &[NodeTable],
-    chunk: usize,
-    state: Option<&State<T>>,
-    eps_den: f64,
-) -> Result<(Tensor, State<T>)> {
-    let cw = node_weights(alpha, tables)?.to_dtype(q.dtype())?;
-    let vp = with_ones(v)?;
-    let x = Inputs {
-        q,
-        k,
-        vp: &vp,
-        cw: &cw,
-    };
-    let (o, g) = chunked_raw(&x, &Rates::of_tables(tables)?, chunk, state, true)?;
-    Ok((normalise(&o, eps_den)?, g.expect("final state asked for")))
 }

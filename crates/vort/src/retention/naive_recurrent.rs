@@ -1,37 +1,28 @@
-//! The recurrent form (docs/DESIGN.md §1-2): one token at a time, O(N F D) work and memory per head,
-//! independent of the context length. This is the streaming/decoding API.
+//! The recurrent form (docs/DESIGN.md §1-2), fla's `naive_recurrent`: one token at a time on the
+//! host, O(N F D) work and memory per head, independent of the context length. This is the
+//! streaming and decoding form.
 //!
 //! Per head, with v'_t = [v_t, 1] (the last column carries the denominator):
 //!
 //! ```text
 //! o_t = (φq_t·φk_t) v'_t + Σ_n λ_n φq_tᵀ G_n(t-1)            (the j = 0 weight applied exactly)
 //! G_n(t) = λ_n G_n(t-1) + c_n(α_t) φk_t v'_tᵀ,  written  G_n += c_n φk v'ᵀ - μ_n G_n
-//! y_t = o_t[..D] / (o_t[D] + eps_den)
 //! ```
 //!
 //! μ_n = -expm1(-u_n) is kept instead of λ_n so the slowest modes keep their decay in f32
-//! (docs/DESIGN.md §1). Unrolled, o_t = Σ_{i<=t} K_i(t-i) (φq_t·φk_i) v'_i with the table's SOE kernel:
-//! equal to `naive(.., Kernel::Soe, ..)` up to rounding.
+//! (docs/DESIGN.md §1). Unrolled, o_t = Σ_{i<=t} K_i(t-i) (φq_t·φk_i) v'_i with the SOE kernel:
+//! equal to [`super::naive()`] up to rounding.
 //!
-//! The kernel is certified only for lags up to the table's horizon, so [`recurrent`] refuses a
-//! call that would take the stream past it (`VortError::BeyondHorizon`); stream with a table
-//! built for the stream's length (`nodes::STREAM_HORIZON` = 2^20 by default).
+//! The kernel is certified only for lags up to the table's horizon, so the form refuses a call
+//! that would take the stream past it (`VortError::BeyondHorizon`); stream with a table built
+//! for the stream's length (`nodes::STREAM_HORIZON` = 2^20 by default).
 
 use candle_core::{Tensor, WithDType};
 use rayon::prelude::*;
 
-use super::{
-    begin, check_context, check_tables, host, node_weights_host, table_for, Call, Inputs, Rates,
-    State,
-};
+use super::{begin, host, Inputs, Rates, State};
 use crate::dims::Dims;
 use crate::error::{Result, VortError};
-use crate::nodes::NodeTable;
-
-/// Per-head decay constants (λ_n, μ_n) in the working precision.
-fn decays<T: WithDType>(table: &NodeTable) -> (Vec<T>, Vec<T>) {
-    decays_of(&table.u)
-}
 
 /// (λ_n, μ_n) = (e^(-u_n), -expm1(-u_n)) of one row of rates.
 fn decays_of<T: WithDType>(u: &[f64]) -> (Vec<T>, Vec<T>) {
@@ -41,8 +32,7 @@ fn decays_of<T: WithDType>(u: &[f64]) -> (Vec<T>, Vec<T>) {
 }
 
 /// One head, `steps` consecutive tokens. g: [N, F, D+1]; q, k: [steps, F]; v: [steps, D];
-/// cw: [steps, N]; out: [steps, D] normalised with `eps_den`, or with None the unnormalised
-/// o [steps, D+1].
+/// cw: [steps, N]; out: the unnormalised o [steps, D+1].
 #[allow(clippy::too_many_arguments)]
 fn run_head<T: WithDType>(
     g: &mut [T],
@@ -55,7 +45,6 @@ fn run_head<T: WithDType>(
     mu: &[T],
     f: usize,
     d: usize,
-    eps_den: Option<T>,
 ) {
     let n = lam.len();
     let d1 = d + 1;
@@ -93,15 +82,7 @@ fn run_head<T: WithDType>(
                 o[c] += l * tmp[c];
             }
         }
-        match eps_den {
-            Some(eps) => {
-                let den = o[d] + eps;
-                for c in 0..d {
-                    out[t * d + c] = o[c] / den;
-                }
-            }
-            None => out[t * d1..(t + 1) * d1].copy_from_slice(&o),
-        }
+        out[t * d1..(t + 1) * d1].copy_from_slice(&o);
     }
 }
 
@@ -114,22 +95,22 @@ struct HostInputs<'a, T> {
 }
 
 /// Runs every (batch, head) pair in parallel (rayon): g [B·H, N, F, D+1] in place, `out`
-/// [B·H, T, D] normalised with `eps_den` or [B·H, T, D+1] unnormalised with None. `consts`
-/// holds (λ, μ) for one row of rates shared by all heads, or one per head.
+/// [B·H, T, D+1] unnormalised. `consts` holds (λ, μ) for one row of rates shared by all heads,
+/// or one per head.
 fn run_heads<T: WithDType>(
     g: &mut [T],
     x: &HostInputs<T>,
     out: &mut [T],
     consts: &[(Vec<T>, Vec<T>)],
     dims: Dims,
-    n: usize,
-    eps_den: Option<T>,
 ) {
-    let Dims { b, h, t, f, d } = dims;
+    let Dims {
+        b, h, t, f, d, n, ..
+    } = dims;
     if t == 0 {
         return;
     }
-    let width = if eps_den.is_some() { d } else { d + 1 };
+    let width = d + 1;
     let gsz = n * f * (d + 1);
     // with no nodes every head gets an empty state (only the lag-0 term remains)
     let gs: Vec<&mut [T]> = if gsz > 0 {
@@ -153,68 +134,8 @@ fn run_heads<T: WithDType>(
                 mu,
                 f,
                 d,
-                eps_den,
             )
         });
-}
-
-/// Feeds T tokens through the recurrence, updating `state` in place.
-///
-/// q, k: [B, H, T, F]; v: [B, H, T, D]; alpha: [B, H, T] (f64, orders); returns y [B, H, T, D].
-/// `tables`: 1 (all heads) or H tables with the same number of nodes as the state.
-/// Parallel over B×H (rayon).
-///
-/// # Errors
-/// Shape mismatches between the buffers, the tables and the state; a stream that would pass
-/// the tables' certified horizon (state.pos + T > horizon), refused before any update.
-#[allow(clippy::too_many_arguments)]
-pub fn recurrent<T: WithDType>(
-    state: &mut State<T>,
-    q: &[T],
-    k: &[T],
-    v: &[T],
-    alpha: &[f64],
-    dims: Dims,
-    tables: &[NodeTable],
-    eps_den: f64,
-) -> Result<Vec<T>> {
-    dims.check(q.len(), k.len(), v.len(), alpha.len())?;
-    check_tables(tables, dims.h)?;
-    let Dims { b, h, t, f, d } = dims;
-    if f == 0 || d == 0 {
-        return Err(VortError::InvalidArgument(format!(
-            "recurrent: F and D must be >= 1 ({dims:?})"
-        )));
-    }
-    let n = state.n;
-    if (state.b, state.h, state.f, state.d) != (b, h, f, d) || tables.iter().any(|tb| tb.len() != n)
-    {
-        return Err(VortError::InvalidArgument(format!(
-            "state [B={}, H={}, N={}, F={}, D={}] does not match inputs {dims:?} / tables with N = {:?}",
-            state.b,
-            state.h,
-            state.n,
-            state.f,
-            state.d,
-            tables.iter().map(|tb| tb.len()).collect::<Vec<_>>()
-        )));
-    }
-    check_context(tables, state.pos + t as u64)?;
-    let cw: Vec<T> = node_weights_host(alpha, dims, tables)?;
-    let consts: Vec<(Vec<T>, Vec<T>)> = (0..h).map(|hh| decays(table_for(tables, hh))).collect();
-    let mut y = vec![T::zero(); b * h * t * d];
-    let inputs = HostInputs { q, k, v, cw: &cw };
-    run_heads(
-        &mut state.g,
-        &inputs,
-        &mut y,
-        &consts,
-        dims,
-        n,
-        Some(T::from_f64(eps_den)),
-    );
-    state.pos += t as u64;
-    Ok(y)
 }
 
 /// The recurrent form under the retention contract (module doc of [`super`]): token by token
@@ -226,17 +147,23 @@ pub fn recurrent<T: WithDType>(
 /// # Errors
 /// Shape or dtype mismatches; vp's last column not ones; a state of other sizes; initial
 /// position + T past the rates' certified horizon.
-pub fn recurrent_raw<T: WithDType>(
+pub fn naive_recurrent<T: WithDType>(
     x: &Inputs,
     rates: &Rates,
     _chunk: usize,
     initial_state: Option<&State<T>>,
     output_final_state: bool,
 ) -> Result<(Tensor, Option<State<T>>)> {
-    let Call {
-        b, h, t, f, d1, n, ..
-    } = begin(x, rates, initial_state)?;
-    let d = d1 - 1;
+    let dims = begin(x, rates, initial_state)?;
+    let Dims {
+        b, h, t, f, d, n, ..
+    } = dims;
+    let d1 = dims.d1();
+    if f == 0 {
+        return Err(VortError::InvalidArgument(format!(
+            "naive_recurrent: F must be >= 1 ({dims:?})"
+        )));
+    }
     let mut st = initial_state.map_or_else(|| State::zeros(b, h, n, f, d), State::clone);
     let ones = host::<T>(&x.vp.narrow(3, d, 1)?)?;
     if ones.iter().any(|&o| o != T::one()) {
@@ -259,15 +186,7 @@ pub fn recurrent_raw<T: WithDType>(
         v: &v,
         cw: &cw,
     };
-    run_heads(
-        &mut st.g,
-        &inputs,
-        &mut o,
-        &consts,
-        Dims { b, h, t, f, d },
-        n,
-        None,
-    );
+    run_heads(&mut st.g, &inputs, &mut o, &consts, dims);
     st.pos += t as u64;
     let o = Tensor::from_vec(o, (b, h, t, d1), x.q.device())?.to_dtype(x.q.dtype())?;
     Ok((o, output_final_state.then_some(st)))

@@ -39,7 +39,6 @@ use std::path::Path;
 
 pub use super::stats::MIN_BIN;
 use super::stats::{pct, sum_rows, wilson};
-pub use grid::ZOOLOGY_POINTS;
 pub use lags::paper_lag_number;
 pub use preset::{CellSpec, MixerSpec, RecallPreset, Section, PRESETS};
 pub use results::{state_floats, CellResult, Extrapolation, RecallReport, RunResult};
@@ -129,10 +128,10 @@ fn closing(rep: &RecallReport) -> String {
         .flat_map(|c| c.sweep.iter().chain(c.seeds.iter().skip(1)))
         .collect();
     format!(
-        "Plots: `acc_vs_width.png`, `acc_vs_state.png` (with Zoology's published points), \
-         `lr_sweep.png`{}. Training time summed over the {} runs: {:.0} s. Wall time of this \
-         call: {:.0} s ({} of the runs reused from an earlier call). Every run's config, \
-         metrics and evaluation: `runs/`.\n",
+        "Plots: `acc_vs_width.png`, `acc_vs_state.png` ({}), `lr_sweep.png`{}. Training time \
+         summed over the {} runs: {:.0} s. Wall time of this call: {:.0} s ({} of the runs \
+         reused from an earlier call). Every run's config, metrics and evaluation: `runs/`.\n",
+        grid::NO_ANCHORS,
         if rep.cells.iter().any(|c| c.section == Section::Lags) {
             ", `acc_by_lag.png` (dashed: the paper's accuracy at lags > 1000)"
         } else {

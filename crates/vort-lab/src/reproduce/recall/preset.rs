@@ -1,0 +1,356 @@
+//! The recall preset: the TOML schema of an experiment (base run config, mixers, cells) and
+//! the run config of each (cell, mixer, learning rate, seed).
+
+use serde::{Deserialize, Serialize};
+
+use crate::train::{RunConfig, TrainError};
+
+/// The embedded presets, by scale name.
+pub const PRESETS: [(&str, &str); 3] = [
+    (
+        "quick",
+        include_str!("../../../../../configs/recall/quick.toml"),
+    ),
+    (
+        "medium",
+        include_str!("../../../../../configs/recall/medium.toml"),
+    ),
+    (
+        "full",
+        include_str!("../../../../../configs/recall/full.toml"),
+    ),
+];
+
+/// The section of the report a cell belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Section {
+    /// Softmax attention must reach the gate accuracy here, or the stack is broken.
+    Gate,
+    /// Zoology's (L, K) grid: accuracy against width and state size.
+    Grid,
+    /// The paper's claim: accuracy by lag bucket at long L.
+    Lags,
+}
+
+/// One mixer: a name for the report and a patch of the run config.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixerSpec {
+    /// Name in the report and the run directory.
+    pub name: String,
+    /// `[model]` fields of this mixer.
+    #[serde(default)]
+    pub model: toml::Table,
+    /// `[train]` fields of this mixer.
+    #[serde(default)]
+    pub train: toml::Table,
+    /// Learning rates swept for this mixer (default: the preset's; a cell's own list wins).
+    pub lrs: Option<Vec<f64>>,
+}
+
+/// One cell of the experiment.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CellSpec {
+    /// Name in the report and the run directory.
+    pub name: String,
+    /// Report section.
+    pub section: Section,
+    /// `[task]` fields (seq_len, num_kv_pairs, power_a, ...).
+    #[serde(default)]
+    pub task: toml::Table,
+    /// `[model]` fields (d_model, ...).
+    #[serde(default)]
+    pub model: toml::Table,
+    /// `[train]` fields (steps, ...).
+    #[serde(default)]
+    pub train: toml::Table,
+    /// The mixers run in this cell (empty: all).
+    #[serde(default)]
+    pub mixers: Vec<String>,
+    /// Seeds (default: the preset's).
+    pub seeds: Option<Vec<u64>>,
+    /// Learning rates swept (default: the preset's).
+    pub lrs: Option<Vec<f64>>,
+    /// Lengths at which every trained model of the cell is also scored, streamed in pieces of
+    /// the training length with the state carried, node tables certified for the length, and
+    /// softmax restricted to a window of the training length (length extrapolation; the gaps,
+    /// so the lags, grow with the length).
+    #[serde(default)]
+    pub extrapolate: Vec<usize>,
+    /// Test sequences per extrapolation length.
+    #[serde(default = "default_extrapolate_examples")]
+    pub extrapolate_examples: usize,
+    /// Write the first seed's trained weights (`weights.safetensors`, no optimizer state)
+    /// beside its config, for release: `vort eval --run DIR --data F` re-scores them.
+    #[serde(default)]
+    pub release_weights: bool,
+}
+
+fn default_extrapolate_examples() -> usize {
+    16
+}
+
+/// A recall experiment (one preset file).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecallPreset {
+    /// Name ("quick", ...).
+    pub name: String,
+    /// One paragraph for the report: what this preset is and what it costs.
+    pub description: String,
+    /// Seeds of every cell (the first one also sweeps the learning rate).
+    pub seeds: Vec<u64>,
+    /// Learning rates swept on the first seed.
+    pub lrs: Vec<f64>,
+    /// Accuracy softmax attention must reach in the gate cell.
+    pub gate_accuracy: f64,
+    /// A test accuracy from which a seed counts as having learned the task.
+    pub learned_accuracy: f64,
+    /// The base run config (a `[base.task]`, `[base.model]`, `[base.train]`).
+    pub base: toml::Table,
+    /// The mixers.
+    pub mixers: Vec<MixerSpec>,
+    /// The cells.
+    pub cells: Vec<CellSpec>,
+}
+
+fn merge(into: &mut toml::Table, patch: &toml::Table) {
+    for (k, v) in patch {
+        match (into.get_mut(k), v) {
+            (Some(toml::Value::Table(a)), toml::Value::Table(b)) => merge(a, b),
+            _ => {
+                into.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+impl RecallPreset {
+    /// Parses a preset (unknown fields are errors) and resolves every run config once, so a
+    /// bad field fails before anything is trained.
+    ///
+    /// # Errors
+    /// [`TrainError::Config`] naming the file and the field.
+    pub fn from_toml(text: &str, origin: &str) -> Result<RecallPreset, TrainError> {
+        let bad = |message: String| TrainError::Config {
+            path: origin.into(),
+            message,
+        };
+        let p: RecallPreset = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
+        if p.seeds.is_empty() || p.lrs.is_empty() || p.cells.is_empty() || p.mixers.is_empty() {
+            return Err(bad("seeds, lrs, cells and mixers must be non-empty".into()));
+        }
+        let lists = p
+            .cells
+            .iter()
+            .filter_map(|c| c.lrs.as_ref())
+            .chain(p.mixers.iter().filter_map(|m| m.lrs.as_ref()))
+            .chain([&p.lrs]);
+        for l in lists {
+            if l.is_empty() || l.iter().any(|&x| !(x > 0.0 && x.is_finite())) {
+                return Err(bad(format!(
+                    "learning-rate lists must be non-empty and positive: {l:?}"
+                )));
+            }
+        }
+        for c in &p.cells {
+            if c.seeds.as_ref().is_some_and(Vec::is_empty) {
+                return Err(bad(format!("cell {}: seeds must be non-empty", c.name)));
+            }
+        }
+        for cell in &p.cells {
+            for m in &cell.mixers {
+                if !p.mixers.iter().any(|x| &x.name == m) {
+                    return Err(bad(format!("cell {}: unknown mixer `{m}`", cell.name)));
+                }
+            }
+            for mixer in p.mixers_of(cell) {
+                p.run_config(cell, mixer, p.lrs[0], p.seeds[0])
+                    .map_err(|e| bad(format!("cell {} / mixer {}: {e}", cell.name, mixer.name)))?;
+            }
+        }
+        Ok(p)
+    }
+
+    /// The embedded preset of a scale ("quick", "medium", "full").
+    ///
+    /// # Errors
+    /// An unknown name; a preset that does not parse (a bug, caught by the tests).
+    pub fn embedded(name: &str) -> Result<RecallPreset, TrainError> {
+        let (_, text) =
+            PRESETS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .ok_or_else(|| TrainError::Config {
+                    path: name.into(),
+                    message: "unknown recall preset (quick|medium|full)".into(),
+                })?;
+        Self::from_toml(text, &format!("configs/recall/{name}.toml"))
+    }
+
+    /// Narrows the preset to the cells named in `names` (in the preset's order), and says so
+    /// at the top of its description: the report of a narrowed preset is partial, and the
+    /// next run of the whole preset (which reuses these runs) replaces it.
+    ///
+    /// # Errors
+    /// A name no cell has (the message lists the cells).
+    pub fn only(&mut self, names: &[String]) -> Result<(), String> {
+        if let Some(bad) = names
+            .iter()
+            .find(|n| !self.cells.iter().any(|c| &c.name == *n))
+        {
+            let all: Vec<&str> = self.cells.iter().map(|c| c.name.as_str()).collect();
+            return Err(format!(
+                "no cell {bad:?} in the {} preset (cells: {})",
+                self.name,
+                all.join(", ")
+            ));
+        }
+        self.cells.retain(|c| names.contains(&c.name));
+        self.description = format!(
+            "**Partial run** (`--cell {}`): only these cells of the {} preset; the run of the \
+             whole preset replaces this report. {}",
+            names.join(" --cell "),
+            self.name,
+            self.description
+        );
+        Ok(())
+    }
+
+    /// The learning rates swept for (cell, mixer): the cell's list, else the mixer's, else
+    /// the preset's.
+    pub fn lrs_of(&self, cell: &CellSpec, mixer: &MixerSpec) -> Vec<f64> {
+        cell.lrs
+            .clone()
+            .or_else(|| mixer.lrs.clone())
+            .unwrap_or_else(|| self.lrs.clone())
+    }
+
+    /// The mixers of a cell, in the order they run: the cell's list when it has one (so a
+    /// cell runs its most important comparisons first), else every mixer of the preset.
+    pub fn mixers_of<'a>(&'a self, cell: &'a CellSpec) -> impl Iterator<Item = &'a MixerSpec> {
+        let listed = cell
+            .mixers
+            .iter()
+            .filter_map(|n| self.mixers.iter().find(|m| &m.name == n));
+        let all = self.mixers.iter().filter(|_| cell.mixers.is_empty());
+        listed.chain(all)
+    }
+
+    /// The run config of (cell, mixer) at learning rate `lr` and `seed`: base, then the cell's
+    /// patch, then the mixer's.
+    ///
+    /// # Errors
+    /// A field the run config refuses.
+    pub fn run_config(
+        &self,
+        cell: &CellSpec,
+        mixer: &MixerSpec,
+        lr: f64,
+        seed: u64,
+    ) -> Result<RunConfig, TrainError> {
+        let mut t = self.base.clone();
+        let section = |name: &str, patch: &toml::Table| {
+            let mut x = toml::Table::new();
+            x.insert(name.into(), toml::Value::Table(patch.clone()));
+            x
+        };
+        merge(&mut t, &section("task", &cell.task));
+        merge(&mut t, &section("model", &cell.model));
+        merge(&mut t, &section("train", &cell.train));
+        merge(&mut t, &section("model", &mixer.model));
+        merge(&mut t, &section("train", &mixer.train));
+        let mut lr_patch = toml::Table::new();
+        lr_patch.insert("lr".into(), toml::Value::Float(lr));
+        merge(&mut t, &section("train", &lr_patch));
+        t.insert("seed".into(), toml::Value::Integer(seed as i64));
+        let text = toml::to_string(&t).map_err(|e| TrainError::Serialise(e.to_string()))?;
+        RunConfig::from_toml(&text, &format!("{}/{}", cell.name, mixer.name))
+    }
+
+    /// Runs in the order they are trained (sweep first, then the other seeds), for the
+    /// progress count.
+    pub(super) fn run_count(&self) -> usize {
+        self.cells
+            .iter()
+            .map(|c| {
+                let seeds = c.seeds.as_ref().unwrap_or(&self.seeds).len();
+                self.mixers_of(c)
+                    .map(|m| self.lrs_of(c, m).len() + seeds - 1)
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vort::Mixer;
+
+    #[test]
+    fn every_embedded_preset_resolves() {
+        for (name, _) in PRESETS {
+            let p = RecallPreset::embedded(name).unwrap();
+            assert!(p.run_count() > 0, "{name}");
+            assert!(
+                p.cells.iter().any(|c| c.section == Section::Gate),
+                "{name}: no gate cell"
+            );
+        }
+    }
+
+    /// The README's single-run example config is a valid MQAR run.
+    #[test]
+    fn example_config_is_valid() {
+        let c = RunConfig::from_toml(
+            include_str!("../../../../../configs/example-mqar.toml"),
+            "configs/example-mqar.toml",
+        )
+        .unwrap();
+        assert_eq!(c.task.kind, crate::tasks::TaskKind::Mqar);
+        assert_eq!(c.model.short_conv, 4);
+    }
+
+    #[test]
+    fn cell_and_mixer_patches_apply_in_order() {
+        let text = r#"
+name = "t"
+description = "d"
+seeds = [0, 1]
+lrs = [1e-3]
+gate_accuracy = 0.99
+learned_accuracy = 0.5
+[base.task]
+kind = "mqar"
+seq_len = 64
+vocab_size = 256
+[base.model]
+d_model = 32
+memory = "vort"
+[[mixers]]
+name = "softmax"
+model = { memory = "softmax", qk_scale_init = 4.0 }
+[[cells]]
+name = "gate"
+section = "gate"
+task = { num_kv_pairs = 8 }
+model = { d_model = 48, qk_scale_init = 1.0 }
+"#;
+        let p = RecallPreset::from_toml(text, "t").unwrap();
+        let c = p.run_config(&p.cells[0], &p.mixers[0], 3e-3, 1).unwrap();
+        assert_eq!(c.seed, 1);
+        assert_eq!(c.train.lr, 3e-3);
+        assert_eq!(c.task.num_kv_pairs, 8);
+        assert_eq!(c.model.d_model, 48);
+        // the mixer's patch comes last
+        assert_eq!(c.model.qk_scale_init, 4.0);
+        assert_eq!(c.model.mixer, Mixer::Softmax { window: 0 });
+        // a bad field fails when the preset is read, naming the cell
+        let bad = text.replace("num_kv_pairs = 8", "num_kv_pairs = 80");
+        let e = RecallPreset::from_toml(&bad, "t").unwrap_err().to_string();
+        assert!(e.contains("gate") && e.contains("num_kv_pairs"), "{e}");
+    }
+}

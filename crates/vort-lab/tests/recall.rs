@@ -48,6 +48,7 @@ entity_aux_weight = 0.0
 
 [[mixers]]
 name = "softmax"
+role = "gate"
 model = { memory = "softmax", qk_scale_init = 4.0 }
 [[mixers]]
 name = "retnet"

@@ -1,14 +1,15 @@
 //! The gate: softmax attention must solve the gate cell ((L, K) = (64, 4)) before any
 //! comparison of memories means anything.
 
-use super::{cell_table, rows_of, CellResult, RecallPreset, RecallReport, Section};
+use super::{cell_table, rows_of, CellResult, RecallPreset, RecallReport, Role, Section};
 
-/// Whether softmax attention reached the preset's gate accuracy in every seed of every gate
-/// cell (None: no softmax run in a gate cell).
+/// Whether the gate mixer (role "gate": softmax attention) reached the preset's gate accuracy
+/// in every seed of every gate cell (None: no gate mixer's run in a gate cell).
 pub(super) fn passed(preset: &RecallPreset, cells: &[CellResult]) -> Option<bool> {
+    let gates = preset.with_role(Role::Gate);
     let gate: Vec<&CellResult> = cells
         .iter()
-        .filter(|c| c.section == Section::Gate && c.mixer == "softmax")
+        .filter(|c| c.section == Section::Gate && gates.contains(&c.mixer.as_str()))
         .collect();
     (!gate.is_empty()).then(|| {
         gate.iter()
@@ -29,7 +30,10 @@ pub(super) fn status(rep: &RecallReport) -> String {
              training stack or the recipe is broken, and no comparison below means anything.\n\n",
             100.0 * p.gate_accuracy
         ),
-        None => "No softmax run in a gate cell of this preset: no gate.\n\n".into(),
+        None => {
+            "No run of a gate mixer (`role = \"gate\"` in the preset) in a gate cell: no gate.\n\n"
+                .into()
+        }
     }
 }
 

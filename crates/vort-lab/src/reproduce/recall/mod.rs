@@ -40,7 +40,7 @@ use std::path::Path;
 pub use super::stats::MIN_BIN;
 use super::stats::{pct, sum_rows, wilson};
 pub use lags::paper_lag_number;
-pub use preset::{CellSpec, MixerSpec, RecallPreset, Section, PRESETS};
+pub use preset::{CellSpec, MixerSpec, RecallPreset, Role, Section, PRESETS};
 pub use results::{state_floats, CellResult, Extrapolation, RecallReport, RunResult};
 pub use runner::run;
 

@@ -33,12 +33,35 @@ pub enum Section {
     Lags,
 }
 
-/// One mixer: a name for the report and a patch of the run config.
+/// What a mixer is in the experiment: the verdicts key on these roles, which the preset
+/// declares (`role = "gate"`), never on the mixers' names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The sanity baseline (softmax attention): it must solve the gate cell, and a cell
+    /// compares memories only where it learned.
+    Gate,
+    /// The memory under test (VORT): every verdict is about it.
+    Claim,
+    /// A memory the paper compares the claim with (the exponentials), in preset order.
+    Baseline,
+    /// Beyond the paper: the claim without one of its parts (the fixed power law, no routing);
+    /// a difference is stated, no claim is checked.
+    Ablation,
+    /// Reported, in no verdict.
+    #[default]
+    Other,
+}
+
+/// One mixer: a name for the report, its role in the verdicts, and a patch of the run config.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MixerSpec {
     /// Name in the report and the run directory.
     pub name: String,
+    /// Its role in the verdicts (default: none).
+    #[serde(default)]
+    pub role: Role,
     /// `[model]` fields of this mixer.
     #[serde(default)]
     pub model: toml::Table,
@@ -128,6 +151,15 @@ fn merge(into: &mut toml::Table, patch: &toml::Table) {
 }
 
 impl RecallPreset {
+    /// The names of the mixers of `role`, in preset order.
+    pub fn with_role(&self, role: Role) -> Vec<&str> {
+        self.mixers
+            .iter()
+            .filter(|m| m.role == role)
+            .map(|m| m.name.as_str())
+            .collect()
+    }
+
     /// Parses a preset (unknown fields are errors) and resolves every run config once, so a
     /// bad field fails before anything is trained.
     ///

@@ -2,7 +2,7 @@
 //! beyond the paper the grid), with the rule that decides them.
 
 use super::lags::far_answers;
-use super::{cells_where, pooled, CellResult, RecallReport, Section};
+use super::{cells_where, pooled, CellResult, RecallReport, Role, Section};
 use crate::reproduce::stats::{claim_verdict, compare_seeds};
 
 /// The report's "Verdicts": the rule, then the gate, the lag and the grid lines.
@@ -33,6 +33,14 @@ fn cell_of<'a>(rep: &'a RecallReport, name: &str, mixer: &str) -> Option<&'a Cel
         .find(|c| c.cell == name && c.mixer == mixer)
 }
 
+/// The result in `cell` of the first mixer of `role` (preset order) that ran there.
+fn cell_of_role<'a>(rep: &'a RecallReport, cell: &str, role: Role) -> Option<&'a CellResult> {
+    rep.preset
+        .with_role(role)
+        .into_iter()
+        .find_map(|m| cell_of(rep, cell, m))
+}
+
 /// Accuracy of the seeds of `c`, pooled.
 fn pooled_accuracy(c: &CellResult) -> f64 {
     let (k, n) = pooled(c, None);
@@ -50,13 +58,14 @@ fn per_seed(c: &CellResult) -> Vec<(usize, usize)> {
     c.seeds.iter().map(|r| (r.correct, r.answers)).collect()
 }
 
-/// Whether VORT reaches the 90% target in each gate cell.
+/// Whether the claim (role "claim": VORT) reaches the 90% target in each gate cell.
 fn gate_lines(rep: &RecallReport) -> String {
     let mut s = String::new();
+    let claims = rep.preset.with_role(Role::Claim);
     for gate in rep
         .cells
         .iter()
-        .filter(|c| c.section == Section::Gate && c.mixer == "vort")
+        .filter(|c| c.section == Section::Gate && claims.contains(&c.mixer.as_str()))
     {
         let (k, n) = pooled(gate, None);
         let acc = k as f64 / n.max(1) as f64;
@@ -73,16 +82,19 @@ fn gate_lines(rep: &RecallReport) -> String {
 /// The paper's lag claim in lags cell `cell`: VORT against each baseline at lags > 1000, at
 /// every length both were scored at, once softmax attention learned the cell.
 fn lag_lines(rep: &RecallReport, cell: &str) -> String {
-    let sane = cell_of(rep, cell, "softmax").map(pooled_accuracy);
-    let Some(vort) = cell_of(rep, cell, "vort") else {
+    let sane = cell_of_role(rep, cell, Role::Gate).map(pooled_accuracy);
+    let Some(vort) = cell_of_role(rep, cell, Role::Claim) else {
         return String::new();
     };
     match sane {
         Some(a) if a >= 0.9 => {
-            // the paper's two baselines, then (beyond the paper) the fixed power law:
-            // whether the routing of α, not the power law alone, makes the difference
+            // the paper's baselines, then (beyond the paper) the ablations, each in preset
+            // order: whether the routing of α, not the power law alone, makes the difference
             let mut s = String::new();
-            for other in ["exponential", "mixture", "power-law"] {
+            let others = [Role::Baseline, Role::Ablation]
+                .into_iter()
+                .flat_map(|role| rep.preset.with_role(role));
+            for other in others {
                 if let Some(o) = cell_of(rep, cell, other) {
                     s.push_str(&lag_comparison(rep, cell, vort, other, o));
                 }
@@ -113,8 +125,9 @@ fn lag_comparison(
     // two memories that both failed to learn the task differ by noise and chance-level
     // strategies, not by memory
     let either_learned = learned(vort) || learned(o);
-    // against the fixed power law there is no claim to check, only a difference to state
-    let fixed = other == "power-law";
+    // against an ablation (the fixed power law) there is no claim to check, only a difference
+    // to state
+    let fixed = rep.preset.with_role(Role::Ablation).contains(&other);
     let lead = if fixed {
         "Beyond the paper, routed α against the same power law with a fixed α".to_string()
     } else {
@@ -147,9 +160,9 @@ fn lag_comparison(
 /// grid cell `cell`, if softmax attention learned it.
 fn grid_line(rep: &RecallReport, cell: &str) -> String {
     let (Some(sm), Some(vort), Some(exp)) = (
-        cell_of(rep, cell, "softmax"),
-        cell_of(rep, cell, "vort"),
-        cell_of(rep, cell, "exponential"),
+        cell_of_role(rep, cell, Role::Gate),
+        cell_of_role(rep, cell, Role::Claim),
+        cell_of_role(rep, cell, Role::Baseline),
     ) else {
         return String::new();
     };

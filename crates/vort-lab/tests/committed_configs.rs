@@ -78,7 +78,22 @@ fn every_committed_config_reads_into_its_mixer_and_round_trips() {
         assert_eq!(back, c, "{name}");
     }
     // one folder per committed results folder that holds run configs
-    assert_eq!(folders.len(), 7, "{folders:?}");
+    assert_eq!(folders.len(), 8, "{folders:?}");
+}
+
+/// The books pilot configs, rewritten in the new form, are the runs they trained: the same
+/// config as the run's own config.toml (old form).
+#[test]
+fn the_rewritten_pilot_config_is_the_committed_run() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+    let run = read(&root.join("tests/data/committed-configs/books-pilots--vort.toml"));
+    let preset = read(&root.join("../../configs/books/pilot-d256-lr2e-3.toml"));
+    assert!(preset.contains("[model.mixer]") && !preset.contains("memory = "));
+    assert_eq!(
+        RunConfig::from_toml(&preset, "pilot").unwrap(),
+        RunConfig::from_toml(&run, "run").unwrap()
+    );
 }
 
 /// The old flat fields beside a `[model.mixer]` table are refused, naming both forms.

@@ -9,6 +9,7 @@
 pub const KINDS: [&str; 5] = ["vort", "power-law", "exponential", "mixture", "softmax"];
 
 pub mod books;
+pub mod paper;
 pub mod recall;
 pub mod stats;
 mod synthetic;

@@ -29,13 +29,9 @@ use crate::train::{self, RunConfig, TrainConfig, TrainError};
 pub use context::paired_window_diffs;
 use vort::Mixer;
 
-/// The paper's BPC at context > 4096 (docs/DESIGN.md §3): power law 1.56, exponential 1.68.
+/// The paper's BPC at context > 4096 for a mixer ([`super::paper`]).
 pub fn paper_bpc(memory: &str) -> Option<f64> {
-    match memory {
-        "vort" | "power-law" => Some(1.56),
-        "exponential" => Some(1.68),
-        _ => None,
-    }
+    super::paper::number(super::paper::Claim::BooksBpc, memory)
 }
 
 /// Window of the softmax baseline: full attention over 8K bytes does not fit 2 cores' time,

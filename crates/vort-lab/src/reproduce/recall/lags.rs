@@ -13,15 +13,9 @@ use crate::tasks::BUCKETS;
 use crate::train::eval::LagAccuracy;
 use crate::train::TrainError;
 
-/// The paper's accuracy at lags > 1000 (docs/DESIGN.md §3): power law 79.4, exponential 52.3,
-/// mixture 61.8 (percent).
+/// The paper's accuracy at lags > 1000 for `mixer` (percent; [`crate::reproduce::paper`]).
 pub fn paper_lag_number(mixer: &str) -> Option<f64> {
-    match mixer {
-        "vort" | "vort-banks" | "power-law" => Some(79.4),
-        "exponential" => Some(52.3),
-        "mixture" => Some(61.8),
-        _ => None,
-    }
+    crate::reproduce::paper::number(crate::reproduce::paper::Claim::Recall, mixer)
 }
 
 /// The lags section: its table, the accuracy by lag bucket of every (cell, mixer) beside the

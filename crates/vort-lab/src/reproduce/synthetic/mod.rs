@@ -29,17 +29,9 @@ use crate::train::eval::EvalResult;
 use crate::train::{self, RunConfig, TrainConfig, TrainError};
 use vort::Mixer;
 
-/// The paper's accuracy at lags > 1000 (docs/DESIGN.md §3), in percent, for a task and memory
-/// kind. The paper's "power law" row is placed beside both VORT and the fixed power law.
+/// The paper's accuracy at lags > 1000 for a task and mixer (percent; [`super::paper`]).
 pub fn paper_number(task: TaskKind, memory: &str) -> Option<f64> {
-    match (task, memory) {
-        (TaskKind::Zipf, "vort" | "power-law") => Some(79.4),
-        (TaskKind::Zipf, "exponential") => Some(52.3),
-        (TaskKind::Zipf, "mixture") => Some(61.8),
-        (TaskKind::LabelCopy, "vort" | "power-law") => Some(82.7),
-        (TaskKind::LabelCopy, "exponential") => Some(58.4),
-        _ => None,
-    }
+    super::paper::number(super::paper::Claim::of_task(task)?, memory)
 }
 
 /// Every run of a reproduction.

@@ -15,8 +15,8 @@ use vort::dims::Dims;
 use vort::error::{Result, VortError};
 use vort::nodes::{NodeMode, NodeSpec};
 use vort::retention::{
-    chunk, exact_gl, fused_chunk, naive_recurrent, node_weights, node_weights_host, normalise,
-    with_ones, Inputs, Rates,
+    chunk, exact_gl, fused_chunk, naive_recurrent, node_weights, normalise, with_ones, Inputs,
+    OwnedInputs, Rates,
 };
 use vort::st::{self, Precision};
 
@@ -280,7 +280,6 @@ pub fn retention_head(x: &HeadInputs, opts: &RetentionOpts) -> Result<(Vec<f64>,
     let tables = std::slice::from_ref(&table);
     let rates = Rates::of_tables(tables)?;
     let dev = Device::Cpu;
-    let shape = |w: usize| (1, 1, x.t, w);
     let host = |y: Tensor| -> Result<Vec<f64>> {
         Ok(y.flatten_all()?.to_dtype(DType::F64)?.to_vec1::<f64>()?)
     };
@@ -296,21 +295,8 @@ pub fn retention_head(x: &HeadInputs, opts: &RetentionOpts) -> Result<(Vec<f64>,
         )?,
         Form::Recurrent => {
             // f64, the node weights c_n(α) computed on the host
-            let cw: Vec<f64> = node_weights_host(&x.alpha, dims, tables)?;
-            let mk = |v: &[f64], w: usize| Tensor::from_vec(v.to_vec(), shape(w), &dev);
-            let vp = with_ones(&mk(&x.v, x.d)?)?;
-            let (q, k, cw) = (
-                mk(&x.phi_q, x.f)?,
-                mk(&x.phi_k, x.f)?,
-                mk(&cw, table.len())?,
-            );
-            let inputs = Inputs {
-                q: &q,
-                k: &k,
-                vp: &vp,
-                cw: &cw,
-            };
-            let (o, _) = naive_recurrent::<f64>(&inputs, &rates, opts.chunk, None, false)?;
+            let owned = OwnedInputs::from_host(&x.phi_q, &x.phi_k, &x.v, &x.alpha, dims, tables)?;
+            let (o, _) = naive_recurrent::<f64>(&owned.inputs(), &rates, opts.chunk, None, false)?;
             host(normalise(&o, opts.eps_den)?)?
         }
         Form::Chunked | Form::Fused => {

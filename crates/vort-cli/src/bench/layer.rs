@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use vort::error::Result;
 use vort::nodes::{NodeMode, NodeSpec};
 use vort::retention::{
-    chunk, fused_chunk, naive_recurrent, node_weights, node_weights_host, normalise, with_ones,
-    Inputs, Rates, State,
+    chunk, fused_chunk, naive_recurrent, node_weights, normalise, with_ones, Inputs, OwnedInputs,
+    Rates, State,
 };
 use vort::Dims;
 use vort_math::rng::XorShift64Star;
@@ -292,22 +292,6 @@ pub fn bench_layer(o: &LayerBenchOpts) -> Result<Vec<LayerBenchResult>> {
     Ok(out)
 }
 
-/// The contract's inputs q, k [B, H, T, F], v' = [v, 1] and cw [B, H, T, N] from host buffers
-/// (q, k, v and the node weights, row-major with the sizes of `dims`).
-fn host_inputs(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    cw: &[f32],
-    dims: Dims,
-    n: usize,
-) -> Result<[Tensor; 4]> {
-    let Dims { b, h, t, f, d, .. } = dims;
-    let dev = Device::Cpu;
-    let mk = |x: &[f32], w: usize| Tensor::from_vec(x.to_vec(), (b, h, t, w), &dev);
-    Ok([mk(q, f)?, mk(k, f)?, with_ones(&mk(v, d)?)?, mk(cw, n)?])
-}
-
 /// Decode latency at one context length.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DecodeResult {
@@ -372,17 +356,10 @@ pub fn bench_decode(
             let a: Vec<f64> = (0..h * t)
                 .map(|_| delta + (1.0 - delta) * rng.unif())
                 .collect();
-            let cw: Vec<f32> = node_weights_host(&a, dims, tables)?;
             // q does not change the state: zeros (the random draws stay those of the prefill)
             let q = vec![0f32; h * t * f];
-            let [q, k, vp, cw] = host_inputs(&q, &k, &v, &cw, dims, n)?;
-            let x = Inputs {
-                q: &q,
-                k: &k,
-                vp: &vp,
-                cw: &cw,
-            };
-            st = fused_chunk::<f32>(&x, &rates, 64, Some(&st), true)?
+            let x = OwnedInputs::from_host(&q, &k, &v, &a, dims, tables)?;
+            st = fused_chunk::<f32>(&x.inputs(), &rates, 64, Some(&st), true)?
                 .1
                 .expect("final state asked for");
         }
@@ -397,15 +374,8 @@ pub fn bench_decode(
                 .collect();
             let a: Vec<f64> = (0..h).map(|_| delta + (1.0 - delta) * rng.unif()).collect();
             let t1 = Instant::now();
-            let cw: Vec<f32> = node_weights_host(&a, dims, tables)?;
-            let [q, k, vp, cw] = host_inputs(&q, &k, &v, &cw, dims, n)?;
-            let x = Inputs {
-                q: &q,
-                k: &k,
-                vp: &vp,
-                cw: &cw,
-            };
-            let (o, next) = naive_recurrent::<f32>(&x, &rates, 1, Some(&st), true)?;
+            let x = OwnedInputs::from_host(&q, &k, &v, &a, dims, tables)?;
+            let (o, next) = naive_recurrent::<f32>(&x.inputs(), &rates, 1, Some(&st), true)?;
             let _ = normalise(&o, 1e-6)?;
             st = next.expect("final state asked for");
             lat.push(t1.elapsed().as_secs_f64() * 1e6);

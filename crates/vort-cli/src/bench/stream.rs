@@ -19,12 +19,10 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::load_avg_1min;
-use candle_core::{Device, Tensor, WithDType};
+use candle_core::WithDType;
 use vort::error::{Result, VortError};
 use vort::nodes::{NodeMode, NodeSpec, NodeTable};
-use vort::retention::{
-    naive_recurrent, node_weights_host, normalise, with_ones, Inputs, Rates, State,
-};
+use vort::retention::{naive_recurrent, normalise, OwnedInputs, Rates, State};
 use vort::Dims;
 use vort_math::rng::{stream_seed, Stream, XorShift64Star};
 
@@ -284,19 +282,14 @@ fn step<T: WithDType>(
     tables: &[NodeTable],
     eps_den: f64,
 ) -> Result<Vec<T>> {
-    let Dims { b, h, t, f, d, .. } = dims;
-    let cw: Vec<T> = node_weights_host(alpha, dims, tables)?;
-    let dev = Device::Cpu;
-    let mk = |x: &[T], w: usize| Tensor::from_vec(x.to_vec(), (b, h, t, w), &dev);
-    let (q, k, vp) = (mk(q, f)?, mk(k, f)?, with_ones(&mk(v, d)?)?);
-    let cw = mk(&cw, state.n)?;
-    let x = Inputs {
-        q: &q,
-        k: &k,
-        vp: &vp,
-        cw: &cw,
-    };
-    let (o, next) = naive_recurrent(&x, &Rates::of_tables(tables)?, 1, Some(&*state), true)?;
+    let x = OwnedInputs::from_host(q, k, v, alpha, dims, tables)?;
+    let (o, next) = naive_recurrent(
+        &x.inputs(),
+        &Rates::of_tables(tables)?,
+        1,
+        Some(&*state),
+        true,
+    )?;
     *state = next.expect("final state asked for");
     Ok(normalise(&o, eps_den)?.flatten_all()?.to_vec1::<T>()?)
 }

@@ -97,6 +97,33 @@ fn run_train_seconds(dir: &Path) -> f64 {
         .map_or(0.0, |m| m.elapsed_s)
 }
 
+/// Trains (or reuses) every run of `runs` in order, with a line per run ("[i/n] task mixer seed
+/// s"): the evaluations, the throughputs, and how many finished runs were reused.
+fn train_all(
+    runs: &[RunConfig],
+    out_dir: &Path,
+    progress: bool,
+) -> Result<(Vec<EvalResult>, Vec<f64>, usize), TrainError> {
+    let (mut results, mut tps, mut reused) = (Vec::new(), Vec::new(), 0);
+    for (i, c) in runs.iter().enumerate() {
+        if progress {
+            eprintln!(
+                "[{}/{}] {} {} seed {}",
+                i + 1,
+                runs.len(),
+                c.task.kind,
+                c.model.mixer,
+                c.seed
+            );
+        }
+        let (r, t, was_reused) = one(out_dir, c, progress)?;
+        results.push(r);
+        tps.push(t);
+        reused += usize::from(was_reused);
+    }
+    Ok((results, tps, reused))
+}
+
 /// Trains (or reuses) one run and returns its evaluation, throughput, and whether a finished
 /// run was reused.
 fn one(out: &Path, c: &RunConfig, progress: bool) -> Result<(EvalResult, f64, bool), TrainError> {

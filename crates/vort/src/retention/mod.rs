@@ -328,6 +328,61 @@ pub fn normalise(o: &Tensor, eps_den: f64) -> Result<Tensor> {
     Ok(num.broadcast_div(&den)?)
 }
 
+/// The owned tensors of one call, built on the CPU from host buffers: φq, φk [B, H, T, F], v
+/// [B, H, T, D] with the ones column added, and the node weights c_n(α) of the orders α
+/// [B, H, T], computed on the host in `T` ([`node_weights_host`]). What callers holding slices
+/// (the file format, the benches, the tests) build before any form; [`OwnedInputs::inputs`]
+/// lends them as [`Inputs`].
+#[derive(Debug, Clone)]
+pub struct OwnedInputs {
+    /// φ(q) [B, H, T, F].
+    pub q: Tensor,
+    /// φ(k) [B, H, T, F].
+    pub k: Tensor,
+    /// [v, 1] [B, H, T, D+1].
+    pub vp: Tensor,
+    /// Node weights [B, H, T, N].
+    pub cw: Tensor,
+}
+
+impl OwnedInputs {
+    /// Builds the tensors from host buffers of `dims` and the node tables (1 or H).
+    ///
+    /// # Errors
+    /// Buffer lengths that do not match `dims`; a table count other than 1 or H.
+    pub fn from_host<T: WithDType>(
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        alpha: &[f64],
+        dims: Dims,
+        tables: &[NodeTable],
+    ) -> Result<OwnedInputs> {
+        dims.check(q.len(), k.len(), v.len(), alpha.len())?;
+        let Dims { b, h, t, f, d, .. } = dims;
+        let n = tables.first().map_or(0, NodeTable::len);
+        let cw: Vec<T> = node_weights_host(alpha, dims, tables)?;
+        let dev = Device::Cpu;
+        let mk = |x: &[T], w: usize| Tensor::from_vec(x.to_vec(), (b, h, t, w), &dev);
+        Ok(OwnedInputs {
+            q: mk(q, f)?,
+            k: mk(k, f)?,
+            vp: with_ones(&mk(v, d)?)?,
+            cw: mk(&cw, n)?,
+        })
+    }
+
+    /// The tensors as one call's [`Inputs`].
+    pub fn inputs(&self) -> Inputs<'_> {
+        Inputs {
+            q: &self.q,
+            k: &self.k,
+            vp: &self.vp,
+            cw: &self.cw,
+        }
+    }
+}
+
 /// Node weights c_n(α) per token: alpha [B, H, T] -> [B, H, T, N] (host).
 pub fn node_weights_host<T: WithDType>(
     alpha: &[f64],

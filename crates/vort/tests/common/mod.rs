@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use candle_core::{DType, Device, Tensor, Var, WithDType};
-use vort::retention::{self, node_weights, node_weights_host, normalise, with_ones, Rates, State};
+use vort::retention::{self, node_weights, normalise, with_ones, Rates, State};
 use vort::{Dims, NodeTable};
 
 pub use vort::vort_math::rng::XorShift64Star as Rng;
@@ -150,23 +150,8 @@ pub fn host_call<T: WithDType>(
     dims: Dims,
     tables: &[NodeTable],
 ) -> vort::Result<([Tensor; 4], Rates)> {
-    dims.check(q.len(), k.len(), v.len(), alpha.len())?;
-    let Dims { b, h, t, f, d, .. } = dims;
-    let n = tables.first().map_or(0, NodeTable::len);
-    let cw: Vec<T> = node_weights_host(alpha, dims, tables)?;
-    let dev = Device::Cpu;
-    let mk =
-        |x: &[T], shape: (usize, usize, usize, usize)| Tensor::from_vec(x.to_vec(), shape, &dev);
-    let v = mk(v, (b, h, t, d))?;
-    Ok((
-        [
-            mk(q, (b, h, t, f))?,
-            mk(k, (b, h, t, f))?,
-            with_ones(&v)?,
-            mk(&cw, (b, h, t, n))?,
-        ],
-        Rates::of_tables(tables)?,
-    ))
+    let x = retention::OwnedInputs::from_host(q, k, v, alpha, dims, tables)?;
+    Ok(([x.q, x.k, x.vp, x.cw], Rates::of_tables(tables)?))
 }
 
 /// [`retention::naive()`] (the SOE reference) from a zero state on host inputs, normalised:

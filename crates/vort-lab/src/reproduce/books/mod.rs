@@ -20,7 +20,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{mean_sd, one, Scale};
+use super::{mean_sd, train_all, Scale};
 use crate::tasks::books::BookCorpus;
 use crate::tasks::{TaskConfig, TaskKind, CONTEXT_BUCKETS};
 use crate::train::eval::EvalResult;
@@ -278,32 +278,6 @@ fn write_report(
         markdown(&report, runs).as_bytes(),
     )?;
     Ok(report)
-}
-
-/// Trains (or reuses) every run of `runs`: the evaluations, the throughputs, and how many
-/// finished runs were reused.
-fn train_all(
-    runs: &[RunConfig],
-    out_dir: &Path,
-    progress: bool,
-) -> Result<(Vec<EvalResult>, Vec<f64>, usize), TrainError> {
-    let (mut results, mut tps, mut reused) = (Vec::new(), Vec::new(), 0);
-    for (i, c) in runs.iter().enumerate() {
-        if progress {
-            eprintln!(
-                "[{}/{}] books {} seed {}",
-                i + 1,
-                runs.len(),
-                c.model.mixer,
-                c.seed
-            );
-        }
-        let (r, t, was_reused) = one(out_dir, c, progress)?;
-        results.push(r);
-        tps.push(t);
-        reused += usize::from(was_reused);
-    }
-    Ok((results, tps, reused))
 }
 
 /// One aggregate row per memory kind that has runs: mean ± sd over seeds of the BPC by context

@@ -23,7 +23,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{mean_sd, one, run_dir, run_train_seconds, Scale, SEEDS};
+use super::{mean_sd, run_dir, run_train_seconds, train_all, Scale, SEEDS};
 use crate::tasks::{TaskConfig, TaskKind, BUCKETS};
 use crate::train::eval::EvalResult;
 use crate::train::{self, RunConfig, TrainConfig, TrainError};
@@ -216,7 +216,7 @@ pub fn run(scale: Scale, out_dir: &Path) -> Result<Report, TrainError> {
 pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, TrainError> {
     let t0 = std::time::Instant::now();
     std::fs::create_dir_all(out_dir).map_err(|e| train::checkpoint::io(out_dir, e))?;
-    let (results, tps, reused) = train_all(plan, out_dir, progress)?;
+    let (results, tps, reused) = train_all(&plan.runs, out_dir, progress)?;
     let rows = rows(&results, &tps);
     let chance = plan
         .runs
@@ -260,35 +260,6 @@ pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, T
     let md = markdown(&report, plan);
     train::checkpoint::write_atomic(&out_dir.join("report.md"), md.as_bytes())?;
     Ok(report)
-}
-
-/// Trains (or reuses) every run of `plan`: the evaluations, the throughputs, and how many
-/// finished runs were reused.
-fn train_all(
-    plan: &Plan,
-    out_dir: &Path,
-    progress: bool,
-) -> Result<(Vec<EvalResult>, Vec<f64>, usize), TrainError> {
-    let mut results = Vec::new();
-    let mut tps = Vec::new();
-    let mut reused = 0;
-    for (i, c) in plan.runs.iter().enumerate() {
-        if progress {
-            eprintln!(
-                "[{}/{}] {} {} seed {}",
-                i + 1,
-                plan.runs.len(),
-                c.task.kind,
-                c.model.mixer,
-                c.seed
-            );
-        }
-        let (r, t, was_reused) = one(out_dir, c, progress)?;
-        results.push(r);
-        tps.push(t);
-        reused += usize::from(was_reused);
-    }
-    Ok((results, tps, reused))
 }
 
 /// One aggregate row per (task, memory kind) that has runs: mean ± sd over seeds by lag

@@ -550,6 +550,30 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         assert!(sizes.iter().all(|&b| b == sizes[0] && b > 0), "{sizes:?}");
         assert!(s.result.bits.is_finite());
     }
+
+    // the runner recall has: a run whose loss becomes non-finite is a result (recorded,
+    // listed, left out of the rows), not the end of the experiment
+    let mut blown = runs[1].clone();
+    blown.model.mixer = Mixer::of_kind("power-law").unwrap();
+    blown.train.lr = 1e30;
+    let mut more = runs.clone();
+    more.push(blown);
+    let rep = books::run_plan("test", &more, &out, 200, false).unwrap();
+    assert_eq!((rep.reused, rep.rows.len()), (3, 3), "the finished runs are reused");
+    assert_eq!(rep.diverged.len(), 1);
+    assert_eq!(rep.diverged[0].run, "runs/books/power-law/seed0");
+    assert!(out.join("runs/books/power-law/seed0/diverged.json").is_file());
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("**Diverged**") && md.contains("power-law/seed0"), "{md}");
+    // a run held by another process is waited for, then reused (the diverged one too)
+    let held = vort_lab::train::RunLock::acquire(&out.join("runs/books/vort/seed0")).unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        drop(held);
+    });
+    let rep = books::run_plan("test", &more, &out, 200, false).unwrap();
+    release.join().unwrap();
+    assert_eq!((rep.reused, rep.rows.len(), rep.diverged.len()), (4, 3, 1));
 }
 
 /// `generate` on a trained run: deterministic for a seed, greedy equals the argmax of one

@@ -11,16 +11,16 @@ pub const KINDS: [&str; 5] = ["vort", "power-law", "exponential", "mixture", "so
 pub mod books;
 pub mod paper;
 pub mod recall;
+pub mod runner;
 pub mod stats;
 mod synthetic;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::plot::Series;
-use crate::train::eval::EvalResult;
-use crate::train::{self, RunConfig, RunOptions, TrainError};
+use crate::train::{RunConfig, TrainError};
 pub use synthetic::{paper_number, preset, quick_kinds, run, run_plan, Plan, Report, Row};
 
 /// How large a reproduction.
@@ -65,95 +65,25 @@ fn mean_sd(x: &[f64]) -> (f64, f64) {
     (m, sd)
 }
 
-fn run_dir(out: &Path, c: &RunConfig) -> PathBuf {
-    out.join("runs")
-        .join(c.task.kind.name())
-        .join(c.model.mixer.kind())
-        .join(format!("seed{}", c.seed))
+/// The run directory of a books or synthetic run, relative to the experiment's output
+/// directory: `runs/<task>/<mixer>/seed<k>`.
+fn run_path(c: &RunConfig) -> String {
+    format!(
+        "runs/{}/{}/seed{}",
+        c.task.kind.name(),
+        c.model.mixer.kind(),
+        c.seed
+    )
 }
 
-/// Throughput of a run: mean of the per-step tokens/s of its metrics lines.
-fn run_throughput(dir: &Path) -> f64 {
-    let text = std::fs::read_to_string(dir.join(train::METRICS_FILE)).unwrap_or_default();
-    let rates: Vec<f64> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<train::Metrics>(l).ok())
-        .map(|m| m.tokens_per_s)
-        .collect();
-    if rates.is_empty() {
-        f64::NAN
-    } else {
-        rates.iter().sum::<f64>() / rates.len() as f64
-    }
-}
-
-/// Training seconds of a run: the elapsed time of its last metrics line (of its last call,
-/// if it was resumed).
-fn run_train_seconds(dir: &Path) -> f64 {
-    let text = std::fs::read_to_string(dir.join(train::METRICS_FILE)).unwrap_or_default();
-    text.lines()
-        .rev()
-        .find_map(|l| serde_json::from_str::<train::Metrics>(l).ok())
-        .map_or(0.0, |m| m.elapsed_s)
-}
-
-/// Trains (or reuses) every run of `runs` in order, with a line per run ("[i/n] task mixer seed
-/// s"): the evaluations, the throughputs, and how many finished runs were reused.
+/// Trains (or reuses) the books or synthetic runs `runs` into `out_dir` ([`runner::train_all`]).
 fn train_all(
     runs: &[RunConfig],
     out_dir: &Path,
     progress: bool,
-) -> Result<(Vec<EvalResult>, Vec<f64>, usize), TrainError> {
-    let (mut results, mut tps, mut reused) = (Vec::new(), Vec::new(), 0);
-    for (i, c) in runs.iter().enumerate() {
-        if progress {
-            eprintln!(
-                "[{}/{}] {} {} seed {}",
-                i + 1,
-                runs.len(),
-                c.task.kind,
-                c.model.mixer,
-                c.seed
-            );
-        }
-        let (r, t, was_reused) = one(out_dir, c, progress)?;
-        results.push(r);
-        tps.push(t);
-        reused += usize::from(was_reused);
-    }
-    Ok((results, tps, reused))
-}
-
-/// Trains (or reuses) one run and returns its evaluation, throughput, and whether a finished
-/// run was reused.
-fn one(out: &Path, c: &RunConfig, progress: bool) -> Result<(EvalResult, f64, bool), TrainError> {
-    let dir = run_dir(out, c);
-    let eval_path = dir.join(train::EVAL_FILE);
-    let cfg_path = dir.join(train::CONFIG_FILE);
-    if let (Ok(e), Ok(saved)) = (
-        std::fs::read_to_string(&eval_path),
-        std::fs::read_to_string(&cfg_path),
-    ) {
-        if let Ok(res) = serde_json::from_str::<EvalResult>(&e) {
-            // compared parsed: a config written before a field existed means its default
-            let same = RunConfig::from_toml(&saved, "config.toml").is_ok_and(|s| &s == c);
-            if res.step == c.train.steps && same {
-                let tps = run_throughput(&dir);
-                return Ok((res, tps, true));
-            }
-        }
-    }
-    let resume = dir.join(train::CHECKPOINT_FILE).exists();
-    let opts = RunOptions {
-        progress,
-        ..RunOptions::default()
-    };
-    let s = train::run_with(c, &dir, resume, &opts)?;
-    let res = match s.eval {
-        Some(r) => r,
-        None => crate::train::eval::run(&dir)?,
-    };
-    Ok((res, run_throughput(&dir), false))
+) -> Result<runner::Trained, TrainError> {
+    let runs: Vec<(String, RunConfig)> = runs.iter().map(|c| (run_path(c), c.clone())).collect();
+    runner::train_all(out_dir, &runs, progress)
 }
 
 /// Fraction of values in each of 40 bins on [0, 1] (a density, to compare token classes).

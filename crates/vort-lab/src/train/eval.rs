@@ -127,6 +127,25 @@ pub struct EvalResult {
     pub per_window: Vec<WindowScore>,
 }
 
+impl EvalResult {
+    /// The result without its raw α samples (see [`AlphaSample::without_samples`]).
+    pub fn without_alpha_samples(mut self) -> EvalResult {
+        self.alpha = self.alpha.map(AlphaSample::without_samples);
+        self
+    }
+}
+
+impl AlphaSample {
+    /// The means without the raw samples: what a report's results.json keeps (the samples
+    /// are in each run's eval.json).
+    pub fn without_samples(mut self) -> AlphaSample {
+        self.memorable.clear();
+        self.other.clear();
+        self.function.clear();
+        self
+    }
+}
+
 /// One held-out window's scores by report bucket.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WindowScore {

@@ -2,9 +2,10 @@
 //! seeds, metrics to JSON lines, a progress bar, atomic safetensors checkpoints and an exact
 //! resume.
 //!
-//! A run directory holds `config.toml` (the resolved config), `metrics.jsonl` (one JSON object
-//! per logged step), `checkpoint.safetensors` (latest checkpoint, see [`checkpoint`]) and
-//! `eval.json` (held-out accuracy by lag, written at the end).
+//! A run directory ([`RunDir`], which owns the file names and the operations on them) holds
+//! `config.toml` (the resolved config), `metrics.jsonl` (one JSON object per logged step),
+//! `checkpoint.safetensors` (latest checkpoint, see [`checkpoint`]) and `eval.json` (held-out
+//! accuracy by lag, written at the end).
 //!
 //! Exactness of resume: batch `s` is a pure function of (seed, s) ([`crate::tasks::Source::batch`]),
 //! the model has no dropout, and the checkpoint holds the parameters, both AdamW moments and
@@ -13,8 +14,9 @@
 //!
 //! One job per file, all re-exported here: `error.rs` ([`TrainError`]), `config.rs`
 //! ([`RunConfig`], [`TrainConfig`]), `trainer.rs` (the losses, the optimizer, one
-//! [`optimizer_step`], [`Trainer`]), `run.rs` (the run directory's loop, lock, metrics,
-//! resume, extension and early-stop adoption) and `estimate.rs` ([`MemoryEstimate`]).
+//! [`optimizer_step`], [`Trainer`]), `run.rs` (the loop, the lock, resume, extension and
+//! early-stop adoption), `run_dir.rs` ([`RunDir`]: the files) and `estimate.rs`
+//! ([`MemoryEstimate`]).
 
 pub mod checkpoint;
 pub mod eval;
@@ -26,12 +28,14 @@ mod config;
 mod error;
 mod estimate;
 mod run;
+mod run_dir;
 mod trainer;
 
 pub use config::*;
 pub use error::*;
 pub use estimate::*;
 pub use run::*;
+pub use run_dir::*;
 pub use trainer::*;
 
 use std::collections::BTreeMap;

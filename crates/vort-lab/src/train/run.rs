@@ -98,7 +98,7 @@ impl RunLock {
     /// # Errors
     /// [`TrainError::RunBusy`] if another process (or another lock in this one) holds it; I/O.
     pub fn acquire(run_dir: &Path) -> Result<RunLock, TrainError> {
-        let path = run_dir.join(LOCK_FILE);
+        let path = RunDir::new(run_dir).lock_path();
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -140,20 +140,10 @@ pub fn run_with(
         RunLock::acquire(run_dir).and_then(|_lock| run_locked(config, run_dir, resume, opts));
     if result.is_err() && created {
         // a run refused before it wrote anything leaves no directory behind
-        let _ = std::fs::remove_file(run_dir.join(LOCK_FILE));
+        let _ = std::fs::remove_file(RunDir::new(run_dir).lock_path());
         let _ = std::fs::remove_dir(run_dir);
     }
     result
-}
-
-/// The metrics lines of the run in `run_dir` (none if it has no metrics.jsonl; unreadable
-/// lines, such as one cut short by a kill, are skipped).
-pub fn read_metrics(run_dir: &Path) -> Vec<Metrics> {
-    std::fs::read_to_string(run_dir.join(METRICS_FILE))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Metrics>(l).ok())
-        .collect()
 }
 
 /// What [`adopt_early_stop`] made of a run directory.
@@ -187,16 +177,13 @@ pub enum Adopted {
 /// # Errors
 /// [`TrainError::RunBusy`] if another process holds the run; I/O; a corrupt checkpoint.
 pub fn adopt_early_stop(run_dir: &Path, wanted: &RunConfig) -> Result<Adopted, TrainError> {
-    let config_path = run_dir.join(CONFIG_FILE);
-    let ck_path = run_dir.join(CHECKPOINT_FILE);
+    let dir = RunDir::new(run_dir);
+    let (config_path, ck_path) = (dir.config_path(), dir.checkpoint_path());
     if !config_path.is_file() || !ck_path.is_file() {
         return Ok(Adopted::No);
     }
-    let _lock = RunLock::acquire(run_dir)?;
-    let Some(saved) = std::fs::read_to_string(&config_path)
-        .ok()
-        .and_then(|t| RunConfig::from_toml(&t, "config.toml").ok())
-    else {
+    let _lock = dir.lock()?;
+    let Some(saved) = dir.saved_config() else {
         return Ok(Adopted::No);
     };
     let mut only_threshold = saved.clone();
@@ -206,13 +193,11 @@ pub fn adopt_early_stop(run_dir: &Path, wanted: &RunConfig) -> Result<Adopted, T
     }
     let mut ck = Checkpoint::load(&ck_path)?;
     let end = ck.step;
-    let evaluated_at_end = std::fs::read_to_string(run_dir.join(EVAL_FILE))
-        .ok()
-        .and_then(|t| serde_json::from_str::<eval::EvalResult>(&t).ok())
-        .is_some_and(|e| e.step == end);
+    let evaluated_at_end = dir.eval_at(end).is_some();
     let threshold = wanted.train.early_stop_accuracy;
     // the first validation step (up to the checkpoint) where the wanted run would stop
-    let stops_at = read_metrics(run_dir)
+    let stops_at = dir
+        .metrics()
         .into_iter()
         .filter(|m| m.step <= end)
         .find(|m| threshold > 0.0 && m.val_acc.is_some_and(|v| v >= threshold))
@@ -226,12 +211,7 @@ pub fn adopt_early_stop(run_dir: &Path, wanted: &RunConfig) -> Result<Adopted, T
     if adopted == Adopted::Continues {
         // what the run's end produced is not the continued run's: removed first, so that an
         // interruption below leaves a run that is adopted again, never one reused as finished
-        for f in [EVAL_FILE, WEIGHTS_FILE] {
-            let p = run_dir.join(f);
-            if p.exists() {
-                std::fs::remove_file(&p).map_err(|e| checkpoint::io(&p, e))?;
-            }
-        }
+        dir.remove_results()?;
     }
     let toml_text = wanted.to_toml()?;
     ck.config.clone_from(&toml_text);
@@ -249,9 +229,10 @@ fn run_locked(
 ) -> Result<TrainSummary, TrainError> {
     let dev = device();
     let mut tr = Trainer::new(config, &dev)?;
-    let ck_path = run_dir.join(CHECKPOINT_FILE);
+    let dir = RunDir::new(run_dir);
+    let ck_path = dir.checkpoint_path();
     // a run killed before its first checkpoint has only its config: resuming it starts over
-    let resume = if resume && !ck_path.exists() && run_dir.join(CONFIG_FILE).is_file() {
+    let resume = if resume && !ck_path.exists() && dir.exists() {
         eprintln!(
             "{}: no checkpoint yet (killed before the first one): starting from step 0 with \
              the config given",
@@ -265,20 +246,9 @@ fn run_locked(
         let ck = Checkpoint::load(&ck_path)?;
         tr.restore(&ck, &ck_path)?;
         // finished: every step done, or stopped early and evaluated at the checkpoint's step
-        let evaluated = std::fs::read_to_string(run_dir.join(EVAL_FILE))
-            .ok()
-            .and_then(|t| serde_json::from_str::<eval::EvalResult>(&t).ok())
-            .filter(|e| e.step == tr.step);
+        let evaluated = dir.eval_at(tr.step);
         if tr.step >= config.train.steps || evaluated.is_some() {
-            let last = std::fs::read(run_dir.join(METRICS_FILE))
-                .ok()
-                .and_then(|b| {
-                    String::from_utf8_lossy(&b)
-                        .lines()
-                        .rev()
-                        .find_map(|l| serde_json::from_str::<Metrics>(l).ok())
-                })
-                .map_or(f64::NAN, |m| m.loss);
+            let last = dir.metrics().last().map_or(f64::NAN, |m| m.loss);
             return Ok(TrainSummary {
                 steps: tr.step,
                 final_loss: last,
@@ -294,14 +264,14 @@ fn run_locked(
     // from here on, files are written
     std::fs::create_dir_all(run_dir).map_err(|e| checkpoint::io(run_dir, e))?;
     let toml_text = config.to_toml()?;
-    checkpoint::write_atomic(&run_dir.join(CONFIG_FILE), toml_text.as_bytes())?;
+    checkpoint::write_atomic(&dir.config_path(), toml_text.as_bytes())?;
     if opts.print_config {
         eprintln!(
             "# resolved config ({})\n{toml_text}",
-            run_dir.join(CONFIG_FILE).display()
+            dir.config_path().display()
         );
     }
-    let metrics_path = run_dir.join(METRICS_FILE);
+    let metrics_path = dir.metrics_path();
     if resume {
         truncate_metrics(&metrics_path, tr.step)?;
     } else if metrics_path.exists() {
@@ -413,7 +383,7 @@ fn run_locked(
     };
     if !opts.skip_eval && (tr.step == config.train.steps || stopped_early) {
         let res = eval::evaluate(&tr.model, &tr.source, config, tr.step, &dev)?;
-        eval::write(&res, &run_dir.join(EVAL_FILE))?;
+        eval::write(&res, &dir.eval_path())?;
         summary.eval = Some(res);
     }
     Ok(summary)
@@ -462,10 +432,11 @@ fn truncate_metrics(path: &PathBuf, step: u64) -> Result<(), TrainError> {
 /// No run or checkpoint in `run_dir`; `steps` not above the checkpoint's step (nothing to
 /// add: shortening a run is not resuming it); another process holds the run; I/O.
 pub fn extend_run(run_dir: &Path, steps: u64) -> Result<RunConfig, TrainError> {
-    let cfg_path = run_dir.join(CONFIG_FILE);
-    let mut cfg = RunConfig::load(&cfg_path)?;
-    let _lock = RunLock::acquire(run_dir)?;
-    let ck_path = run_dir.join(CHECKPOINT_FILE);
+    let dir = RunDir::new(run_dir);
+    let cfg_path = dir.config_path();
+    let mut cfg = dir.config()?;
+    let _lock = dir.lock()?;
+    let ck_path = dir.checkpoint_path();
     let mut ck = Checkpoint::load(&ck_path)?;
     ck.check_config(&cfg.to_toml()?, &ck_path)?;
     if steps <= ck.step {
@@ -483,7 +454,7 @@ pub fn extend_run(run_dir: &Path, steps: u64) -> Result<RunConfig, TrainError> {
     ck.config = text.clone();
     ck.save(&ck_path)?;
     checkpoint::write_atomic(&cfg_path, text.as_bytes())?;
-    let eval_path = run_dir.join(EVAL_FILE);
+    let eval_path = dir.eval_path();
     if eval_path.exists() {
         std::fs::remove_file(&eval_path).map_err(|e| checkpoint::io(&eval_path, e))?;
     }

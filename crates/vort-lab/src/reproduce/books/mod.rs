@@ -20,6 +20,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::runner::{self, DivergedRun};
 use super::{mean_sd, train_all, Scale};
 use crate::tasks::books::BookCorpus;
 use crate::tasks::{TaskConfig, TaskKind, CONTEXT_BUCKETS};
@@ -174,6 +175,9 @@ pub struct BooksReport {
     pub streams: Vec<StreamRow>,
     /// Runs reused from an earlier call (finished, same config) rather than trained.
     pub reused: usize,
+    /// Runs that diverged (left out of the rows and figures).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diverged: Vec<DivergedRun>,
     /// Wall time of this call (s).
     pub wall_s: f64,
 }
@@ -210,15 +214,18 @@ pub fn run_plan(
     if let Some(c) = runs.first() {
         record_data(Path::new(&c.task.data_dir), out_dir)?;
     }
-    let (results, tps, reused) = train_all(runs, out_dir, progress)?;
+    let trained = train_all(runs, out_dir, progress)?;
     let streams = match &corpus {
-        Some(corpus) => streaming::measure(runs, corpus, out_dir, stream_bytes, progress)?,
+        Some(corpus) => {
+            streaming::measure(&trained.configs, corpus, out_dir, stream_bytes, progress)?
+        }
         None => Vec::new(),
     };
     let measured = Measured {
-        results,
-        tps,
-        reused,
+        results: trained.results,
+        tps: trained.tokens_per_s,
+        reused: trained.reused,
+        diverged: trained.diverged,
         streams,
     };
     write_report(label, runs, measured, t0, out_dir)
@@ -232,6 +239,8 @@ struct Measured {
     tps: Vec<f64>,
     /// Runs reused from an earlier call.
     reused: usize,
+    /// Runs that diverged (left out of the rows).
+    diverged: Vec<DivergedRun>,
     /// The streamed test book.
     streams: Vec<StreamRow>,
 }
@@ -252,14 +261,7 @@ fn write_report(
     let stripped = m
         .results
         .into_iter()
-        .map(|mut r| {
-            if let Some(a) = r.alpha.as_mut() {
-                a.memorable.clear();
-                a.other.clear();
-                a.function.clear();
-            }
-            r
-        })
+        .map(EvalResult::without_alpha_samples)
         .collect();
     let report = BooksReport {
         label: label.into(),
@@ -268,15 +270,10 @@ fn write_report(
         tokens_per_s: m.tps,
         streams: m.streams,
         reused: m.reused,
+        diverged: m.diverged,
         wall_s: t0.elapsed().as_secs_f64(),
     };
-    let json =
-        serde_json::to_string_pretty(&report).map_err(|e| TrainError::Serialise(e.to_string()))?;
-    train::checkpoint::write_atomic(&out_dir.join("results.json"), json.as_bytes())?;
-    train::checkpoint::write_atomic(
-        &out_dir.join("report.md"),
-        markdown(&report, runs).as_bytes(),
-    )?;
+    runner::write_report(out_dir, &report, &markdown(&report, runs))?;
     Ok(report)
 }
 
@@ -376,6 +373,7 @@ fn intro(rep: &BooksReport, runs: &[RunConfig]) -> String {
         rep.reused,
         rep.wall_s
     );
+    s += &runner::diverged_markdown(&rep.diverged);
     if let Some(c) = runs.first() {
         s += &format!(
             "Setting: T = {} bytes, model d_model = {}, {} layer(s), {} heads × {}, {} \

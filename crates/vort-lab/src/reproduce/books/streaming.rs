@@ -26,7 +26,8 @@ pub(super) fn measure(
     {
         let book = &corpus.test_books()[0];
         let text = &book.bytes[..book.bytes.len().min(max_bytes)];
-        let (_, mut model, _vm) = train::eval::load_model(&crate::reproduce::run_dir(out_dir, c))?;
+        let (_, mut model, _vm) =
+            train::eval::load_model(&out_dir.join(crate::reproduce::run_path(c)))?;
         // trained at seq_len; streamed with nodes certified to 2^20 lags (the learned
         // parameters do not depend on the nodes)
         model.set_horizon(vort::nodes::STREAM_HORIZON)?;

@@ -44,7 +44,7 @@ pub use preset::{CellSpec, MixerSpec, RecallPreset, Role, Section, PRESETS};
 pub use results::{state_floats, CellResult, Extrapolation, RecallReport, RunResult};
 pub use runner::run;
 
-use crate::train::{checkpoint, TrainError};
+use crate::train::TrainError;
 
 /// Writes the figures, results.json and report.md of `rep` into `out_dir`.
 fn write_report(rep: &RecallReport, out_dir: &Path) -> Result<(), TrainError> {
@@ -59,23 +59,15 @@ fn write_report(rep: &RecallReport, out_dir: &Path) -> Result<(), TrainError> {
     ];
     // results.json keeps the α means, not the raw samples (they are in each run's eval.json)
     let mut lean = rep.clone();
-    for r in lean
-        .cells
-        .iter_mut()
-        .flat_map(|c| c.sweep.iter_mut().chain(&mut c.seeds))
-    {
-        if let Some(a) = &mut r.alpha {
-            a.memorable.clear();
-            a.other.clear();
-            a.function.clear();
+    for c in &mut lean.cells {
+        for r in c.sweep.iter_mut().chain(&mut c.seeds) {
+            if let Some(a) = r.alpha.take() {
+                r.alpha = Some(a.without_samples());
+            }
         }
     }
-    let json =
-        serde_json::to_string_pretty(&lean).map_err(|e| TrainError::Serialise(e.to_string()))?;
-    checkpoint::write_atomic(&out_dir.join("results.json"), json.as_bytes())?;
     let md = intro(rep) + &verdicts::markdown(rep) + &sections.concat() + &closing(rep);
-    checkpoint::write_atomic(&out_dir.join("report.md"), md.as_bytes())?;
-    Ok(())
+    super::runner::write_report(out_dir, &lean, &md)
 }
 
 /// The report's opening: what was run and how it is read, whether the gate passed, and the

@@ -2,46 +2,29 @@
 //! on the first seed and the other seeds at the best rate, in passes repeated while another
 //! process holds some of the runs; then the report.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
-
-use serde::{Deserialize, Serialize};
 
 use super::{
     gate, lr_label, state_floats, write_report, CellResult, CellSpec, Extrapolation, MixerSpec,
     RecallPreset, RecallReport, RunResult,
 };
+use crate::reproduce::runner;
 use crate::train::eval::EvalResult;
-use crate::train::{self, checkpoint, Adopted, RunConfig, RunOptions, TrainError};
+use crate::train::{self, checkpoint, RunConfig, RunDir, TrainError};
 use vort::Mixer;
-
-/// Removes a run's extrapolation caches (`extrapolate-L*.json`): they belong to the model the
-/// run had, and a continued run has another.
-fn remove_extrapolations(dir: &Path) -> Result<(), TrainError> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(());
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with("extrapolate-L") && name.ends_with(".json") {
-            std::fs::remove_file(e.path()).map_err(|err| checkpoint::io(&e.path(), err))?;
-        }
-    }
-    Ok(())
-}
 
 /// Scores the model of the run in `dir` (config `c`) at length `seq_len` (see
 /// [`CellSpec::extrapolate`]); the result is cached as `extrapolate-L<len>.json` in `dir`,
 /// and reused while the number of scored sequences is unchanged.
 fn extrapolate(
-    dir: &Path,
+    dir: &RunDir,
     c: &RunConfig,
     seq_len: usize,
     examples: usize,
     step: u64,
 ) -> Result<Extrapolation, TrainError> {
-    let cache = dir.join(format!("extrapolate-L{seq_len}.json"));
+    let cache = dir.extrapolation_path(seq_len);
     if let Some(e) = std::fs::read_to_string(&cache)
         .ok()
         .and_then(|t| serde_json::from_str::<Extrapolation>(&t).ok())
@@ -62,7 +45,7 @@ fn extrapolate(
         Mixer::Softmax { window } if *window == 0 => *window = c.task.seq_len,
         _ => {}
     }
-    let (model, _vm) = crate::train::eval::load_params_as(dir, &cx)?;
+    let (model, _vm) = crate::train::eval::load_params_as(dir.path(), &cx)?;
     let source = crate::tasks::Source::open(&cx.task)?;
     let e = crate::train::eval::evaluate_stream(
         &model,
@@ -88,28 +71,15 @@ fn extrapolate(
     Ok(x)
 }
 
-fn run_dir(out: &Path, cell: &CellSpec, mixer: &MixerSpec, lr: f64, seed: u64) -> PathBuf {
-    out.join("runs")
-        .join(&cell.name)
-        .join(&mixer.name)
-        .join(format!("lr{}", lr_label(lr)))
-        .join(format!("seed{seed}"))
-}
-
-/// Marker of a run whose loss or gradient became non-finite (`diverged.json`).
-const DIVERGED_FILE: &str = "diverged.json";
-
-/// What `diverged.json` holds.
-#[derive(Debug, Serialize, Deserialize)]
-struct Diverged {
-    /// The step whose loss or gradient was not finite.
-    step: u64,
-    /// That step's loss, as text (NaN or inf when it was the loss).
-    loss: String,
-    /// That step's gradient norm, as text (NaN when the loss was not finite; absent in
-    /// markers written before it was recorded).
-    #[serde(default)]
-    grad_norm: String,
+/// The run directory of (cell, mixer, learning rate, seed) under `out`.
+fn run_dir(out: &Path, cell: &CellSpec, mixer: &MixerSpec, lr: f64, seed: u64) -> RunDir {
+    RunDir::new(
+        out.join("runs")
+            .join(&cell.name)
+            .join(&mixer.name)
+            .join(format!("lr{}", lr_label(lr)))
+            .join(format!("seed{seed}")),
+    )
 }
 
 /// How [`run`] treats each run: progress output, and whether a run that is not finished is
@@ -132,7 +102,7 @@ enum Outcome {
     Busy,
 }
 
-/// Trains (or reuses) one run.
+/// Trains (or reuses) one run ([`runner::train_or_reuse`]) and reads its result.
 fn one(
     out: &Path,
     preset: &RecallPreset,
@@ -144,139 +114,40 @@ fn one(
 ) -> Result<Outcome, TrainError> {
     let c = preset.run_config(cell, mixer, lr, seed)?;
     let dir = run_dir(out, cell, mixer, lr, seed);
-    let Some(same_config) = same_config(&dir, &c, mode.train_missing)? else {
-        return Ok(Outcome::Busy);
+    let run_mode = runner::Mode {
+        progress: mode.progress,
+        train_missing: mode.train_missing,
     };
-    let finished = match std::fs::read_to_string(dir.join(train::EVAL_FILE)) {
-        Ok(e) if same_config => serde_json::from_str::<EvalResult>(&e).ok(),
-        _ => None,
-    };
-    // a run that diverged is a result of the sweep (a learning rate too high), not a reason
-    // to stop the experiment: it is recorded and reused like a finished one
-    let diverged_before = std::fs::read_to_string(dir.join(DIVERGED_FILE))
-        .ok()
-        .filter(|_| same_config)
-        .and_then(|t| serde_json::from_str::<Diverged>(&t).ok());
-    if let Some(d) = diverged_before {
-        return Ok(Outcome::Done(
-            Box::new(RunResult::diverged(seed, lr, d.step, &c)),
-            true,
-        ));
-    }
-    if finished.is_none() && !mode.train_missing {
-        return Ok(Outcome::Missing);
-    }
-    let reused = finished.is_some();
-    let eval = match finished {
-        Some(e) => e,
-        None => match train_run(&dir, &c, mode.progress)? {
-            Trained::Eval(e) => *e,
-            Trained::Diverged(step) => {
-                return Ok(Outcome::Done(
-                    Box::new(RunResult::diverged(seed, lr, step, &c)),
-                    false,
-                ))
-            }
-            // another process trains it: leave it to that one (see `run`)
-            Trained::Busy => return Ok(Outcome::Busy),
-        },
-    };
-    let r = finished_result(&dir, &c, cell, preset.learned_accuracy, eval, (seed, lr))?;
-    Ok(Outcome::Done(Box::new(r), reused))
-}
-
-/// Whether the run in `dir` has config `c`, so that its files are its results (None: another
-/// process holds it). With `train_missing`, a run of a preset that changed only the early-stop
-/// threshold is adopted when the threshold cannot change it, and continued when it stopped too
-/// soon (see `adopt_early_stop`).
-fn same_config(dir: &Path, c: &RunConfig, train_missing: bool) -> Result<Option<bool>, TrainError> {
-    let saved = std::fs::read_to_string(dir.join(train::CONFIG_FILE)).ok();
-    // finished: evaluated, with the same config. Compared parsed, not as text: a config
-    // written before a field existed reads that field's default, which is what it ran with
-    let saved = saved
-        .as_deref()
-        .and_then(|t| RunConfig::from_toml(t, "config.toml").ok());
-    Ok(Some(match saved {
-        Some(s) if s == *c => true,
-        Some(_) if train_missing => match train::adopt_early_stop(dir, c) {
-            Ok(Adopted::Same) => true,
-            Ok(Adopted::Continues) => {
-                remove_extrapolations(dir)?;
-                false
-            }
-            Ok(Adopted::No) => false,
-            Err(TrainError::RunBusy(_)) => return Ok(None),
-            Err(e) => return Err(e),
-        },
-        _ => false,
-    }))
-}
-
-/// What training a run gave.
-enum Trained {
-    /// Its evaluation.
-    Eval(Box<EvalResult>),
-    /// The step at which it diverged (recorded in `diverged.json`).
-    Diverged(u64),
-    /// Another vort process holds it.
-    Busy,
-}
-
-/// Trains the run in `dir` (resuming from its checkpoint) and evaluates it; a divergence is
-/// recorded in its `diverged.json`.
-fn train_run(dir: &Path, c: &RunConfig, progress: bool) -> Result<Trained, TrainError> {
-    let resume = dir.join(train::CHECKPOINT_FILE).exists();
-    let opts = RunOptions {
-        progress,
-        ..RunOptions::default()
-    };
-    match train::run_with(c, dir, resume, &opts) {
-        Ok(s) => Ok(Trained::Eval(Box::new(match s.eval {
-            Some(r) => r,
-            None => train::eval::run(dir)?,
-        }))),
-        Err(TrainError::Diverged {
-            step,
-            loss,
-            grad_norm,
-        }) => {
-            let json = serde_json::to_string(&Diverged {
-                step,
-                loss: loss.to_string(),
-                grad_norm: grad_norm.to_string(),
-            })
-            .map_err(|e| TrainError::Serialise(e.to_string()))?;
-            checkpoint::write_atomic(&dir.join(DIVERGED_FILE), json.as_bytes())?;
-            Ok(Trained::Diverged(step))
+    Ok(match runner::train_or_reuse(&dir, &c, run_mode)? {
+        runner::Outcome::Finished { eval, reused } => {
+            let r = finished_result(&dir, &c, cell, preset.learned_accuracy, *eval, (seed, lr))?;
+            Outcome::Done(Box::new(r), reused)
         }
-        Err(TrainError::RunBusy(_)) => Ok(Trained::Busy),
-        Err(e) => Err(e),
-    }
+        runner::Outcome::Diverged { step, reused } => {
+            Outcome::Done(Box::new(RunResult::diverged(seed, lr, step, &c)), reused)
+        }
+        runner::Outcome::Missing => Outcome::Missing,
+        runner::Outcome::Busy => Outcome::Busy,
+    })
 }
 
 /// The result of the finished run in `dir` (config `c`, at `(seed, lr)`): its evaluation, its
 /// last validation accuracy and mean throughput from its metrics, and its scores at the
 /// cell's extrapolation lengths.
 fn finished_result(
-    dir: &Path,
+    dir: &RunDir,
     c: &RunConfig,
     cell: &CellSpec,
     learned_accuracy: f64,
     eval: EvalResult,
     (seed, lr): (u64, f64),
 ) -> Result<RunResult, TrainError> {
-    let metrics = train::read_metrics(dir);
+    let metrics = dir.metrics();
     let val = metrics
         .iter()
         .rev()
         .find_map(|m| m.val_acc)
         .unwrap_or(f64::NAN);
-    let tps: Vec<f64> = metrics.iter().map(|m| m.tokens_per_s).collect();
-    let tokens_per_s = if tps.is_empty() {
-        f64::NAN
-    } else {
-        tps.iter().sum::<f64>() / tps.len() as f64
-    };
     let answers: usize = eval.buckets.iter().map(|b| b.n).sum();
     let correct: usize = eval.buckets.iter().map(|b| b.correct).sum();
     let extrapolation = cell
@@ -294,7 +165,7 @@ fn finished_result(
         buckets: eval.buckets,
         lag_bins: eval.lag_bins,
         steps: eval.step,
-        tokens_per_s,
+        tokens_per_s: dir.throughput(),
         tokens: eval.step * (c.train.batch_size * c.task.seq_len) as u64,
         train_s: metrics.last().map_or(0.0, |m| m.elapsed_s),
         learned: eval.accuracy >= learned_accuracy,
@@ -341,16 +212,13 @@ pub fn run(
             waited_for = busy;
             eprintln!(
                 "waiting for {busy} run(s) in use by another vort process (checking every {} s)",
-                BUSY_POLL.as_secs()
+                runner::BUSY_POLL.as_secs()
             );
         }
         mode.print_reused = false;
-        std::thread::sleep(BUSY_POLL);
+        std::thread::sleep(runner::BUSY_POLL);
     }
 }
-
-/// How often a run of a preset looks again at the runs another process trains.
-const BUSY_POLL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One pass over the preset (see [`run`], which writes the report): the report, and how many
 /// runs it skipped because another process holds them.
@@ -435,7 +303,7 @@ impl Pass<'_> {
             Err(missing) => return Ok(Err(missing)),
         }
         if cell.release_weights {
-            release_weights(&run_dir(self.out_dir, cell, mixer, best_lr, seeds[0]))?;
+            run_dir(self.out_dir, cell, mixer, best_lr, seeds[0]).release_weights()?;
         }
         let c = self.preset.run_config(cell, mixer, best_lr, seeds[0])?;
         let model_nodes = nodes_of(&c)?;
@@ -554,17 +422,6 @@ fn best_rate(sweep: &[RunResult]) -> usize {
             va.total_cmp(&vb).then(b.steps.cmp(&a.steps))
         })
         .map_or(0, |(i, _)| i)
-}
-
-/// Writes the trained weights of the run in `dir` (`weights.safetensors`, no optimizer state)
-/// beside its config, once.
-fn release_weights(dir: &Path) -> Result<(), TrainError> {
-    let weights = dir.join(train::WEIGHTS_FILE);
-    if !weights.exists() {
-        let ck = checkpoint::Checkpoint::load(&dir.join(train::CHECKPOINT_FILE))?;
-        ck.weights_only().save(&weights)?;
-    }
-    Ok(())
 }
 
 /// Memory nodes N of the model of `cfg` (1 for one exponential per head, M for the mixture).

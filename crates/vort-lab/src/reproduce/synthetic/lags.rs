@@ -262,6 +262,7 @@ mod tests {
             runs,
             reused: 0,
             train_s: 0.0,
+            diverged: Vec::new(),
             wall_s: 0.0,
         }
     }

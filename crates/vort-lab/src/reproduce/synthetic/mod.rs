@@ -23,7 +23,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{mean_sd, run_dir, run_train_seconds, train_all, Scale, SEEDS};
+use super::runner::{self, DivergedRun};
+use super::{mean_sd, train_all, Scale, SEEDS};
 use crate::tasks::{TaskConfig, TaskKind, BUCKETS};
 use crate::train::eval::EvalResult;
 use crate::train::{self, RunConfig, TrainConfig, TrainError};
@@ -196,6 +197,9 @@ pub struct Report {
     /// Training seconds summed over the runs (from their metrics, whichever call trained them).
     #[serde(default)]
     pub train_s: f64,
+    /// Runs that diverged (left out of the rows and figures).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diverged: Vec<DivergedRun>,
     /// Wall time of this call (s).
     pub wall_s: f64,
 }
@@ -216,7 +220,8 @@ pub fn run(scale: Scale, out_dir: &Path) -> Result<Report, TrainError> {
 pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, TrainError> {
     let t0 = std::time::Instant::now();
     std::fs::create_dir_all(out_dir).map_err(|e| train::checkpoint::io(out_dir, e))?;
-    let (results, tps, reused) = train_all(&plan.runs, out_dir, progress)?;
+    let trained = train_all(&plan.runs, out_dir, progress)?;
+    let (results, tps) = (trained.results, trained.tokens_per_s);
     let rows = rows(&results, &tps);
     let chance = plan
         .runs
@@ -231,34 +236,20 @@ pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, T
         alpha::figures(task, &of_task, out_dir)?;
     }
     let stripped: Vec<EvalResult> = results
-        .iter()
-        .cloned()
-        .map(|mut r| {
-            if let Some(a) = r.alpha.as_mut() {
-                a.memorable.clear();
-                a.other.clear();
-            }
-            r
-        })
+        .into_iter()
+        .map(EvalResult::without_alpha_samples)
         .collect();
     let report = Report {
         label: plan.label.clone(),
         rows,
         runs: stripped,
         tokens_per_s: tps,
-        reused,
-        train_s: plan
-            .runs
-            .iter()
-            .map(|c| run_train_seconds(&run_dir(out_dir, c)))
-            .sum(),
+        reused: trained.reused,
+        train_s: trained.train_s.iter().sum(),
+        diverged: trained.diverged,
         wall_s: t0.elapsed().as_secs_f64(),
     };
-    let json =
-        serde_json::to_string_pretty(&report).map_err(|e| TrainError::Serialise(e.to_string()))?;
-    train::checkpoint::write_atomic(&out_dir.join("results.json"), json.as_bytes())?;
-    let md = markdown(&report, plan);
-    train::checkpoint::write_atomic(&out_dir.join("report.md"), md.as_bytes())?;
+    runner::write_report(out_dir, &report, &markdown(&report, plan))?;
     Ok(report)
 }
 
@@ -366,6 +357,7 @@ fn intro(rep: &Report, plan: &Plan) -> String {
         rep.wall_s,
         rep.train_s
     ));
+    s += &runner::diverged_markdown(&rep.diverged);
     let kinds: Vec<String> = crate::reproduce::KINDS
         .iter()
         .filter(|k| !plan.runs.iter().any(|r| r.model.mixer.kind() == **k))

@@ -1,0 +1,250 @@
+//! Training or reusing the runs of an experiment: the one rule every reproduction (recall,
+//! books, synthetic) follows for a run directory, and the report files they all write.
+//!
+//! A run is reused when its directory says it is finished under the wanted config
+//! ([`RunDir::finished`]), or diverged under it (`diverged.json`: a learning rate too high is a
+//! result, not a reason to stop the experiment). A run trained with another early-stop
+//! threshold is adopted when the threshold cannot change it ([`train::adopt_early_stop`]). A
+//! run another process holds is left to it ([`Outcome::Busy`]); callers come back to it.
+//! Anything else is trained, resuming from its checkpoint.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::train::eval::EvalResult;
+use crate::train::{self, checkpoint, Adopted, RunConfig, RunDir, RunOptions, TrainError};
+
+/// What a call does with a run that is not finished.
+#[derive(Debug, Clone, Copy)]
+pub struct Mode {
+    /// Show the training progress.
+    pub progress: bool,
+    /// Train it (false: report it [`Outcome::Missing`], for a report of what is done).
+    pub train_missing: bool,
+}
+
+/// What [`train_or_reuse`] found or did.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Finished: its evaluation, and whether it was reused from an earlier call.
+    Finished {
+        /// The held-out evaluation.
+        eval: Box<EvalResult>,
+        /// Reused rather than trained by this call.
+        reused: bool,
+    },
+    /// Its loss or gradient became non-finite at `step` (recorded in `diverged.json`).
+    Diverged {
+        /// The step.
+        step: u64,
+        /// Found recorded rather than met by this call.
+        reused: bool,
+    },
+    /// Not finished, and this call trains nothing.
+    Missing,
+    /// Another vort process holds it (its directory is locked).
+    Busy,
+}
+
+/// Trains (or reuses) the run of config `c` in `dir` (see the module doc).
+///
+/// # Errors
+/// Training errors other than a divergence or a busy run; I/O.
+pub fn train_or_reuse(dir: &RunDir, c: &RunConfig, mode: Mode) -> Result<Outcome, TrainError> {
+    let Some(same_config) = same_config(dir, c, mode.train_missing)? else {
+        return Ok(Outcome::Busy);
+    };
+    if same_config {
+        if let Some(d) = dir.diverged() {
+            return Ok(Outcome::Diverged {
+                step: d.step,
+                reused: true,
+            });
+        }
+        if let Some(eval) = dir.finished(c) {
+            return Ok(Outcome::Finished {
+                eval: Box::new(eval),
+                reused: true,
+            });
+        }
+    }
+    if !mode.train_missing {
+        return Ok(Outcome::Missing);
+    }
+    let opts = RunOptions {
+        progress: mode.progress,
+        ..RunOptions::default()
+    };
+    match train::run_with(c, dir.path(), dir.has_checkpoint(), &opts) {
+        Ok(s) => Ok(Outcome::Finished {
+            eval: Box::new(match s.eval {
+                Some(r) => r,
+                None => train::eval::run(dir.path())?,
+            }),
+            reused: false,
+        }),
+        Err(TrainError::Diverged {
+            step,
+            loss,
+            grad_norm,
+        }) => {
+            dir.mark_diverged(step, loss, grad_norm)?;
+            Ok(Outcome::Diverged {
+                step,
+                reused: false,
+            })
+        }
+        Err(TrainError::RunBusy(_)) => Ok(Outcome::Busy),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the run in `dir` has config `c`, so that its files are its results (None: another
+/// process holds it). With `train_missing`, a run of a config that differs only in the
+/// early-stop threshold is adopted when the threshold cannot change it, and continued when it
+/// stopped too soon (see [`train::adopt_early_stop`]).
+fn same_config(
+    dir: &RunDir,
+    c: &RunConfig,
+    train_missing: bool,
+) -> Result<Option<bool>, TrainError> {
+    Ok(Some(match dir.saved_config() {
+        Some(s) if s == *c => true,
+        Some(_) if train_missing => match train::adopt_early_stop(dir.path(), c) {
+            Ok(Adopted::Same) => true,
+            Ok(Adopted::Continues | Adopted::No) => false,
+            Err(TrainError::RunBusy(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        },
+        _ => false,
+    }))
+}
+
+/// How often a call looks again at the runs another process trains.
+pub const BUSY_POLL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A run of an experiment that diverged (it is left out of the aggregates and listed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DivergedRun {
+    /// Its run directory, relative to the experiment's output directory.
+    pub run: String,
+    /// The step whose loss or gradient was not finite.
+    pub step: u64,
+}
+
+/// What [`train_all`] gives: the finished runs, in the order given, and the diverged ones.
+#[derive(Debug, Default)]
+pub struct Trained {
+    /// The configs of the finished runs.
+    pub configs: Vec<RunConfig>,
+    /// Their evaluations.
+    pub results: Vec<EvalResult>,
+    /// Their mean training throughputs (tokens/s, from their metrics).
+    pub tokens_per_s: Vec<f64>,
+    /// Their training seconds (from their metrics, whichever call trained them).
+    pub train_s: Vec<f64>,
+    /// Runs reused from an earlier call.
+    pub reused: usize,
+    /// Runs that diverged.
+    pub diverged: Vec<DivergedRun>,
+}
+
+/// Trains (or reuses) every run of `runs` ((directory, config) pairs, `dir` relative to
+/// `out_dir`), with a line per run ("[i/n] what"); a run another process holds is skipped and
+/// waited for (polled every [`BUSY_POLL`]) once the others are done.
+///
+/// # Errors
+/// As [`train_or_reuse`].
+pub fn train_all(
+    out_dir: &Path,
+    runs: &[(String, RunConfig)],
+    progress: bool,
+) -> Result<Trained, TrainError> {
+    let mode = Mode {
+        progress,
+        train_missing: true,
+    };
+    let mut outcomes: Vec<Option<Outcome>> = runs.iter().map(|_| None).collect();
+    let mut waited_for = 0;
+    loop {
+        let mut busy = 0;
+        for (i, (rel, c)) in runs.iter().enumerate() {
+            if outcomes[i].is_some() {
+                continue;
+            }
+            if progress {
+                eprintln!("[{}/{}] {rel}", i + 1, runs.len());
+            }
+            match train_or_reuse(&RunDir::new(out_dir.join(rel)), c, mode)? {
+                Outcome::Busy => busy += 1,
+                o => outcomes[i] = Some(o),
+            }
+        }
+        if busy == 0 {
+            break;
+        }
+        if progress && busy != waited_for {
+            waited_for = busy;
+            eprintln!(
+                "waiting for {busy} run(s) in use by another vort process (checking every {} s)",
+                BUSY_POLL.as_secs()
+            );
+        }
+        std::thread::sleep(BUSY_POLL);
+    }
+    let mut t = Trained::default();
+    for ((rel, c), o) in runs.iter().zip(outcomes) {
+        let dir = RunDir::new(out_dir.join(rel));
+        match o {
+            Some(Outcome::Finished { eval, reused }) => {
+                t.configs.push(c.clone());
+                t.results.push(*eval);
+                t.tokens_per_s.push(dir.throughput());
+                t.train_s.push(dir.train_seconds());
+                t.reused += usize::from(reused);
+            }
+            Some(Outcome::Diverged { step, reused }) => {
+                t.reused += usize::from(reused);
+                t.diverged.push(DivergedRun {
+                    run: rel.clone(),
+                    step,
+                });
+            }
+            // every run is trained here, and none is left busy
+            Some(Outcome::Missing | Outcome::Busy) | None => {}
+        }
+    }
+    Ok(t)
+}
+
+/// The report's line on the runs that diverged (empty when none did).
+pub fn diverged_markdown(diverged: &[DivergedRun]) -> String {
+    if diverged.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = diverged
+        .iter()
+        .map(|d| format!("`{}` (step {})", d.run, d.step))
+        .collect();
+    format!(
+        "**Diverged** (loss or gradient not finite; left out of every table and figure): {}.\n\n",
+        list.join(", ")
+    )
+}
+
+/// Writes an experiment's report files into `out_dir`: `results.json` (what it measured) and
+/// `report.md`. The figures are drawn before, by the sections.
+///
+/// # Errors
+/// Serialisation and I/O errors.
+pub fn write_report(
+    out_dir: &Path,
+    results: &impl Serialize,
+    markdown: &str,
+) -> Result<(), TrainError> {
+    let json =
+        serde_json::to_string_pretty(results).map_err(|e| TrainError::Serialise(e.to_string()))?;
+    checkpoint::write_atomic(&out_dir.join("results.json"), json.as_bytes())?;
+    checkpoint::write_atomic(&out_dir.join("report.md"), markdown.as_bytes())
+}

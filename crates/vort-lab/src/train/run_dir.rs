@@ -1,0 +1,324 @@
+//! [`RunDir`]: a run's directory and the operations on its files, in one place. Every
+//! experiment (`vort train`, the recall, books and synthetic reproductions, eval, export) reads
+//! and writes a run through it, so the file names and the rules about them (what "finished"
+//! means, which files a continued run invalidates) are written once.
+//!
+//! | file | written by | meaning |
+//! |---|---|---|
+//! | `config.toml` | the first call that trains | the resolved run config |
+//! | `metrics.jsonl` | every logged step | one [`Metrics`] object per line |
+//! | `checkpoint.safetensors` | every `checkpoint_every` steps | parameters, AdamW state, step |
+//! | `eval.json` | the end of training | the held-out [`EvalResult`] |
+//! | `weights.safetensors` | a preset that releases weights | parameters only |
+//! | `run.lock` | every process that trains | the advisory lock ([`RunLock`]) |
+//! | `diverged.json` | a run whose loss or gradient became non-finite | [`Diverged`] |
+//! | `extrapolate-L<len>.json` | the recall reproduction | a score at another length |
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::eval::EvalResult;
+use super::{checkpoint, Metrics, RunConfig, RunLock, TrainError};
+use super::{CHECKPOINT_FILE, CONFIG_FILE, EVAL_FILE, LOCK_FILE, METRICS_FILE, WEIGHTS_FILE};
+
+/// Marker of a run whose loss or gradient became non-finite.
+pub const DIVERGED_FILE: &str = "diverged.json";
+
+/// What `diverged.json` holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Diverged {
+    /// The step whose loss or gradient was not finite.
+    pub step: u64,
+    /// That step's loss, as text (NaN or inf when it was the loss).
+    pub loss: String,
+    /// That step's gradient norm, as text (NaN when the loss was not finite; absent in
+    /// markers written before it was recorded).
+    #[serde(default)]
+    pub grad_norm: String,
+}
+
+/// A run directory (it need not exist yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDir {
+    path: PathBuf,
+}
+
+impl RunDir {
+    /// The run directory at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> RunDir {
+        RunDir { path: path.into() }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `config.toml`.
+    pub fn config_path(&self) -> PathBuf {
+        self.path.join(CONFIG_FILE)
+    }
+
+    /// `metrics.jsonl`.
+    pub fn metrics_path(&self) -> PathBuf {
+        self.path.join(METRICS_FILE)
+    }
+
+    /// `checkpoint.safetensors`.
+    pub fn checkpoint_path(&self) -> PathBuf {
+        self.path.join(CHECKPOINT_FILE)
+    }
+
+    /// `eval.json`.
+    pub fn eval_path(&self) -> PathBuf {
+        self.path.join(EVAL_FILE)
+    }
+
+    /// `weights.safetensors`.
+    pub fn weights_path(&self) -> PathBuf {
+        self.path.join(WEIGHTS_FILE)
+    }
+
+    /// `run.lock`.
+    pub fn lock_path(&self) -> PathBuf {
+        self.path.join(LOCK_FILE)
+    }
+
+    /// `diverged.json`.
+    pub fn diverged_path(&self) -> PathBuf {
+        self.path.join(DIVERGED_FILE)
+    }
+
+    /// The cached score of the run's model at length `seq_len` (`extrapolate-L<len>.json`).
+    pub fn extrapolation_path(&self, seq_len: usize) -> PathBuf {
+        self.path.join(format!("extrapolate-L{seq_len}.json"))
+    }
+
+    /// The run's own files (those that exist or may be written): an output of another command
+    /// must never be one of them.
+    pub fn own_files(&self) -> Vec<PathBuf> {
+        vec![
+            self.config_path(),
+            self.metrics_path(),
+            self.checkpoint_path(),
+            self.eval_path(),
+            self.weights_path(),
+            self.lock_path(),
+            self.diverged_path(),
+        ]
+    }
+
+    /// Whether the directory holds a run (its config.toml).
+    pub fn exists(&self) -> bool {
+        self.config_path().is_file()
+    }
+
+    /// Whether it holds a checkpoint to resume from.
+    pub fn has_checkpoint(&self) -> bool {
+        self.checkpoint_path().exists()
+    }
+
+    /// The saved config, checked.
+    ///
+    /// # Errors
+    /// A missing or invalid config.toml.
+    pub fn config(&self) -> Result<RunConfig, TrainError> {
+        RunConfig::load(&self.config_path())
+    }
+
+    /// The saved config if it parses (None: no run yet, or a config this version cannot read).
+    pub fn saved_config(&self) -> Option<RunConfig> {
+        std::fs::read_to_string(self.config_path())
+            .ok()
+            .and_then(|t| RunConfig::from_toml(&t, CONFIG_FILE).ok())
+    }
+
+    /// Whether the run was trained with `c`. Compared parsed, not as text: a config written
+    /// before a field existed reads that field's default, which is what it ran with.
+    pub fn has_config(&self, c: &RunConfig) -> bool {
+        self.saved_config().is_some_and(|s| s == *c)
+    }
+
+    /// The held-out evaluation, if one was written and parses.
+    pub fn eval(&self) -> Option<EvalResult> {
+        std::fs::read_to_string(self.eval_path())
+            .ok()
+            .and_then(|t| serde_json::from_str::<EvalResult>(&t).ok())
+    }
+
+    /// The evaluation of the run at step `step` (an evaluation of an earlier end is not it).
+    pub fn eval_at(&self, step: u64) -> Option<EvalResult> {
+        self.eval().filter(|e| e.step == step)
+    }
+
+    /// The finished run's evaluation when the run was trained with `c`: every step done, or
+    /// stopped early by `c`'s rule and evaluated there.
+    pub fn finished(&self, c: &RunConfig) -> Option<EvalResult> {
+        self.eval().filter(|_| self.has_config(c))
+    }
+
+    /// The divergence marker, if the run diverged.
+    pub fn diverged(&self) -> Option<Diverged> {
+        std::fs::read_to_string(self.diverged_path())
+            .ok()
+            .and_then(|t| serde_json::from_str::<Diverged>(&t).ok())
+    }
+
+    /// Records that the run diverged at `step`.
+    ///
+    /// # Errors
+    /// I/O.
+    pub fn mark_diverged(&self, step: u64, loss: f64, grad_norm: f64) -> Result<(), TrainError> {
+        let json = serde_json::to_string(&Diverged {
+            step,
+            loss: loss.to_string(),
+            grad_norm: grad_norm.to_string(),
+        })
+        .map_err(|e| TrainError::Serialise(e.to_string()))?;
+        checkpoint::write_atomic(&self.diverged_path(), json.as_bytes())
+    }
+
+    /// The metrics lines (none if there is no metrics.jsonl; unreadable lines, such as one cut
+    /// short by a kill, are skipped).
+    pub fn metrics(&self) -> Vec<Metrics> {
+        // a log: bytes that are not UTF-8 (a torn or edited line) must not hide the others
+        let bytes = std::fs::read(self.metrics_path()).unwrap_or_default();
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Metrics>(l).ok())
+            .collect()
+    }
+
+    /// Mean training throughput: the mean of the per-step tokens/s of its metrics lines (NaN
+    /// without any).
+    pub fn throughput(&self) -> f64 {
+        let rates: Vec<f64> = self.metrics().iter().map(|m| m.tokens_per_s).collect();
+        if rates.is_empty() {
+            f64::NAN
+        } else {
+            rates.iter().sum::<f64>() / rates.len() as f64
+        }
+    }
+
+    /// Training seconds: the elapsed time of its last metrics line (of its last call, if it
+    /// was resumed).
+    pub fn train_seconds(&self) -> f64 {
+        self.metrics().last().map_or(0.0, |m| m.elapsed_s)
+    }
+
+    /// Takes the run's lock (see [`RunLock`]); the directory must exist.
+    ///
+    /// # Errors
+    /// [`TrainError::RunBusy`] if another process holds it; I/O.
+    pub fn lock(&self) -> Result<RunLock, TrainError> {
+        RunLock::acquire(&self.path)
+    }
+
+    /// Removes what the end of a run produced (its evaluation, released weights and
+    /// extrapolation caches): they belong to the model the run had, and a continued run has
+    /// another.
+    ///
+    /// # Errors
+    /// I/O.
+    pub fn remove_results(&self) -> Result<(), TrainError> {
+        let mut stale = vec![self.eval_path(), self.weights_path()];
+        if let Ok(entries) = std::fs::read_dir(&self.path) {
+            stale.extend(entries.flatten().map(|e| e.path()).filter(|p| {
+                p.file_name()
+                    .map(|n| n.to_string_lossy())
+                    .is_some_and(|n| n.starts_with("extrapolate-L") && n.ends_with(".json"))
+            }));
+        }
+        for p in stale {
+            if p.exists() {
+                std::fs::remove_file(&p).map_err(|e| checkpoint::io(&p, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the trained weights (`weights.safetensors`, no optimizer state) beside the
+    /// config, once.
+    ///
+    /// # Errors
+    /// A missing or corrupt checkpoint; I/O.
+    pub fn release_weights(&self) -> Result<(), TrainError> {
+        if !self.weights_path().exists() {
+            let ck = checkpoint::Checkpoint::load(&self.checkpoint_path())?;
+            ck.weights_only().save(&self.weights_path())?;
+        }
+        Ok(())
+    }
+
+    /// The trained model for inference (see [`super::eval::load_inference`]), with its config
+    /// and the training steps of its parameters.
+    ///
+    /// # Errors
+    /// A missing or corrupt config or checkpoint, or parameters that do not match the config.
+    pub fn load_model(
+        &self,
+    ) -> Result<(RunConfig, vort::model::Model, candle_nn::VarMap, u64), TrainError> {
+        super::eval::load_inference(&self.path)
+    }
+
+    /// Writes the trained weights to `out` (see [`super::eval::export`]): (tensors, step).
+    ///
+    /// # Errors
+    /// As [`super::eval::export`].
+    pub fn export(&self, out: &Path) -> Result<(usize, u64), TrainError> {
+        super::eval::export(&self.path, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_files_are_the_documented_names_in_the_directory() {
+        let d = RunDir::new("/tmp/some-run");
+        let names: Vec<String> = d
+            .own_files()
+            .iter()
+            .map(|p| {
+                assert_eq!(p.parent(), Some(Path::new("/tmp/some-run")));
+                p.file_name().unwrap().to_string_lossy().into_owned()
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "config.toml",
+                "metrics.jsonl",
+                "checkpoint.safetensors",
+                "eval.json",
+                "weights.safetensors",
+                "run.lock",
+                "diverged.json"
+            ]
+        );
+    }
+
+    #[test]
+    fn metrics_skip_torn_lines_and_throughput_is_their_mean() {
+        let tmp = std::env::temp_dir().join(format!("vort-rundir-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let d = RunDir::new(&tmp);
+        assert!(d.metrics().is_empty() && d.throughput().is_nan());
+        let line = |step: u64, tps: f64| {
+            format!(
+                "{{\"step\":{step},\"loss\":1.0,\"task_loss\":1.0,\"acc\":0.5,\"lr\":0.001,\
+                 \"grad_norm\":1.0,\"tokens_per_s\":{tps},\"elapsed_s\":{step}.5}}\n"
+            )
+        };
+        let mut text = line(5, 100.0) + &line(10, 300.0);
+        text += "{\"step\":15,\"lo"; // a line cut short by a kill
+        std::fs::write(d.metrics_path(), text.as_bytes()).unwrap();
+        let m = d.metrics();
+        assert_eq!(m.iter().map(|m| m.step).collect::<Vec<_>>(), [5, 10]);
+        assert_eq!(d.throughput(), 200.0);
+        assert_eq!(d.train_seconds(), 10.5);
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+}

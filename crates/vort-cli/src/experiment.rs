@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use vort_lab::reproduce::recall::RecallPreset;
+use vort_lab::reproduce::recall::Preset;
 use vort_lab::reproduce::{self, Scale};
 use vort_lab::tasks::TaskKind;
 use vort_lab::train::{self, RunConfig, TrainError, CONFIG_FILE};
@@ -415,9 +415,9 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         (Experiments::Recall, Some(path)) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| CliError::Usage(format!("--config {}: {e}", path.display())))?;
-            Some(RecallPreset::from_toml(&text, &path.display().to_string())?)
+            Some(Preset::from_toml(&text, &path.display().to_string())?)
         }
-        (Experiments::Recall, None) => Some(RecallPreset::embedded(scale.name())?),
+        (Experiments::Recall, None) => Some(Preset::embedded("recall", scale.name())?),
         _ => None,
     };
     let recall_preset = match recall_preset {

@@ -483,7 +483,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     let runs: Vec<_> = ["vort", "exponential", "softmax"]
         .into_iter()
         .map(|m| {
-            let mut c = books::preset(Scale::Quick, m, 0, &data.display().to_string());
+            let mut c = books::preset(Scale::Quick, m, 0, &data.display().to_string()).unwrap();
             c.task.seq_len = 32;
             c.model.chunk = 16;
             if let Mixer::Softmax { window } = &mut c.model.mixer {
@@ -559,12 +559,21 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     let mut more = runs.clone();
     more.push(blown);
     let rep = books::run_plan("test", &more, &out, 200, false).unwrap();
-    assert_eq!((rep.reused, rep.rows.len()), (3, 3), "the finished runs are reused");
+    assert_eq!(
+        (rep.reused, rep.rows.len()),
+        (3, 3),
+        "the finished runs are reused"
+    );
     assert_eq!(rep.diverged.len(), 1);
     assert_eq!(rep.diverged[0].run, "runs/books/power-law/seed0");
-    assert!(out.join("runs/books/power-law/seed0/diverged.json").is_file());
+    assert!(out
+        .join("runs/books/power-law/seed0/diverged.json")
+        .is_file());
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(md.contains("**Diverged**") && md.contains("power-law/seed0"), "{md}");
+    assert!(
+        md.contains("**Diverged**") && md.contains("power-law/seed0"),
+        "{md}"
+    );
     // a run held by another process is waited for, then reused (the diverged one too)
     let held = vort_lab::train::RunLock::acquire(&out.join("runs/books/vort/seed0")).unwrap();
     let release = std::thread::spawn(move || {

@@ -109,3 +109,68 @@ fn mixing_the_old_and_new_forms_is_refused() {
         .to_string();
     assert!(e.contains("lstm"), "{e}");
 }
+
+/// The books and synthetic presets moved from Rust functions to configs/{books,synthetic}/
+/// *.toml without changing a run: tests/data/preset-configs/ holds the seed-0 config.toml of
+/// every run the functions built at 8fbaca3 (`<experiment>-<scale>--[<task>-]<mixer>-seed0`,
+/// written by `RunConfig::to_toml`), and the TOML presets build exactly these configs, in the
+/// same order, with the same seeds.
+#[test]
+fn books_and_synthetic_presets_build_the_runs_the_rust_presets_built() {
+    use vort_lab::reproduce::{books, Plan, Scale};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/preset-configs");
+    let read = |name: String| {
+        let text = std::fs::read_to_string(dir.join(format!("{name}.toml")))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        RunConfig::from_toml(&text, &name).unwrap()
+    };
+    let mut checked = 0;
+    for scale in [Scale::Quick, Scale::Medium, Scale::Full] {
+        let s = scale.name();
+        let full = scale == Scale::Full;
+        let books = books::plan(scale, "data/books").unwrap();
+        let kinds = ["vort", "power-law", "exponential", "mixture", "softmax"];
+        let seeds: &[u64] = if full { &[0, 1, 2] } else { &[0] };
+        let order: Vec<(String, u64)> = books
+            .iter()
+            .map(|c| (c.model.mixer.kind().to_string(), c.seed))
+            .collect();
+        let want: Vec<(String, u64)> = kinds
+            .iter()
+            .flat_map(|k| seeds.iter().map(move |&x| (k.to_string(), x)))
+            .collect();
+        assert_eq!(order, want, "books {s}");
+        for c in &books {
+            let mut old = read(format!("books-{s}--{}-seed0", c.model.mixer.kind()));
+            old.seed = c.seed;
+            assert_eq!(*c, old, "books {s} {}", c.model.mixer.kind());
+            checked += 1;
+        }
+        let synthetic = Plan::for_scale(scale).unwrap().runs;
+        let kinds = if full { &kinds[..] } else { &kinds[..4] };
+        let mut want = Vec::new();
+        for task in ["zipf", "label-copy"] {
+            for k in kinds {
+                for seed in [0, 1, 2] {
+                    want.push((task.to_string(), k.to_string(), seed));
+                }
+            }
+        }
+        let order: Vec<_> = synthetic
+            .iter()
+            .map(|c| {
+                let kind = c.model.mixer.kind().to_string();
+                (c.task.kind.name().to_string(), kind, c.seed)
+            })
+            .collect();
+        assert_eq!(order, want, "synthetic {s}");
+        for c in &synthetic {
+            let (task, kind) = (c.task.kind.name(), c.model.mixer.kind());
+            let mut old = read(format!("synthetic-{s}--{task}-{kind}-seed0"));
+            old.seed = c.seed;
+            assert_eq!(*c, old, "synthetic {s} {task} {kind}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 5 + 5 + 15 + 24 + 24 + 30);
+}

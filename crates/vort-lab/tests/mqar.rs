@@ -598,7 +598,8 @@ fn training_mixture_cycles_lengths_and_keeps_tokens_per_step() {
 
 /// The validation accuracies a run logged, by step.
 fn val_scores(dir: &Path) -> Vec<(u64, f64)> {
-    train::RunDir::new(dir).metrics()
+    train::RunDir::new(dir)
+        .metrics()
         .into_iter()
         .filter_map(|m| m.val_acc.map(|v| (m.step, v)))
         .collect()

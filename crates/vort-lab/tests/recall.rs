@@ -2,7 +2,7 @@
 //! path, the report and plots are written, the gate verdict is stated, the learning rate is
 //! chosen on validation, and a second call reuses every finished run.
 
-use vort_lab::reproduce::recall::{self, RecallPreset, Section};
+use vort_lab::reproduce::recall::{self, Preset, Section};
 
 const PRESET: &str = r#"
 name = "tiny"
@@ -74,7 +74,7 @@ release_weights = true
 fn tiny_recall_reproduction_runs_reports_and_reuses() {
     let out = std::env::temp_dir().join(format!("vort-recall-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let preset = RecallPreset::from_toml(PRESET, "tiny").unwrap();
+    let preset = Preset::from_toml(PRESET, "tiny").unwrap();
     // --report-only before anything ran: no cell, every (cell, mixer) pending, nothing trained
     let early = recall::run(&preset, &out, false, false).unwrap();
     assert!(early.cells.is_empty());
@@ -205,7 +205,7 @@ fn tiny_recall_reproduction_runs_reports_and_reuses() {
 /// name is refused with the list of cells.
 #[test]
 fn a_preset_narrows_to_named_cells() {
-    let mut p = RecallPreset::from_toml(PRESET, "tiny").unwrap();
+    let mut p = Preset::from_toml(PRESET, "tiny").unwrap();
     let e = p.only(&["nope".into()]).unwrap_err();
     assert!(e.contains("\"nope\"") && e.contains("gate, long"), "{e}");
     assert_eq!(p.cells.len(), 2, "nothing changes on error");
@@ -233,7 +233,7 @@ fn a_preset_narrows_to_named_cells() {
 fn a_run_in_use_elsewhere_is_waited_for() {
     let out = std::env::temp_dir().join(format!("vort-recall-busy-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let mut preset = RecallPreset::from_toml(PRESET, "tiny").unwrap();
+    let mut preset = Preset::from_toml(PRESET, "tiny").unwrap();
     preset.only(&["long".into()]).unwrap();
     let held = out.join("runs/long/retnet/lr1.0e-2/seed0");
     std::fs::create_dir_all(&held).unwrap();

@@ -23,7 +23,9 @@ fn tiny_plan_writes_report_plots_and_json() {
     for task in TaskKind::SYNTHETIC {
         for memory in ["vort", "exponential"] {
             for seed in [0, 1] {
-                runs.push(shrink(reproduce::preset(Scale::Quick, task, memory, seed)));
+                runs.push(shrink(
+                    reproduce::preset(Scale::Quick, task, memory, seed).unwrap(),
+                ));
             }
         }
     }
@@ -69,7 +71,7 @@ fn probe_quick_preset() {
     let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.into());
     for task in env("PROBE_TASK", "zipf").split(',') {
         for m in env("PROBE_MEMORY", "vort").split(',') {
-            let mut c = reproduce::preset(Scale::Quick, task.parse().unwrap(), m, 0);
+            let mut c = reproduce::preset(Scale::Quick, task.parse().unwrap(), m, 0).unwrap();
             if std::env::var("PROBE_ELU").is_ok() {
                 c.model.feature_map = vort::features::FeatureMap::Elu;
             }

@@ -475,8 +475,11 @@ fn absurd_sizes_are_refused_before_allocation() {
         "the evaluation dominates"
     );
     // the recall presets fit in 2 GB
-    for (name, _) in vort_lab::reproduce::recall::PRESETS {
-        let p = vort_lab::reproduce::recall::RecallPreset::embedded(name).unwrap();
+    for (_, name, _) in vort_lab::reproduce::preset::PRESETS
+        .iter()
+        .filter(|(e, _, _)| *e == "recall")
+    {
+        let p = vort_lab::reproduce::preset::Preset::embedded("recall", name).unwrap();
         for cell in &p.cells {
             for mixer in p.mixers_of(cell) {
                 let c = p.run_config(cell, mixer, 1e-3, 0).unwrap();
@@ -488,15 +491,13 @@ fn absurd_sizes_are_refused_before_allocation() {
     // the books and synthetic presets (all measured to run on a 24 GB machine) fit in 8 GB
     use vort_lab::reproduce::{self, Scale};
     for scale in [Scale::Quick, Scale::Medium] {
-        for memory in vort_lab::reproduce::KINDS {
-            let c = reproduce::books::preset(scale, memory, 0, "data/books");
+        let books = reproduce::books::plan(scale, "data/books").unwrap();
+        let synthetic = reproduce::Plan::for_scale(scale).unwrap().runs;
+        assert_eq!((books.len(), synthetic.len()), (5, 24));
+        for c in books.iter().chain(&synthetic) {
             let gb = c.estimate_memory().total() / 1e9;
-            assert!(gb < 8.0, "books {scale:?} {memory}: {gb:.2} GB");
-            for task in TaskKind::SYNTHETIC {
-                let c = reproduce::preset(scale, task, memory, 0);
-                let gb = c.estimate_memory().total() / 1e9;
-                assert!(gb < 8.0, "{task} {scale:?} {memory}: {gb:.2} GB");
-            }
+            let what = format!("{} {scale:?} {}", c.task.kind, c.model.mixer.kind());
+            assert!(gb < 8.0, "{what}: {gb:.2} GB");
         }
     }
 }

@@ -10,6 +10,7 @@ pub const KINDS: [&str; 5] = ["vort", "power-law", "exponential", "mixture", "so
 
 pub mod books;
 pub mod paper;
+pub mod preset;
 pub mod recall;
 pub mod runner;
 pub mod stats;
@@ -21,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::plot::Series;
 use crate::train::{RunConfig, TrainError};
-pub use synthetic::{paper_number, preset, quick_kinds, run, run_plan, Plan, Report, Row};
+pub use synthetic::{paper_number, preset, run, run_plan, Plan, Report, Row};
 
 /// How large a reproduction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,9 +48,6 @@ impl Scale {
         }
     }
 }
-
-/// Seeds of every reproduction.
-pub const SEEDS: [u64; 3] = [0, 1, 2];
 
 fn mean_sd(x: &[f64]) -> (f64, f64) {
     let v: Vec<f64> = x.iter().copied().filter(|v| v.is_finite()).collect();

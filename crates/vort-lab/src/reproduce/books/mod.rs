@@ -20,13 +20,14 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::preset::Preset;
 use super::runner::{self, DivergedRun};
 use super::{mean_sd, train_all, Scale};
 use crate::tasks::books::BookCorpus;
-use crate::tasks::{TaskConfig, TaskKind, CONTEXT_BUCKETS};
+use crate::tasks::CONTEXT_BUCKETS;
 use crate::train::eval::EvalResult;
 use crate::train::stream::StreamResult;
-use crate::train::{self, RunConfig, TrainConfig, TrainError};
+use crate::train::{self, RunConfig, TrainError};
 pub use context::paired_window_diffs;
 use vort::Mixer;
 
@@ -35,85 +36,50 @@ pub fn paper_bpc(memory: &str) -> Option<f64> {
     super::paper::number(super::paper::Claim::BooksBpc, memory)
 }
 
-/// Window of the softmax baseline: full attention over 8K bytes does not fit 2 cores' time,
-/// so it attends to the last `SOFTMAX_WINDOW` bytes (same parameter count as the others).
-/// Measured forward + backward of one head group (H = 4, d = 16, T = 8192) on a loaded
-/// 2-core machine: 3.9 s at window 256, 7.5 s at 512, 69-90 s for full causal softmax.
-pub const SOFTMAX_WINDOW: usize = 128;
-
-/// The run config of a (scale, memory, seed) on the books in `data_dir`.
-pub fn preset(scale: Scale, memory: &str, seed: u64, data_dir: &str) -> RunConfig {
-    let mut c = RunConfig {
-        seed,
-        ..RunConfig::default()
-    };
-    c.model.mixer = match Mixer::of_kind(memory).expect("a mixer kind of the preset") {
-        Mixer::Softmax { .. } => Mixer::Softmax {
-            window: SOFTMAX_WINDOW,
-        },
-        m => m,
-    };
-    c.task = TaskConfig {
-        kind: TaskKind::Books,
-        data_dir: data_dir.into(),
-        ..TaskConfig::default()
-    };
-    match scale {
-        Scale::Quick | Scale::Medium => {
-            // 8K bytes, so that context > 4096 exists (docs/DESIGN.md §3)
-            // one block: two blocks trained at ~2k bytes/s on a loaded 2-core machine
-            c.task.seq_len = 8192;
-            c.model.d_model = 64;
-            c.model.layers = 1;
-            c.model.heads = 4;
-            c.model.head_dim = 16;
-            c.model.features = 16;
-            c.train = TrainConfig {
-                steps: if scale == Scale::Medium { 600 } else { 150 },
-                batch_size: 2,
-                lr: 3e-3,
-                warmup_steps: 15,
-                checkpoint_every: 25,
-                log_every: 5,
-                // quick: 8 windows (64 KiB of the first test book); medium: more than the
-                // test books hold (176 windows), so every test window is scored (~1.4 MB)
-                eval_sequences: if scale == Scale::Medium { 1000 } else { 8 },
-                ..TrainConfig::default()
-            };
-        }
-        Scale::Full => {
-            c.task.seq_len = 16384;
-            c.model.d_model = 256;
-            c.model.layers = 4;
-            c.model.heads = 8;
-            c.model.head_dim = 32;
-            c.model.features = 64;
-            c.train = TrainConfig {
-                steps: 5000,
-                batch_size: 8,
-                lr: 2e-3,
-                warmup_steps: 250,
-                checkpoint_every: 100,
-                log_every: 20,
-                eval_sequences: 64,
-                ..TrainConfig::default()
-            };
-        }
-    }
-    c
+/// The embedded books preset of `scale` (`configs/books/<scale>.toml`).
+///
+/// # Errors
+/// None for the shipped presets (their tests read them).
+pub fn embedded(scale: Scale) -> Result<Preset, TrainError> {
+    Preset::embedded("books", scale.name())
 }
 
-/// Every run of a books reproduction: every mixer, one seed at the quick and medium
-/// scales (a medium run trains 4x longer), three at the full scale.
-pub fn plan(scale: Scale, data_dir: &str) -> Vec<RunConfig> {
-    let seeds: &[u64] = match scale {
-        Scale::Quick | Scale::Medium => &[0],
-        Scale::Full => &super::SEEDS,
-    };
-    crate::reproduce::KINDS
-        .iter()
-        .flat_map(|&m| seeds.iter().map(move |&s| preset(scale, m, s, data_dir)))
-        .collect()
+/// The run config of the mixer named `mixer` (a kind: vort, exponential, ...) at `seed` in the
+/// preset of `scale`, on the books in `data_dir`.
+///
+/// # Errors
+/// A mixer the preset does not have.
+pub fn preset(
+    scale: Scale,
+    mixer: &str,
+    seed: u64,
+    data_dir: &str,
+) -> Result<RunConfig, TrainError> {
+    let p = embedded(scale)?;
+    let cell = &p.cells[0];
+    let m = p
+        .mixers_of(cell)
+        .find(|m| m.name == mixer)
+        .ok_or_else(|| TrainError::Config {
+            path: format!("configs/books/{}.toml", scale.name()),
+            message: format!("no mixer {mixer:?}"),
+        })?;
+    let mut c = p.run_config(cell, m, p.lrs_of(cell, m)[0], seed)?;
+    c.task.data_dir = data_dir.into();
+    Ok(c)
+}
+
+/// Every run of the books preset of `scale` (every mixer; one seed at the quick and medium
+/// scales, three at the full scale), on the books in `data_dir`.
+///
+/// # Errors
+/// As [`embedded`].
+pub fn plan(scale: Scale, data_dir: &str) -> Result<Vec<RunConfig>, TrainError> {
+    let mut runs = embedded(scale)?.unswept_runs()?;
+    for c in &mut runs {
+        c.task.data_dir = data_dir.into();
+    }
+    Ok(runs)
 }
 
 /// Memory kinds streamed through a whole test book (seed 0): VORT and the exponential
@@ -187,7 +153,7 @@ pub struct BooksReport {
 /// # Errors
 /// Missing books data (say how to fetch it), training, plot and I/O errors.
 pub fn run(scale: Scale, data_dir: &str, out_dir: &Path) -> Result<BooksReport, TrainError> {
-    let runs = plan(scale, data_dir);
+    let runs = plan(scale, data_dir)?;
     run_plan(scale.name(), &runs, out_dir, stream_bytes(scale), true)
 }
 
@@ -389,10 +355,12 @@ fn intro(rep: &BooksReport, runs: &[RunConfig]) -> String {
             c.model.features,
             c.train.steps,
             c.train.batch_size,
-            match c.model.mixer {
-                Mixer::Softmax { window } => window,
-                _ => SOFTMAX_WINDOW,
-            },
+            runs.iter()
+                .find_map(|r| match r.model.mixer {
+                    Mixer::Softmax { window } => Some(window),
+                    _ => None,
+                })
+                .unwrap_or(0),
             rep.runs.first().map_or(0, |r| r.sequences),
             c.task.seq_len,
             c.task.data_dir

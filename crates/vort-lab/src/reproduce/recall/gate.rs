@@ -1,11 +1,11 @@
 //! The gate: softmax attention must solve the gate cell ((L, K) = (64, 4)) before any
 //! comparison of memories means anything.
 
-use super::{cell_table, rows_of, CellResult, RecallPreset, RecallReport, Role, Section};
+use super::{cell_table, rows_of, CellResult, Preset, RecallReport, Role, Section};
 
 /// Whether the gate mixer (role "gate": softmax attention) reached the preset's gate accuracy
 /// in every seed of every gate cell (None: no gate mixer's run in a gate cell).
-pub(super) fn passed(preset: &RecallPreset, cells: &[CellResult]) -> Option<bool> {
+pub(super) fn passed(preset: &Preset, cells: &[CellResult]) -> Option<bool> {
     let gates = preset.with_role(Role::Gate);
     let gate: Vec<&CellResult> = cells
         .iter()

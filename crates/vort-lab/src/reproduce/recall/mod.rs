@@ -29,7 +29,6 @@ mod extrapolation;
 mod gate;
 mod grid;
 mod lags;
-mod preset;
 mod results;
 mod runner;
 mod sweeps;
@@ -37,10 +36,10 @@ mod verdicts;
 
 use std::path::Path;
 
+pub use super::preset::{CellSpec, MixerSpec, Preset, Role, Section};
 pub use super::stats::MIN_BIN;
 use super::stats::{pct, sum_rows, wilson};
 pub use lags::paper_lag_number;
-pub use preset::{CellSpec, MixerSpec, RecallPreset, Role, Section, PRESETS};
 pub use results::{state_floats, CellResult, Extrapolation, RecallReport, RunResult};
 pub use runner::run;
 
@@ -90,7 +89,7 @@ fn intro(rep: &RecallReport) -> String {
          list: {default_lrs}; the sweep table below lists each), the best validation accuracy \
          is kept, and seeds {seeds:?} run at that rate.\n\n",
         name = p.name,
-        how = if PRESETS.iter().any(|(n, _)| *n == p.name) {
+        how = if super::preset::is_embedded("recall", &p.name) {
             format!("--{}", p.name)
         } else {
             format!("--config <the {} preset>", p.name)

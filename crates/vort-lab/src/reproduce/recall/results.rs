@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{RecallPreset, Section};
+use super::{Preset, Section};
 use crate::tasks::MixLength;
 use crate::train::eval::LagAccuracy;
 use crate::train::RunConfig;
@@ -109,7 +109,7 @@ impl CellResult {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RecallReport {
     /// The preset.
-    pub preset: RecallPreset,
+    pub preset: Preset,
     /// Every (cell, mixer).
     pub cells: Vec<CellResult>,
     /// Whether softmax attention passed the gate (None: no gate cell).

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::{
     gate, lr_label, state_floats, write_report, CellResult, CellSpec, Extrapolation, MixerSpec,
-    RecallPreset, RecallReport, RunResult,
+    Preset, RecallReport, RunResult,
 };
 use crate::reproduce::runner;
 use crate::train::eval::EvalResult;
@@ -105,7 +105,7 @@ enum Outcome {
 /// Trains (or reuses) one run ([`runner::train_or_reuse`]) and reads its result.
 fn one(
     out: &Path,
-    preset: &RecallPreset,
+    preset: &Preset,
     cell: &CellSpec,
     mixer: &MixerSpec,
     lr: f64,
@@ -187,7 +187,7 @@ fn finished_result(
 /// # Errors
 /// Training errors of any run, plot and I/O errors.
 pub fn run(
-    preset: &RecallPreset,
+    preset: &Preset,
     out_dir: &Path,
     progress: bool,
     train_missing: bool,
@@ -223,7 +223,7 @@ pub fn run(
 /// One pass over the preset (see [`run`], which writes the report): the report, and how many
 /// runs it skipped because another process holds them.
 fn run_pass(
-    preset: &RecallPreset,
+    preset: &Preset,
     out_dir: &Path,
     mode: Mode,
 ) -> Result<(RecallReport, usize), TrainError> {
@@ -265,7 +265,7 @@ fn run_pass(
 /// trained and their seconds, for the ETA), and the runs skipped because another process holds
 /// them.
 struct Pass<'a> {
-    preset: &'a RecallPreset,
+    preset: &'a Preset,
     out_dir: &'a Path,
     mode: Mode,
     total: usize,

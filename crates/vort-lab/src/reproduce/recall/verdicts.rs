@@ -196,7 +196,7 @@ fn grid_line(rep: &RecallReport, cell: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::{lag_cell, seed_with};
-    use super::super::RecallPreset;
+    use super::super::Preset;
     use super::*;
 
     /// The lag claim needs softmax to learn the cell and at least one of the two memories to
@@ -210,7 +210,7 @@ mod tests {
             lag_cell(mixer, 2048, vec![r])
         };
         let report = |vort: usize, exp: usize| RecallReport {
-            preset: RecallPreset::embedded("quick").unwrap(),
+            preset: Preset::embedded("recall", "quick").unwrap(),
             cells: vec![
                 with_acc("softmax", 995),
                 with_acc("vort", vort),

@@ -1,6 +1,6 @@
-//! `reproduce synthetic`: trains the mixers of [`super::KINDS`] (softmax attention at the full
-//! scale only, see [`quick_kinds`]) on both synthetic tasks with several seeds and writes a report
-//! beside the paper's numbers (docs/DESIGN.md §3).
+//! `reproduce synthetic`: trains the mixers of the preset `configs/synthetic/<scale>.toml`
+//! (softmax attention at the full scale only) on both synthetic tasks with several seeds and
+//! writes a report beside the paper's numbers (docs/DESIGN.md §3).
 //!
 //! Output directory: `report.md` (tables: paper's number beside ours, mean ± sample standard
 //! deviation over seeds, accuracy by lag bucket, throughput), `results.json` (every run's
@@ -23,11 +23,12 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::preset::Preset;
 use super::runner::{self, DivergedRun};
-use super::{mean_sd, train_all, Scale, SEEDS};
-use crate::tasks::{TaskConfig, TaskKind, BUCKETS};
+use super::{mean_sd, train_all, Scale};
+use crate::tasks::{TaskKind, BUCKETS};
 use crate::train::eval::EvalResult;
-use crate::train::{self, RunConfig, TrainConfig, TrainError};
+use crate::train::{self, RunConfig, TrainError};
 use vort::Mixer;
 
 /// The paper's accuracy at lags > 1000 for a task and mixer (percent; [`super::paper`]).
@@ -44,118 +45,47 @@ pub struct Plan {
     pub runs: Vec<RunConfig>,
 }
 
-/// The run config of a (scale, task, memory, seed).
+/// The run config of (task, mixer, seed) in the synthetic preset of `scale`
+/// (`configs/synthetic/<scale>.toml`).
 ///
-/// Four pairs per sequence rather than more: each planted pair competes with the others for
-/// the d_φ × d_v state of a head, and with 16 pairs the quick models learned nothing beyond
-/// lag 100 (measured, first quick run); with 4 the lag effect becomes visible.
-pub fn preset(scale: Scale, task: TaskKind, memory: &str, seed: u64) -> RunConfig {
-    let mut c = RunConfig {
-        seed,
-        ..RunConfig::default()
+/// # Errors
+/// A task or mixer no preset has.
+pub fn preset(
+    scale: Scale,
+    task: TaskKind,
+    mixer: &str,
+    seed: u64,
+) -> Result<RunConfig, TrainError> {
+    let p = Preset::embedded("synthetic", scale.name())?;
+    let unknown = |what: String| TrainError::Config {
+        path: format!("configs/synthetic/{}.toml", scale.name()),
+        message: what,
     };
-    c.model.mixer = Mixer::of_kind(memory).expect("a mixer kind of the preset");
-    c.task = TaskConfig {
-        kind: task,
-        seq_len: 2048,
-        max_lag: 2000,
-        zipf_exponent: 1.0,
-        queries: 4,
-        n_filler: 16,
-        n_keys: 32,
-        n_values: 16,
-        ..TaskConfig::default()
-    };
-    c.model.layers = 1;
-    c.model.heads = 2;
-    c.model.chunk = 64;
-    match scale {
-        Scale::Quick => {
-            c.model.d_model = 32;
-            c.model.head_dim = 16;
-            c.model.features = 32;
-            c.train = TrainConfig {
-                steps: 150,
-                batch_size: 4,
-                lr: 1e-2,
-                warmup_steps: 15,
-                checkpoint_every: 50,
-                log_every: 10,
-                eval_sequences: 128,
-                ..TrainConfig::default()
-            };
-        }
-        Scale::Medium => {
-            c.model.d_model = 64;
-            c.model.head_dim = 32;
-            c.model.features = 64;
-            c.train = TrainConfig {
-                steps: 300,
-                batch_size: 4,
-                lr: 3e-3,
-                warmup_steps: 20,
-                checkpoint_every: 50,
-                log_every: 10,
-                eval_sequences: 256,
-                ..TrainConfig::default()
-            };
-        }
-        Scale::Full => {
-            c.task.seq_len = 4096;
-            c.task.max_lag = 4000;
-            c.task.queries = 8;
-            c.task.n_keys = 128;
-            c.task.n_values = 64;
-            c.model.d_model = 128;
-            c.model.layers = 2;
-            c.model.heads = 4;
-            c.model.head_dim = 32;
-            c.model.features = 64;
-            c.train = TrainConfig {
-                steps: 3000,
-                batch_size: 8,
-                lr: 3e-3,
-                warmup_steps: 200,
-                checkpoint_every: 200,
-                log_every: 20,
-                eval_sequences: 256,
-                ..TrainConfig::default()
-            };
-        }
-    }
-    c
-}
-
-/// Memory kinds of the quick scale: every kind but softmax attention, whose O(T²) training
-/// at T = 2048 runs at 2-3.5k tokens/s on 2 cores (measured), i.e. 6-10 minutes per run, which
-/// alone would exceed the quick budget; the full scale includes it.
-pub fn quick_kinds() -> Vec<&'static str> {
-    crate::reproduce::KINDS
-        .into_iter()
-        .filter(|&k| k != "softmax")
-        .collect()
+    let cell = p
+        .cells
+        .iter()
+        .find(|c| c.name == task.name())
+        .ok_or_else(|| unknown(format!("no task {task}")))?;
+    let m = p
+        .mixers
+        .iter()
+        .find(|m| m.name == mixer)
+        .ok_or_else(|| unknown(format!("no mixer {mixer:?}")))?;
+    p.run_config(cell, m, p.lrs_of(cell, m)[0], seed)
 }
 
 impl Plan {
-    /// Both tasks × every mixer × [`SEEDS`] at `scale`, except softmax attention below
-    /// the full scale (see [`quick_kinds`]).
-    pub fn for_scale(scale: Scale) -> Plan {
-        let mut runs = Vec::new();
-        let kinds: Vec<&'static str> = match scale {
-            Scale::Quick | Scale::Medium => quick_kinds(),
-            Scale::Full => crate::reproduce::KINDS.to_vec(),
-        };
-        for task in TaskKind::SYNTHETIC {
-            for &memory in &kinds {
-                for seed in SEEDS {
-                    runs.push(preset(scale, task, memory, seed));
-                }
-            }
-        }
-        Plan {
+    /// Every run of the synthetic preset of `scale`: both tasks × its mixers × its seeds
+    /// (softmax at the full scale only: its O(T²) training does not fit the smaller budgets).
+    ///
+    /// # Errors
+    /// None for the shipped presets (their tests read them).
+    pub fn for_scale(scale: Scale) -> Result<Plan, TrainError> {
+        let p = Preset::embedded("synthetic", scale.name())?;
+        Ok(Plan {
             label: scale.name().into(),
-            runs,
-        }
+            runs: p.unswept_runs()?,
+        })
     }
 }
 
@@ -210,7 +140,7 @@ pub struct Report {
 /// Training errors of any run (a mismatched or corrupt checkpoint in `out_dir/runs` stops it
 /// without overwriting), plot and I/O errors.
 pub fn run(scale: Scale, out_dir: &Path) -> Result<Report, TrainError> {
-    run_plan(&Plan::for_scale(scale), out_dir, true)
+    run_plan(&Plan::for_scale(scale)?, out_dir, true)
 }
 
 /// Runs `plan` into `out_dir`.

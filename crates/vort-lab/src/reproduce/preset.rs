@@ -1,28 +1,70 @@
-//! The recall preset: the TOML schema of an experiment (base run config, mixers, cells) and
-//! the run config of each (cell, mixer, learning rate, seed).
+//! The preset: the one TOML schema of every experiment (recall, books, synthetic): a base run
+//! config, mixers, cells, seeds and learning rates, and the run config of each (cell, mixer,
+//! learning rate, seed). The shipped presets are `configs/{recall,books,synthetic}/*.toml`,
+//! embedded in the binary.
 
 use serde::{Deserialize, Serialize};
 
 use crate::train::{RunConfig, TrainError};
 
-/// The embedded presets, by scale name.
-pub const PRESETS: [(&str, &str); 3] = [
+/// The embedded presets: (experiment, scale, TOML text).
+pub const PRESETS: [(&str, &str, &str); 9] = [
     (
+        "recall",
         "quick",
-        include_str!("../../../../../configs/recall/quick.toml"),
+        include_str!("../../../../configs/recall/quick.toml"),
     ),
     (
+        "recall",
         "medium",
-        include_str!("../../../../../configs/recall/medium.toml"),
+        include_str!("../../../../configs/recall/medium.toml"),
     ),
     (
+        "recall",
         "full",
-        include_str!("../../../../../configs/recall/full.toml"),
+        include_str!("../../../../configs/recall/full.toml"),
+    ),
+    (
+        "books",
+        "quick",
+        include_str!("../../../../configs/books/quick.toml"),
+    ),
+    (
+        "books",
+        "medium",
+        include_str!("../../../../configs/books/medium.toml"),
+    ),
+    (
+        "books",
+        "full",
+        include_str!("../../../../configs/books/full.toml"),
+    ),
+    (
+        "synthetic",
+        "quick",
+        include_str!("../../../../configs/synthetic/quick.toml"),
+    ),
+    (
+        "synthetic",
+        "medium",
+        include_str!("../../../../configs/synthetic/medium.toml"),
+    ),
+    (
+        "synthetic",
+        "full",
+        include_str!("../../../../configs/synthetic/full.toml"),
     ),
 ];
 
-/// The section of the report a cell belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Whether `name` is the name of an embedded preset of `experiment`.
+pub fn is_embedded(experiment: &str, name: &str) -> bool {
+    PRESETS
+        .iter()
+        .any(|(e, n, _)| *e == experiment && *n == name)
+}
+
+/// The section of the recall report a cell belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Section {
     /// Softmax attention must reach the gate accuracy here, or the stack is broken.
@@ -31,6 +73,9 @@ pub enum Section {
     Grid,
     /// The paper's claim: accuracy by lag bucket at long L.
     Lags,
+    /// An experiment without sections (books, synthetic: the cell is the task).
+    #[default]
+    None,
 }
 
 /// What a mixer is in the experiment: the verdicts key on these roles, which the preset
@@ -78,7 +123,8 @@ pub struct MixerSpec {
 pub struct CellSpec {
     /// Name in the report and the run directory.
     pub name: String,
-    /// Report section.
+    /// Report section (recall).
+    #[serde(default)]
     pub section: Section,
     /// `[task]` fields (seq_len, num_kv_pairs, power_a, ...).
     #[serde(default)]
@@ -115,10 +161,10 @@ fn default_extrapolate_examples() -> usize {
     16
 }
 
-/// A recall experiment (one preset file).
+/// An experiment (one preset file).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct RecallPreset {
+pub struct Preset {
     /// Name ("quick", ...).
     pub name: String,
     /// One paragraph for the report: what this preset is and what it costs.
@@ -127,9 +173,11 @@ pub struct RecallPreset {
     pub seeds: Vec<u64>,
     /// Learning rates swept on the first seed.
     pub lrs: Vec<f64>,
-    /// Accuracy softmax attention must reach in the gate cell.
+    /// Accuracy the gate mixer must reach in the gate cell (recall).
+    #[serde(default)]
     pub gate_accuracy: f64,
-    /// A test accuracy from which a seed counts as having learned the task.
+    /// A test accuracy from which a seed counts as having learned the task (recall).
+    #[serde(default)]
     pub learned_accuracy: f64,
     /// The base run config (a `[base.task]`, `[base.model]`, `[base.train]`).
     pub base: toml::Table,
@@ -150,7 +198,7 @@ fn merge(into: &mut toml::Table, patch: &toml::Table) {
     }
 }
 
-impl RecallPreset {
+impl Preset {
     /// The names of the mixers of `role`, in preset order.
     pub fn with_role(&self, role: Role) -> Vec<&str> {
         self.mixers
@@ -165,12 +213,12 @@ impl RecallPreset {
     ///
     /// # Errors
     /// [`TrainError::Config`] naming the file and the field.
-    pub fn from_toml(text: &str, origin: &str) -> Result<RecallPreset, TrainError> {
+    pub fn from_toml(text: &str, origin: &str) -> Result<Preset, TrainError> {
         let bad = |message: String| TrainError::Config {
             path: origin.into(),
             message,
         };
-        let p: RecallPreset = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
+        let p: Preset = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
         if p.seeds.is_empty() || p.lrs.is_empty() || p.cells.is_empty() || p.mixers.is_empty() {
             return Err(bad("seeds, lrs, cells and mixers must be non-empty".into()));
         }
@@ -206,20 +254,38 @@ impl RecallPreset {
         Ok(p)
     }
 
-    /// The embedded preset of a scale ("quick", "medium", "full").
+    /// The embedded preset `name` ("quick", "medium", "full") of `experiment` ("recall",
+    /// "books", "synthetic").
     ///
     /// # Errors
     /// An unknown name; a preset that does not parse (a bug, caught by the tests).
-    pub fn embedded(name: &str) -> Result<RecallPreset, TrainError> {
-        let (_, text) =
-            PRESETS
-                .iter()
-                .find(|(n, _)| *n == name)
-                .ok_or_else(|| TrainError::Config {
-                    path: name.into(),
-                    message: "unknown recall preset (quick|medium|full)".into(),
-                })?;
-        Self::from_toml(text, &format!("configs/recall/{name}.toml"))
+    pub fn embedded(experiment: &str, name: &str) -> Result<Preset, TrainError> {
+        let (_, _, text) = PRESETS
+            .iter()
+            .find(|(e, n, _)| *e == experiment && *n == name)
+            .ok_or_else(|| TrainError::Config {
+                path: format!("{experiment}/{name}"),
+                message: "unknown preset (quick|medium|full of recall|books|synthetic)".into(),
+            })?;
+        Self::from_toml(text, &format!("configs/{experiment}/{name}.toml"))
+    }
+
+    /// Every run of the preset in order (cell, mixer, the preset's first learning rate, seed),
+    /// for the experiments that sweep no rate (books, synthetic).
+    ///
+    /// # Errors
+    /// A field the run config refuses.
+    pub fn unswept_runs(&self) -> Result<Vec<RunConfig>, TrainError> {
+        let mut runs = Vec::new();
+        for cell in &self.cells {
+            for mixer in self.mixers_of(cell) {
+                let lr = self.lrs_of(cell, mixer)[0];
+                for &seed in cell.seeds.as_ref().unwrap_or(&self.seeds) {
+                    runs.push(self.run_config(cell, mixer, lr, seed)?);
+                }
+            }
+        }
+        Ok(runs)
     }
 
     /// Narrows the preset to the cells named in `names` (in the preset's order), and says so
@@ -304,7 +370,7 @@ impl RecallPreset {
 
     /// Runs in the order they are trained (sweep first, then the other seeds), for the
     /// progress count.
-    pub(super) fn run_count(&self) -> usize {
+    pub(crate) fn run_count(&self) -> usize {
         self.cells
             .iter()
             .map(|c| {
@@ -324,12 +390,13 @@ mod tests {
 
     #[test]
     fn every_embedded_preset_resolves() {
-        for (name, _) in PRESETS {
-            let p = RecallPreset::embedded(name).unwrap();
-            assert!(p.run_count() > 0, "{name}");
-            assert!(
+        for (experiment, name, _) in PRESETS {
+            let p = Preset::embedded(experiment, name).unwrap();
+            assert!(p.run_count() > 0, "{experiment}/{name}");
+            assert_eq!(
                 p.cells.iter().any(|c| c.section == Section::Gate),
-                "{name}: no gate cell"
+                experiment == "recall",
+                "{experiment}/{name}: a recall preset has a gate cell, the others no sections"
             );
         }
     }
@@ -338,7 +405,7 @@ mod tests {
     #[test]
     fn example_config_is_valid() {
         let c = RunConfig::from_toml(
-            include_str!("../../../../../configs/example-mqar.toml"),
+            include_str!("../../../../configs/example-mqar.toml"),
             "configs/example-mqar.toml",
         )
         .unwrap();
@@ -371,7 +438,7 @@ section = "gate"
 task = { num_kv_pairs = 8 }
 model = { d_model = 48, qk_scale_init = 1.0 }
 "#;
-        let p = RecallPreset::from_toml(text, "t").unwrap();
+        let p = Preset::from_toml(text, "t").unwrap();
         let c = p.run_config(&p.cells[0], &p.mixers[0], 3e-3, 1).unwrap();
         assert_eq!(c.seed, 1);
         assert_eq!(c.train.lr, 3e-3);
@@ -382,7 +449,7 @@ model = { d_model = 48, qk_scale_init = 1.0 }
         assert_eq!(c.model.mixer, Mixer::Softmax { window: 0 });
         // a bad field fails when the preset is read, naming the cell
         let bad = text.replace("num_kv_pairs = 8", "num_kv_pairs = 80");
-        let e = RecallPreset::from_toml(&bad, "t").unwrap_err().to_string();
+        let e = Preset::from_toml(&bad, "t").unwrap_err().to_string();
         assert!(e.contains("gate") && e.contains("num_kv_pairs"), "{e}");
     }
 }

@@ -358,8 +358,9 @@ pub struct ReproduceArgs {
     /// Books directory written by `vort data fetch books` (books only).
     #[arg(long, value_name = "DIR", default_value = "data/books")]
     data: PathBuf,
-    /// Recall only: an experiment preset to run instead of the embedded one of the scale
-    /// (same format as configs/recall/quick.toml).
+    /// An experiment preset to run instead of the embedded one of the scale (the format of
+    /// configs/<recall|books|synthetic>/quick.toml; books and synthetic run every (cell, mixer,
+    /// seed) at the first learning rate, and a books preset streams the whole first test book).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Recall only: run just this cell of the preset (repeatable; names as in the preset's
@@ -398,29 +399,47 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         Experiments::Books => "books",
         Experiments::Recall => "recall",
     };
-    if (a.config.is_some() || !a.cells.is_empty() || a.report_only)
-        && !matches!(a.what, Experiments::Recall)
-    {
+    if (!a.cells.is_empty() || a.report_only) && !matches!(a.what, Experiments::Recall) {
         return Err(CliError::Usage(
-            "--config, --cell and --report-only are for `reproduce recall` (the other \
-             experiments have fixed presets)"
-                .into(),
+            "--cell and --report-only are for `reproduce recall`".into(),
         ));
     }
     let out = a
         .out
         .unwrap_or_else(|| Path::new("runs").join(format!("{name}-{}", scale.name())));
     // the preset is read (and every run config resolved) before anything is deleted
-    let recall_preset = match (a.what, &a.config) {
-        (Experiments::Recall, Some(path)) => {
+    let preset = match &a.config {
+        Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| CliError::Usage(format!("--config {}: {e}", path.display())))?;
-            Some(Preset::from_toml(&text, &path.display().to_string())?)
+            Preset::from_toml(&text, &path.display().to_string())?
         }
-        (Experiments::Recall, None) => Some(Preset::embedded("recall", scale.name())?),
-        _ => None,
+        None => Preset::embedded(name, scale.name())?,
     };
-    let recall_preset = match recall_preset {
+    // a preset of another experiment would fail late, or train the wrong task
+    let kinds_ok = |ok: &dyn Fn(TaskKind) -> bool| -> Result<(), CliError> {
+        for c in preset.unswept_runs()? {
+            if !ok(c.task.kind) {
+                return Err(CliError::Usage(format!(
+                    "{}: the preset trains the {} task; `reproduce {name}` needs {}",
+                    a.config.as_deref().unwrap_or(Path::new("preset")).display(),
+                    c.task.kind,
+                    match a.what {
+                        Experiments::Books => "books",
+                        Experiments::Synthetic => "zipf or label-copy",
+                        Experiments::Recall => "mqar",
+                    }
+                )));
+            }
+        }
+        Ok(())
+    };
+    match a.what {
+        Experiments::Books => kinds_ok(&|k| k == TaskKind::Books)?,
+        Experiments::Synthetic => kinds_ok(&|k| TaskKind::SYNTHETIC.contains(&k))?,
+        Experiments::Recall => kinds_ok(&|k| k == TaskKind::Mqar)?,
+    }
+    let recall_preset = match Some(preset.clone()).filter(|_| a.what == Experiments::Recall) {
         Some(mut p) if !a.cells.is_empty() => {
             p.only(&a.cells).map_err(CliError::Usage)?;
             Some(p)
@@ -442,12 +461,29 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         }
     }
     let n = match a.what {
-        Experiments::Synthetic => reproduce::run(scale, &out)?.runs.len(),
+        Experiments::Synthetic => {
+            let plan = reproduce::Plan {
+                label: preset.name.clone(),
+                runs: preset.unswept_runs()?,
+            };
+            reproduce::run_plan(&plan, &out, true)?.runs.len()
+        }
         Experiments::Books => {
             let data = a.data.to_str().ok_or_else(|| {
                 CliError::Usage(format!("--data {} is not valid UTF-8", a.data.display()))
             })?;
-            reproduce::books::run(scale, data, &out)?.runs.len()
+            let mut runs = preset.unswept_runs()?;
+            for c in &mut runs {
+                c.task.data_dir = data.into();
+            }
+            // a preset of one's own streams the whole first test book
+            let stream = match a.config {
+                Some(_) => usize::MAX,
+                None => reproduce::books::stream_bytes(scale),
+            };
+            reproduce::books::run_plan(&preset.name, &runs, &out, stream, true)?
+                .runs
+                .len()
         }
         Experiments::Recall => {
             let Some(preset) = recall_preset else {

@@ -191,7 +191,7 @@ fn fused_final_state_equals_recurrent_state() {
     }
     let pre = pre.unwrap();
     assert_eq!(pre.pos, 75);
-    let e = rel_rms(&pre.g, &st.g);
+    let e = rel_rms(&pre.host().unwrap(), &st.host().unwrap());
     assert!(e <= F64_SAME_KERNEL_REL, "{e:e}");
 }
 
@@ -313,7 +313,7 @@ fn the_four_forms_agree_on_uneven_pieces_with_carried_states() {
                 } else {
                     Vec::new()
                 };
-                outs.push((to_f64(&o), g.g.clone(), grads));
+                outs.push((to_f64(&o), g.host().unwrap(), grads));
                 *st = Some(g);
             }
             let names = ["naive", "naive_recurrent", "chunk", "fused_chunk"];
@@ -424,9 +424,7 @@ fn fused_rate_gradient_matches_autodiff_of_chunked() {
         .unwrap();
         // a carried state from 11 earlier tokens (f64 state, cast inside the forms)
         let g0: Vec<f64> = rand(&mut r, b * h * n * f * (d + 1), -0.3, 0.3);
-        let mut s0 = State::<f64>::zeros(b, h, n, f, d);
-        s0.g.copy_from_slice(&g0);
-        s0.pos = 11;
+        let s0 = State::<f64>::from_host(b, h, n, f, d, 11, g0, &Device::Cpu).unwrap();
         let (tg, to) = if dt == DType::F64 {
             (F64_GRAD_REL, F64_SAME_KERNEL_REL)
         } else {
@@ -451,7 +449,7 @@ fn fused_rate_gradient_matches_autodiff_of_chunked() {
                     .iter()
                     .map(|x| to_f64(gr.get(x.as_tensor()).expect("a gradient")))
                     .collect();
-                (to_f64(&o), st.unwrap().g, grads)
+                (to_f64(&o), st.unwrap().host().unwrap(), grads)
             };
             let (oc, sc, gc) = run(false);
             let (of, sf, gf) = run(true);

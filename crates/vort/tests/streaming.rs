@@ -2,7 +2,7 @@
 
 mod common;
 
-use candle_core::DType;
+use candle_core::{DType, Device};
 use common::*;
 use vort::retention::State;
 use vort::tol::*;
@@ -111,7 +111,8 @@ fn recurrent_in_pieces_equals_one_pass_f32() {
         assert!(e <= STREAMING_F32_REL, "{mode:?}: {e:e}");
         assert_eq!(st.pos, 63);
         assert_eq!(
-            st.g, one.g,
+            st.host().unwrap(),
+            one.host().unwrap(),
             "same operations in the same order: identical state"
         );
     }
@@ -154,7 +155,7 @@ fn chunked_in_pieces_with_state_equals_one_pass() {
         assert!(e <= tol, "{dt:?}: y {e:e}");
         let last: &vort::retention::State<f64> = state.as_ref().unwrap();
         assert_eq!(last.pos, 63);
-        let es = rel_rms(&last.g, &g1.g);
+        let es = rel_rms(&last.host().unwrap(), &g1.host().unwrap());
         assert!(es <= tol, "{dt:?}: state {es:e}");
     }
 }
@@ -202,12 +203,10 @@ fn state_save_restore_round_trip_and_resume() {
         Err(VortError::InvalidArgument(_))
     ));
     // f32 states round trip exactly too
-    let mut s32 = State::<f32>::zeros(1, 3, tb.len(), 4, 3);
-    s32.g
-        .iter_mut()
-        .enumerate()
-        .for_each(|(i, x)| *x = (i as f32).sin());
-    s32.pos = 7;
+    let g: Vec<f32> = (0..3 * tb.len() * 4 * 4)
+        .map(|i| (i as f32).sin())
+        .collect();
+    let s32 = State::<f32>::from_host(1, 3, tb.len(), 4, 3, 7, g, &Device::Cpu).unwrap();
     let p32 = tmp("f32");
     s32.save(&p32, &tb.u).unwrap();
     assert_eq!(State::<f32>::load(&p32, &tb.u).unwrap(), s32);
@@ -371,4 +370,25 @@ fn shared_table_weights_are_nonnegative_everywhere() {
             assert!(c.iter().all(|&x| x >= 0.0), "a = {a}: {c:?}");
         }
     }
+}
+
+/// The chunked form keeps a carried state as the tensor it computed (on the call's device):
+/// handing it to the next piece is no copy, and the host view is the same values.
+#[test]
+fn a_carried_state_is_its_tensor_not_a_host_copy() {
+    let g: Vec<f64> = (0..2 * 3 * 5).map(|i| i as f64 * 0.25).collect();
+    let st = State::<f64>::from_host(1, 2, 1, 3, 4, 9, g.clone(), &Device::Cpu).unwrap();
+    assert_eq!(st.tensor().dims(), [1, 2, 1, 3, 5]);
+    let same = st.to_tensor(&Device::Cpu).unwrap();
+    assert_eq!(
+        same.id(),
+        st.tensor().id(),
+        "same device: the state's own tensor"
+    );
+    assert_eq!(st.host().unwrap(), g);
+    assert_eq!(st.bytes(), g.len() * 8);
+    let back = State::<f64>::from_tensor(&same, 9).unwrap();
+    assert_eq!(back, st);
+    // a buffer of the wrong size is refused, not truncated
+    assert!(State::<f64>::from_host(1, 2, 1, 3, 4, 0, vec![0.0; 7], &Device::Cpu).is_err());
 }

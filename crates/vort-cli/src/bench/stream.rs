@@ -358,7 +358,8 @@ fn drift_one_mode(
             rel_rms: ratio(nu, de),
         })
         .collect();
-    let g32: Vec<f64> = s32.g.iter().map(|&x| f64::from(x)).collect();
+    let g32: Vec<f64> = s32.host()?.iter().map(|&x| f64::from(x)).collect();
+    let g64 = s64.host()?;
     let (f, d1) = (o.f, o.d + 1);
     let state_by_node = (0..n)
         .map(|node| {
@@ -367,7 +368,7 @@ fn drift_one_mode(
                 block
                     .clone()
                     .filter(|i| (i % d1 == o.d) == den)
-                    .map(|i| (g32[i], s64.g[i]))
+                    .map(|i| (g32[i], g64[i]))
                     .unzip()
             };
             let ((a, b), (c, e)) = (cols(false), cols(true));
@@ -391,7 +392,7 @@ fn drift_one_mode(
                 m.max(x)
             }
         }),
-        state_rel_rms_final: vort::tol::rel_rms(&g32, &s64.g),
+        state_rel_rms_final: vort::tol::rel_rms(&g32, &g64),
         state_by_node,
         wall_s: t0.elapsed().as_secs_f64(),
         bins,

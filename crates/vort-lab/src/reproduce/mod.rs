@@ -63,15 +63,10 @@ fn mean_sd(x: &[f64]) -> (f64, f64) {
     (m, sd)
 }
 
-/// The run directory of a books or synthetic run, relative to the experiment's output
-/// directory: `runs/<task>/<mixer>/seed<k>`.
+/// The run directory of a books or synthetic run ([`runner::run_path`]: the task is the cell,
+/// the mixer is named by its kind, no rate is swept).
 fn run_path(c: &RunConfig) -> String {
-    format!(
-        "runs/{}/{}/seed{}",
-        c.task.kind.name(),
-        c.model.mixer.kind(),
-        c.seed
-    )
+    runner::run_path(c.task.kind.name(), c.model.mixer.kind(), None, c.seed)
 }
 
 /// Trains (or reuses) the books or synthetic runs `runs` into `out_dir` ([`runner::train_all`]).

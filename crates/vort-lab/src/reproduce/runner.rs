@@ -121,6 +121,20 @@ fn same_config(
     }))
 }
 
+/// The run directory of (cell, mixer, learning rate, seed), relative to the experiment's
+/// output directory: `runs/<cell>/<mixer>/lr<lr>/seed<k>` where the experiment sweeps the
+/// rate (recall), `runs/<cell>/<mixer>/seed<k>` where it does not (books and synthetic, whose
+/// cells are their tasks and whose mixers are named by kind).
+pub fn run_path(cell: &str, mixer: &str, swept_lr: Option<f64>, seed: u64) -> String {
+    match swept_lr {
+        Some(lr) => format!(
+            "runs/{cell}/{mixer}/lr{}/seed{seed}",
+            super::recall::lr_label(lr)
+        ),
+        None => format!("runs/{cell}/{mixer}/seed{seed}"),
+    }
+}
+
 /// How often a call looks again at the runs another process trains.
 pub const BUSY_POLL: std::time::Duration = std::time::Duration::from_secs(10);
 

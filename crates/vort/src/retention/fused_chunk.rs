@@ -865,7 +865,8 @@ fn fused_impl(
 /// forward's work.
 ///
 /// q is not needed; k: [B, H, T, F], v: [B, H, T, D], cw: [B, H, T, N] (flat, row-major);
-/// `u`: rates `[Hu][N]`; `state.g`: [B, H, N, F, D+1], updated in place (and `state.pos`).
+/// `u`: rates `[Hu][N]`; `state`'s G [B, H, N, F, D+1] is replaced by the advanced one (a
+/// host computation: the state is read to the host and written back on its device).
 ///
 /// # Errors
 /// Length or shape mismatches.
@@ -913,8 +914,8 @@ fn prefill_state<T: WithDType>(
     };
     let rs = row_stride(&hd);
     let nf = n * f;
-    state
-        .g
+    let mut g_host = state.host()?;
+    g_host
         .par_chunks_mut(nf * d1)
         .enumerate()
         .for_each(|(bh, g)| {
@@ -947,6 +948,7 @@ fn prefill_state<T: WithDType>(
                 }
             }
         });
-    state.pos += t as u64;
+    let device = state.tensor().device().clone();
+    *state = State::from_host(b, h, n, f, d, state.pos + t as u64, g_host, &device)?;
     Ok(())
 }

@@ -414,7 +414,12 @@ pub(crate) fn dims4(name: &str, t: &Tensor) -> Result<(usize, usize, usize, usiz
 
 /// Recurrent state of a retention layer: G [B, H, N, F, D+1] (numerator and denominator
 /// columns) and the number of tokens consumed.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// G is a tensor of dtype `T` on the device of the call that produced it, so a stream on a
+/// device keeps its state there between pieces (the chunked form reads and writes it as a
+/// tensor). The host forms (`naive`, `naive_recurrent`, the fused CPU op's prefill) read it
+/// with [`State::host`] and write it back with [`State::from_host`].
+#[derive(Debug, Clone)]
 pub struct State<T> {
     /// Batch B.
     pub b: usize,
@@ -428,22 +433,68 @@ pub struct State<T> {
     pub d: usize,
     /// Tokens consumed so far.
     pub pos: u64,
-    /// G, row-major [B, H, N, F, D+1].
-    pub g: Vec<T>,
+    /// G [B, H, N, F, D+1], contiguous, of dtype `T`.
+    g: Tensor,
+    _dtype: std::marker::PhantomData<T>,
+}
+
+/// Equal sizes, position and values of G (wherever the two live).
+impl<T: WithDType> PartialEq for State<T> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.b, self.h, self.n, self.f, self.d, self.pos)
+            == (other.b, other.h, other.n, other.f, other.d, other.pos)
+            && matches!((self.host(), other.host()), (Ok(a), Ok(b)) if a == b)
+    }
 }
 
 impl<T: WithDType> State<T> {
-    /// The empty state (no token seen).
+    /// The empty state (no token seen), on the CPU.
     pub fn zeros(b: usize, h: usize, n: usize, f: usize, d: usize) -> Self {
-        State {
+        let g = vec![T::zero(); b * h * n * f * (d + 1)];
+        // a buffer of exactly the shape's size: the constructor cannot fail
+        Self::from_host(b, h, n, f, d, 0, g, &Device::Cpu)
+            .unwrap_or_else(|_| unreachable!("zeros of the state's own shape"))
+    }
+
+    /// A state from a host buffer G, row-major [B, H, N, F, D+1], placed on `device`.
+    ///
+    /// # Errors
+    /// A buffer whose length is not B·H·N·F·(D+1).
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_host(
+        b: usize,
+        h: usize,
+        n: usize,
+        f: usize,
+        d: usize,
+        pos: u64,
+        g: Vec<T>,
+        device: &Device,
+    ) -> Result<Self> {
+        let g = Tensor::from_vec(g, (b, h, n, f, d + 1), device)?;
+        Ok(State {
             b,
             h,
             n,
             f,
             d,
-            pos: 0,
-            g: vec![T::zero(); b * h * n * f * (d + 1)],
-        }
+            pos,
+            g,
+            _dtype: std::marker::PhantomData,
+        })
+    }
+
+    /// G copied to the host, row-major [B, H, N, F, D+1].
+    ///
+    /// # Errors
+    /// Candle errors only.
+    pub fn host(&self) -> Result<Vec<T>> {
+        Ok(self.g.flatten_all()?.to_vec1::<T>()?)
+    }
+
+    /// G as a tensor [B, H, N, F, D+1] (the state's own; no copy).
+    pub fn tensor(&self) -> &Tensor {
+        &self.g
     }
 
     /// Checks the sizes B, H, N, F, D against a call's.
@@ -465,22 +516,20 @@ impl<T: WithDType> State<T> {
 
     /// Bytes held by the state (flat in the context length).
     pub fn bytes(&self) -> usize {
-        self.g.len() * std::mem::size_of::<T>()
+        self.g.elem_count() * std::mem::size_of::<T>()
     }
 
-    /// The state as a tensor [B, H, N, F, D+1] (the layout of the chunked forms).
+    /// The state as a tensor [B, H, N, F, D+1] on `device` (the layout of the chunked forms):
+    /// the state's own tensor when it already lives there, a copy otherwise.
     ///
     /// # Errors
     /// Candle errors only.
     pub fn to_tensor(&self, device: &Device) -> Result<Tensor> {
-        Ok(Tensor::from_vec(
-            self.g.clone(),
-            (self.b, self.h, self.n, self.f, self.d + 1),
-            device,
-        )?)
+        Ok(self.g.to_device(device)?)
     }
 
-    /// A state from a tensor [B, H, N, F, D+1] (converted to `T`) and a position.
+    /// A state from a tensor [B, H, N, F, D+1] (converted to `T`, kept on its device) and a
+    /// position.
     ///
     /// # Errors
     /// A tensor that is not rank 5 with at least 2 columns.
@@ -497,7 +546,6 @@ impl<T: WithDType> State<T> {
                 expected: "[B, H, N, F, D+1] with D >= 1".into(),
             });
         }
-        let g = t.to_dtype(T::DTYPE)?.flatten_all()?.to_vec1::<T>()?;
         Ok(State {
             b,
             h,
@@ -505,7 +553,8 @@ impl<T: WithDType> State<T> {
             f,
             d: d1 - 1,
             pos,
-            g,
+            g: t.to_dtype(T::DTYPE)?.contiguous()?,
+            _dtype: std::marker::PhantomData,
         })
     }
 }
@@ -527,7 +576,7 @@ impl<T: WithDType> State<T> {
         } else {
             Precision::F32
         };
-        let g: Vec<f64> = self.g.iter().map(|x| x.to_f64()).collect();
+        let g: Vec<f64> = self.host()?.iter().map(|x| x.to_f64()).collect();
         let hu = match rates.len().checked_div(self.n) {
             Some(hu) if hu * self.n == rates.len() => hu,
             None if rates.is_empty() => 0,
@@ -596,14 +645,7 @@ impl<T: WithDType> State<T> {
                 expected: "[B, H, N, F, D+1] with D >= 1".into(),
             });
         }
-        Ok(State {
-            b,
-            h,
-            n,
-            f,
-            d: d1 - 1,
-            pos,
-            g: g.data.into_iter().map(T::from_f64).collect(),
-        })
+        let data = g.data.into_iter().map(T::from_f64).collect();
+        State::from_host(b, h, n, f, d1 - 1, pos, data, &Device::Cpu)
     }
 }

@@ -102,7 +102,7 @@ pub fn naive<T: WithDType>(
         (host(x.q)?, host(x.k)?, host(x.vp)?, host(x.cw)?);
     let rows = rates.host_rows()?;
     let g0: Vec<f64> = match initial_state {
-        Some(s) => s.g.iter().map(|v| v.to_f64()).collect(),
+        Some(s) => s.host()?.iter().map(|v| v.to_f64()).collect(),
         None => vec![0.0; b * h * n * f * d1],
     };
     let mut o = vec![0.0; b * h * t * d1];
@@ -155,14 +155,20 @@ pub fn naive<T: WithDType>(
         }
     }
     let o = Tensor::from_vec(o, (b, h, t, d1), x.q.device())?.to_dtype(x.q.dtype())?;
-    let state = output_final_state.then(|| State {
-        b,
-        h,
-        n,
-        f,
-        d: d1 - 1,
-        pos: pos + t as u64,
-        g: g.into_iter().map(T::from_f64).collect(),
-    });
+    let state = if output_final_state {
+        let g = g.into_iter().map(T::from_f64).collect();
+        Some(State::from_host(
+            b,
+            h,
+            n,
+            f,
+            d1 - 1,
+            pos + t as u64,
+            g,
+            x.q.device(),
+        )?)
+    } else {
+        None
+    };
     Ok((o, state))
 }

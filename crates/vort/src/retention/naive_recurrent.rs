@@ -164,7 +164,10 @@ pub fn naive_recurrent<T: WithDType>(
             "naive_recurrent: F must be >= 1 ({dims:?})"
         )));
     }
-    let mut st = initial_state.map_or_else(|| State::zeros(b, h, n, f, d), State::clone);
+    let mut g = match initial_state {
+        Some(s) => s.host()?,
+        None => vec![T::zero(); b * h * n * f * d1],
+    };
     let ones = host::<T>(&x.vp.narrow(3, d, 1)?)?;
     if ones.iter().any(|&o| o != T::one()) {
         return Err(VortError::InvalidArgument(
@@ -186,8 +189,13 @@ pub fn naive_recurrent<T: WithDType>(
         v: &v,
         cw: &cw,
     };
-    run_heads(&mut st.g, &inputs, &mut o, &consts, dims);
-    st.pos += t as u64;
+    run_heads(&mut g, &inputs, &mut o, &consts, dims);
     let o = Tensor::from_vec(o, (b, h, t, d1), x.q.device())?.to_dtype(x.q.dtype())?;
-    Ok((o, output_final_state.then_some(st)))
+    let state = if output_final_state {
+        let pos = dims.pos + t as u64;
+        Some(State::from_host(b, h, n, f, d, pos, g, x.q.device())?)
+    } else {
+        None
+    };
+    Ok((o, state))
 }

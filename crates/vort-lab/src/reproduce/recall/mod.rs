@@ -213,7 +213,7 @@ fn cell_row(c: &CellResult) -> String {
     )
 }
 
-fn lr_label(lr: f64) -> String {
+pub(crate) fn lr_label(lr: f64) -> String {
     format!("{lr:.1e}")
 }
 

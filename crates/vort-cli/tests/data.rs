@@ -73,3 +73,147 @@ fn data_help_lists_fetch_books() {
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("books"));
 }
+
+/// A books directory as `vort data fetch books` writes it: one book per split, two in test.
+fn books_dir(name: &str) -> PathBuf {
+    use vort_lab::data::books::{write_manifest, ManifestEntry};
+    use vort_lab::data::{sha256_hex, Split};
+    let dir = fresh_dir(name);
+    std::fs::create_dir_all(dir.join("books")).unwrap();
+    let text = |n: usize, salt: &str| -> Vec<u8> {
+        format!("It was the best of times, said {salt}, and the worst of them. ")
+            .bytes()
+            .cycle()
+            .take(n)
+            .collect()
+    };
+    let books = [
+        ("train-a", Split::Train, text(4000, "Anne")),
+        ("val-b", Split::Validation, text(2000, "Ben")),
+        ("test-c", Split::Test, text(5000, "Cara")),
+        ("test-d", Split::Test, text(3000, "Dov")),
+    ];
+    let mut manifest = Vec::new();
+    for (book, split, bytes) in books {
+        std::fs::write(dir.join("books").join(format!("{book}.txt")), &bytes).unwrap();
+        manifest.push(ManifestEntry {
+            book: book.into(),
+            title: format!("Title {book}"),
+            source: "test@0".into(),
+            bytes: bytes.len() as u64,
+            split,
+            sha256: sha256_hex(&bytes),
+            note: None,
+        });
+    }
+    write_manifest(&dir, &manifest).unwrap();
+    dir
+}
+
+#[test]
+fn anchors_score_the_test_windows_per_book_and_for_the_split() {
+    let dir = books_dir("anchors");
+    let d = dir.to_str().unwrap();
+    // windows of 1000 bytes: 5 in test-c, 3 in test-d; 6 asked
+    let out = vort(&[
+        "data",
+        "anchors",
+        "--books",
+        d,
+        "--seq-len",
+        "999",
+        "--windows",
+        "6",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["windows"], 6);
+    assert_eq!(v["seq_len"], 999);
+    let books = v["measured"]["books"].as_array().unwrap();
+    let got: Vec<(&str, u64)> = books
+        .iter()
+        .map(|b| {
+            (
+                b["label"].as_str().unwrap(),
+                b["raw_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, [("Title test-c", 5 * 999), ("Title test-d", 999)]);
+    let split = &v["measured"]["split"];
+    assert_eq!(split["raw_bytes"], 6 * 999);
+    let rows = split["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "gzip -9",
+            "zstd -19 --long",
+            "xz -9e",
+            "bzip2 -9",
+            "PPMd var.I o8"
+        ]
+    );
+    for r in rows {
+        // a repeated sentence: every compressor finds the repeats
+        let bpc = r["bits_per_byte"].as_f64().unwrap();
+        assert!(bpc > 0.0 && bpc < 1.0, "{r}");
+    }
+    // the table form names every book and the split
+    let out = vort(&[
+        "data",
+        "anchors",
+        "--books",
+        d,
+        "--seq-len",
+        "999",
+        "--quiet",
+    ]);
+    assert!(out.status.success());
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains("8 window(s) of 999 + 1 bytes"), "{table}");
+    for s in [
+        "Title test-c (4995 B)",
+        "Title test-d (2997 B)",
+        "test split (7992 B)",
+        "| PPMd var.I o8 |",
+    ] {
+        assert!(table.contains(s), "{s}: {table}");
+    }
+}
+
+#[test]
+fn anchors_refuse_a_missing_books_dir_and_a_window_longer_than_the_books() {
+    let missing = fresh_dir("anchors-missing").join("books");
+    let stderr = assert_one_line_error(
+        &vort(&["data", "anchors", "--books", missing.to_str().unwrap()]),
+        2,
+    );
+    assert!(stderr.contains("vort data fetch books"), "{stderr}");
+    let dir = books_dir("anchors-long");
+    let stderr = assert_one_line_error(
+        &vort(&[
+            "data",
+            "anchors",
+            "--books",
+            dir.to_str().unwrap(),
+            "--seq-len",
+            "5000",
+        ]),
+        2,
+    );
+    assert!(
+        stderr.contains("no test book holds a window of 5001 bytes"),
+        "{stderr}"
+    );
+    for bad in [["--seq-len", "0"], ["--windows", "0"]] {
+        let mut args = vec!["data", "anchors", "--books", dir.to_str().unwrap()];
+        args.extend(bad);
+        assert_eq!(vort(&args).status.code(), Some(2), "{bad:?}");
+    }
+}

@@ -6,6 +6,7 @@
 //! - [`line_plot`]: one panel of line series, optional log axes.
 //! - [`panels_plot`]: several such panels stacked vertically in one PNG.
 //! - [`histogram`]: counts of values in equal-width bins.
+//! - [`category_plot`]: markers and dashed reference levels over named categories.
 //!
 //! Points that cannot be shown (NaN, infinities, and values <= 0 on a log axis) are dropped,
 //! never an error; a panel with nothing to show is drawn with a placeholder range.
@@ -42,6 +43,17 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+];
+
+/// Colours of reference levels ([`category_plot`]): dark, and none in [`PALETTE`], so a level
+/// is never taken for a measured series.
+const LEVEL_COLORS: [RGBColor; 6] = [
+    RGBColor(0, 0, 0),
+    RGBColor(120, 120, 120),
+    RGBColor(0, 95, 95),
+    RGBColor(110, 110, 0),
+    RGBColor(0, 0, 120),
+    RGBColor(120, 0, 60),
 ];
 
 /// Why a plot could not be written.
@@ -322,6 +334,174 @@ fn draw_histogram(
             )
         }))
         .map_err(|e| draw_err(&e))?;
+    root.present().map_err(|e| draw_err(&e))?;
+    drop(root);
+    match std::fs::metadata(target) {
+        Ok(m) if m.len() > 0 => Ok(()),
+        Ok(_) => Err(draw_err(&"the file is empty")),
+        Err(e) => Err(draw_err(&e)),
+    }
+}
+
+/// A panel over named categories (test books, say): markers for measured values, and
+/// reference levels drawn as a dashed horizontal segment across each category.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CategoryPanel {
+    /// Title drawn above the panel.
+    pub title: String,
+    /// Label of the y axis.
+    pub y_label: String,
+    /// The categories, left to right (tick labels; long ones are cut with an ellipsis).
+    pub categories: Vec<String>,
+    /// Named series of one value per category (NaN: none), drawn as markers side by side.
+    pub markers: Vec<(String, Vec<f64>)>,
+    /// Named reference levels, one value per category (NaN: none), drawn dashed.
+    pub levels: Vec<(String, Vec<f64>)>,
+}
+
+/// Draws `panel` into a PNG of [`PANEL_WIDTH`] x [`PANEL_HEIGHT`] pixels, its legend in a strip
+/// to the right (markers and levels fill the plot, so no corner is free).
+///
+/// # Errors
+/// [`PlotError::Invalid`] without categories or with a series of another length,
+/// [`PlotError::Draw`] when the file cannot be written.
+pub fn category_plot(path: &Path, panel: &CategoryPanel) -> Result<(), PlotError> {
+    let n = panel.categories.len();
+    if n == 0 {
+        return Err(PlotError::Invalid(
+            "a category plot needs a category".into(),
+        ));
+    }
+    if let Some((name, _)) = panel
+        .markers
+        .iter()
+        .chain(&panel.levels)
+        .find(|(_, v)| v.len() != n)
+    {
+        return Err(PlotError::Invalid(format!(
+            "series {name:?} does not have one value per category ({n})"
+        )));
+    }
+    check_path(path)?;
+    ensure_font();
+    vort::fsio::write_with(
+        path,
+        |tmp| draw_categories(tmp, path, panel),
+        |e| io_err(path, e),
+    )
+}
+
+/// A tick label of at most 24 characters.
+fn short_label(s: &str) -> String {
+    if s.chars().count() <= 24 {
+        s.to_string()
+    } else {
+        s.chars().take(23).collect::<String>() + "…"
+    }
+}
+
+fn draw_categories(target: &Path, path: &Path, panel: &CategoryPanel) -> Result<(), PlotError> {
+    let draw_err = |e: &dyn std::fmt::Display| PlotError::Draw {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let n = panel.categories.len();
+    let values = panel
+        .markers
+        .iter()
+        .chain(&panel.levels)
+        .flat_map(|(_, v)| v.iter().copied())
+        .filter(|v| v.is_finite());
+    let (y0, y1) = padded_range(values, false, 0.05);
+    let root = BitMapBackend::new(target, (PANEL_WIDTH, PANEL_HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| draw_err(&e))?;
+    let names = panel.markers.iter().chain(&panel.levels).map(|(s, _)| s);
+    let legend_width = names.map(|s| s.chars().count() as u32).max().unwrap_or(0) * 8 + 50;
+    let body = root
+        .titled(&panel.title, (FAMILY, 22))
+        .map_err(|e| draw_err(&e))?;
+    let (w, _) = body.dim_in_pixel();
+    let (plot, strip) = body.split_horizontally(w.saturating_sub(legend_width));
+    let mut chart = ChartBuilder::on(&plot)
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(90)
+        .build_cartesian_2d(-0.5..n as f64 - 0.5, y0..y1)
+        .map_err(|e| draw_err(&e))?;
+    let label = |v: &f64| {
+        let k = v.round();
+        if (v - k).abs() < 1e-6 && k >= 0.0 && (k as usize) < n {
+            short_label(&panel.categories[k as usize])
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .y_desc(panel.y_label.as_str())
+        .label_style((FAMILY, 15))
+        .axis_desc_style((FAMILY, 17))
+        .x_labels(n)
+        .x_label_formatter(&label)
+        .y_label_formatter(&|v| tick_label(*v))
+        .disable_x_mesh()
+        .light_line_style(RGBColor(235, 235, 235))
+        .bold_line_style(RGBColor(205, 205, 205))
+        .draw()
+        .map_err(|e| draw_err(&e))?;
+    let mut entries: Vec<(&str, RGBColor, SeriesStyle)> = Vec::new();
+    let m = panel.markers.len();
+    for (j, (name, v)) in panel.levels.iter().enumerate() {
+        let color = LEVEL_COLORS[j % LEVEL_COLORS.len()];
+        for (i, &y) in v.iter().enumerate().filter(|(_, y)| y.is_finite()) {
+            let x = i as f64;
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(x - 0.45, y), (x + 0.45, y)],
+                    8,
+                    5,
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| draw_err(&e))?;
+        }
+        entries.push((name, color, SeriesStyle::Dashed));
+    }
+    for (j, (name, v)) in panel.markers.iter().enumerate() {
+        let color = PALETTE[j % PALETTE.len()];
+        // markers of one category side by side, centred on it
+        let dx = 0.5 / m.max(1) as f64;
+        let offset = (j as f64 - (m as f64 - 1.0) / 2.0) * dx;
+        chart
+            .draw_series(
+                v.iter()
+                    .enumerate()
+                    .filter(|(_, y)| y.is_finite())
+                    .map(|(i, &y)| Circle::new((i as f64 + offset, y), 5, color.filled())),
+            )
+            .map_err(|e| draw_err(&e))?;
+        entries.push((name, color, SeriesStyle::Points));
+    }
+    for (i, &(name, color, style)) in entries.iter().enumerate() {
+        let y = 40 + 22 * i as i32;
+        let symbol = match style {
+            SeriesStyle::Dashed => plotters::element::DashedPathElement::new(
+                vec![(4, y), (24, y)],
+                6,
+                4,
+                color.stroke_width(2),
+            )
+            .into_dyn(),
+            _ => Circle::new((14, y), 5, color.filled()).into_dyn(),
+        };
+        strip.draw(&symbol).map_err(|e| draw_err(&e))?;
+        strip
+            .draw(&Text::new(
+                name,
+                (32, y - 8),
+                (FAMILY, 15).into_font().color(&BLACK),
+            ))
+            .map_err(|e| draw_err(&e))?;
+    }
     root.present().map_err(|e| draw_err(&e))?;
     drop(root);
     match std::fs::metadata(target) {
@@ -789,6 +969,36 @@ mod tests {
         assert!(matches!(
             line_plot(&bad, "t", "x", "y", &[], false, false),
             Err(PlotError::Draw { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn category_plots_write_png_and_refuse_ragged_series() {
+        let dir = std::env::temp_dir().join(format!("vort-cat-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cat.png");
+        let mut panel = CategoryPanel {
+            title: "t".into(),
+            y_label: "bits per byte".into(),
+            categories: vec!["a book with a very long title indeed".into(), "b".into()],
+            markers: vec![("m".into(), vec![2.5, f64::NAN])],
+            levels: vec![("gzip -9".into(), vec![2.9, 2.8])],
+        };
+        category_plot(&path, &panel).unwrap();
+        assert!(std::fs::read(&path)
+            .unwrap()
+            .starts_with(b"\x89PNG\r\n\x1a\n"));
+        assert_eq!(short_label(&panel.categories[0]).chars().count(), 24);
+        panel.levels[0].1.pop();
+        assert!(matches!(
+            category_plot(&path, &panel),
+            Err(PlotError::Invalid(_))
+        ));
+        panel.categories.clear();
+        assert!(matches!(
+            category_plot(&path, &panel),
+            Err(PlotError::Invalid(_))
         ));
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -503,6 +503,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         "bpc_vs_context.png",
         "alpha_by_class_books.png",
         "stream.png",
+        "bpc_vs_compressors.png",
         "manifest.json",
         "lexicon_sources.json",
     ] {
@@ -510,6 +511,20 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     }
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("1.56") && md.contains("1.68") && md.contains("Streaming"));
+    // the compressors ran on exactly the 2 × 32 scored bytes, beside every model
+    let a = rep.anchors.as_ref().expect("anchors measured in the run");
+    assert_eq!((a.seq_len, a.windows), (32, 2));
+    assert_eq!(a.measured.split.raw_bytes, 64);
+    assert_eq!(a.measured.split.rows.len(), 5);
+    assert!(md.contains("## Against the compressors"), "{md}");
+    for m in [
+        "| vort |",
+        "| exponential |",
+        "| softmax |",
+        "| PPMd var.I o8 |",
+    ] {
+        assert!(md.contains(m), "{m}: {md}");
+    }
     // every window is also scored on its own, and the windows add up to the buckets
     for r in &rep.runs {
         assert_eq!(r.per_window.len(), 2, "{}", r.memory);
@@ -658,4 +673,136 @@ fn generate_from_the_tiny_run(run: &std::path::Path) {
         let e = generate(&mut model, prompt, &bad, |_| Ok(())).unwrap_err();
         assert!(e.is_bad_input(), "{e}");
     }
+}
+
+/// A .deb (an `ar` archive) whose data.tar.xz holds `files`.
+fn deb(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut tar = tar::Builder::new(Vec::new());
+    for (path, data) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        tar.append_data(&mut h, path, *data).unwrap();
+    }
+    let mut xz = liblzma::write::XzEncoder::new(Vec::new(), 6);
+    xz.write_all(&tar.into_inner().unwrap()).unwrap();
+    let data = xz.finish().unwrap();
+    let mut ar = b"!<arch>\n".to_vec();
+    for (name, body) in [("debian-binary", b"2.0\n".to_vec()), ("data.tar.xz", data)] {
+        let header = format!(
+            "{:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n",
+            format!("{name}/"),
+            0,
+            0,
+            0,
+            644,
+            body.len()
+        );
+        ar.extend_from_slice(header.as_bytes());
+        ar.extend_from_slice(&body);
+        if body.len() % 2 == 1 {
+            ar.push(b'\n');
+        }
+    }
+    ar
+}
+
+/// r-cran-janeaustenr's layout: six novels as character vectors of lines in Rdata.rdb.
+fn janeaustenr_package(cache: &Path) -> NpmPackage {
+    use vort_lab::data::rdata::fixture::rdb;
+    let novel = |lines: &[&'static str]| -> Vec<Option<&'static [u8]>> {
+        lines.iter().map(|l| Some(l.as_bytes())).collect()
+    };
+    let rdb = rdb(&[
+        novel(&[
+            "EMMA",
+            "",
+            "By Jane Austen",
+            "",
+            "Emma Woodhouse, handsome.",
+        ]),
+        novel(&[
+            "MANSFIELD PARK",
+            "",
+            "About thirty years ago Miss Maria Ward.",
+        ]),
+        novel(&[
+            "NORTHANGER ABBEY",
+            "No one who had ever seen Catherine Morland.",
+            "",
+            "A NOTE ON THE TEXT",
+            "A modern note on the edition.",
+        ]),
+        novel(&["Persuasion", "", "Sir Walter Elliot, of Kellynch Hall."]),
+        novel(&[
+            "PRIDE AND PREJUDICE",
+            "",
+            "It is a truth universally acknowledged.",
+        ]),
+        novel(&["SENSE AND SENSIBILITY", "", "The family of Dashwood."]),
+    ]);
+    let bytes = deb(&[(
+        "./usr/lib/R/site-library/janeaustenr/data/Rdata.rdb",
+        rdb.as_slice(),
+    )]);
+    let p = NpmPackage::deb(
+        "r-cran-janeaustenr",
+        "1.0.0-1",
+        &sha256_hex(&bytes),
+        Layout::RLazyData,
+    );
+    std::fs::write(cache.join(&p.download.file), &bytes).unwrap();
+    p
+}
+
+/// A later source adds books to training only: every book of the first keeps its split.
+#[test]
+fn a_debian_r_package_adds_training_books_and_keeps_the_split() {
+    let cache = fresh_dir("ja-cache");
+    let before = fetch(
+        &config(&fresh_dir("ja-out0"), &cache, vec![five_books(&cache)]),
+        &mut quiet,
+    )
+    .unwrap();
+    let out = fresh_dir("ja-out");
+    let rep = fetch(
+        &config(
+            &out,
+            &cache,
+            vec![five_books(&cache), janeaustenr_package(&cache)],
+        ),
+        &mut quiet,
+    )
+    .unwrap();
+    for b in &before.books {
+        assert!(rep.books.contains(b), "{} changed", b.book);
+    }
+    let added: Vec<(&str, Split)> = rep
+        .books
+        .iter()
+        .filter(|b| b.source == "r-cran-janeaustenr@1.0.0-1")
+        .map(|b| (b.book.as_str(), b.split))
+        .collect();
+    assert_eq!(
+        added,
+        [
+            ("austen-mansfield", Split::Train),
+            ("austen-northanger", Split::Train),
+            ("austen-persuasion-ja", Split::Train),
+            ("austen-pride-ja", Split::Train),
+            ("austen-sense-ja", Split::Train),
+        ]
+    );
+    // Emma is in the first package: dropped by title
+    assert!(rep
+        .dropped
+        .iter()
+        .any(|d| d.title == "Emma" && d.reason.contains("duplicate")));
+    // lines joined by LF; the editor's note after Northanger Abbey is cut
+    let na = std::fs::read(out.join("books/austen-northanger.txt")).unwrap();
+    assert_eq!(
+        na,
+        b"NORTHANGER ABBEY\nNo one who had ever seen Catherine Morland.\n"
+    );
 }

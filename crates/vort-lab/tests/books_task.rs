@@ -180,3 +180,27 @@ fn evaluation_scores_each_test_window_once_and_by_book() {
         assert!((pooled - r.loss).abs() < 1e-9, "{pooled} vs {}", r.loss);
     }
 }
+
+#[test]
+fn scored_bytes_are_the_targets_of_the_scored_windows_by_book() {
+    let t = 99; // 7 windows in book c, 3 in book d
+    let c = corpus(t);
+    for asked in [0usize, 1, 7, 8, 10, 25] {
+        let got = c.scored_bytes(t, asked);
+        // the evaluation caps the windows at what the books hold (no wrap-around repeats)
+        let n = asked.min(10) as u64;
+        let mut want: Vec<(String, Vec<u8>)> = Vec::new();
+        for i in 0..n {
+            let title = c.eval_book(t, i).to_string();
+            let s = c.sample(t, 0, Stream::Eval, i);
+            let bytes: Vec<u8> = s.targets.iter().map(|&b| b as u8).collect();
+            match want.last_mut() {
+                Some((w, b)) if *w == title => b.extend(bytes),
+                _ => want.push((title, bytes)),
+            }
+        }
+        assert_eq!(got, want, "asked {asked}");
+        let total: usize = got.iter().map(|(_, b)| b.len()).sum();
+        assert_eq!(total, n as usize * t, "T scored bytes per window");
+    }
+}

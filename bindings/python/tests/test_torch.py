@@ -1,0 +1,137 @@
+"""vort.torch against the Rust core: VortRetention against vort.retention (outputs, and the
+state carried across calls), gradients by gradcheck, VortLM.from_pretrained against
+vort.load(...).logits for every mixer kind."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import vort  # noqa: E402
+from vort.torch import VortLM, VortRetention  # noqa: E402
+
+
+def inputs(b, h, t, f, d, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return (
+        torch.rand(b, h, t, f, generator=g, dtype=dtype),
+        torch.rand(b, h, t, f, generator=g, dtype=dtype),
+        torch.rand(b, h, t, d, generator=g, dtype=dtype) * 2 - 1,
+        torch.rand(b, h, t, generator=g, dtype=dtype),
+    )
+
+
+@pytest.mark.parametrize("memory,chunk,t", [("shared", 16, 75), ("shared", 64, 37), ("banks", 8, 61)])
+def test_retention_equals_vort_retention(memory, chunk, t):
+    """Every head of a batch against the Rust core on that head: float64 against the f64
+    recurrent form (same node table, same kernel), float32 against the f32 chunked form."""
+    b, h, f, d = 2, 3, 6, 5
+    opts = dict(memory=memory, delta=0.15, eps=1e-3, horizon=200, banks=3)
+    q, k, v, a = inputs(b, h, t, f, d)
+    ret = VortRetention(chunk=chunk, **opts)
+    y64, _ = ret(q, k, v, a)
+    y32, _ = ret(q.float(), k.float(), v.float(), a.float())
+    assert y64.dtype == torch.float64 and y32.dtype == torch.float32
+    worst64 = worst32 = 0.0
+    for i in range(b):
+        for j in range(h):
+            args = [x[i, j].numpy() for x in (q, k, v, a)]
+            r64 = vort.retention(*args, form="recurrent", **opts)
+            r32 = vort.retention(*[x.astype(np.float32) for x in args], form="chunked", chunk=chunk, **opts)
+            worst64 = max(worst64, np.abs(y64[i, j].numpy() - r64).max() / np.abs(r64).max())
+            worst32 = max(worst32, np.abs(y32[i, j].numpy() - r32).max() / np.abs(r32).max())
+    assert worst64 < 1e-12, worst64
+    assert worst32 < 1e-5, worst32
+
+
+def test_state_carries_across_calls():
+    """Pieces of uneven length (none a multiple of the chunk) with the state carried give the
+    one-call output and the same final state; token by token too."""
+    b, h, t, f, d = 2, 2, 53, 4, 3
+    q, k, v, a = inputs(b, h, t, f, d, seed=1)
+    ret = VortRetention(chunk=8, horizon=64)
+    y, s = ret(q, k, v, a)
+    assert s.pos == t and s.g.shape == (b, h, ret.nodes.n, f, d + 1)
+    for cuts in ([5, 1, 30, 17], [1] * t):
+        state, ys, at = None, [], 0
+        for n in cuts:
+            yi, state = ret(q[:, :, at : at + n], k[:, :, at : at + n], v[:, :, at : at + n], a[:, :, at : at + n], state)
+            ys.append(yi)
+            at += n
+        err = (torch.cat(ys, dim=2) - y).abs().max() / y.abs().max()
+        assert err < 1e-12, err
+        assert (state.g - s.g).abs().max() / s.g.abs().max() < 1e-12
+        assert state.pos == t
+    with pytest.raises(ValueError, match="certified horizon of 64"):
+        ret(q[:, :, :12], k[:, :, :12], v[:, :, :12], a[:, :, :12], s)
+
+
+def test_gradcheck_float64():
+    b, h, t, f, d = 1, 2, 7, 3, 2
+    ret = VortRetention(chunk=4, horizon=16, delta=0.1)
+    q, k, v, _ = inputs(b, h, t, f, d, seed=2)
+    # orders inside (δ, 1) away from the ends (where dc/dα is one-sided)
+    a = 0.2 + 0.6 * torch.rand(b, h, t, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    xs = [x.clone().requires_grad_() for x in (q, k, v, a)]
+
+    def fn(q, k, v, a):
+        y, s = ret(q, k, v, a)
+        return y, s.g
+
+    assert torch.autograd.gradcheck(fn, xs, eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+def test_any_device_and_bad_shapes():
+    ret = VortRetention(horizon=32)
+    q, k, v, a = inputs(1, 1, 10, 3, 2, dtype=torch.float32)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    ret = ret.to(dev)
+    y, _ = ret(q.to(dev), k.to(dev), v.to(dev), a.to(dev))
+    assert y.device.type == dev
+    with pytest.raises(ValueError, match="alpha"):
+        ret(q, k, v, a[..., :-1])
+    with pytest.raises(ValueError):
+        VortRetention(delta=1.5)
+
+
+from conftest import MIXERS  # noqa: E402
+
+
+@pytest.mark.parametrize("name", sorted(MIXERS))
+def test_vortlm_from_pretrained_equals_the_rust_model(runs, name):
+    """Logits of the torch port against the Rust model on the same run: within 1e-4 relative
+    to the largest logit (both float32; measured worst: see the README)."""
+    run = runs(name)
+    rust = vort.load(run)
+    lm = VortLM.from_pretrained(run).eval()
+    g = np.random.default_rng(0)
+    tokens = g.integers(0, rust.vocab, size=(3, 32))
+    with torch.no_grad():
+        got = lm(torch.from_numpy(tokens)).numpy()
+    assert got.shape == (3, 32, rust.vocab)
+    for i in range(3):
+        want = rust.logits(tokens[i])
+        err = np.abs(got[i] - want).max() / np.abs(want).max()
+        assert err < 1e-4, (name, err)
+    # float64 on the torch side: the same within f32 rounding of the Rust side
+    with torch.no_grad():
+        got64 = lm.double()(torch.from_numpy(tokens)).numpy()
+    want = rust.logits(tokens[0])
+    assert np.abs(got64[0] - want).max() / np.abs(want).max() < 1e-4
+    # the gradient reaches every parameter (the router's a, b through the entropy/probe too)
+    lm = VortLM.from_pretrained(run).train()
+    lm.zero_grad()
+    out = lm(torch.from_numpy(tokens))
+    torch.nn.functional.cross_entropy(out.reshape(-1, rust.vocab), torch.from_numpy(tokens).roll(-1, 1).reshape(-1)).backward()
+    for pname, p in lm.named_parameters():
+        if pname == "bigram":  # trained by its own loss in the Rust trainer; stop-gradient here
+            continue
+        assert p.grad is not None and torch.isfinite(p.grad).all(), pname
+
+
+def test_vortlm_refuses_past_the_horizon(runs):
+    lm = VortLM.from_pretrained(runs("vort-shared-full"))
+    with pytest.raises(ValueError, match="certified horizon of 32"):
+        lm(torch.zeros(1, 33, dtype=torch.long))
+    with pytest.raises(ValueError, match="vocabulary"):
+        lm(torch.full((1, 4), 48))

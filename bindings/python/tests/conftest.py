@@ -145,7 +145,7 @@ def runs(cli, tmp_path_factory):
     def get(name: str, seed: int = 0) -> Path:
         key = (name, seed)
         if key not in made:
-            spec = dict(feature_map="favor", **MIXERS[name])
+            spec = {"feature_map": "favor", **MIXERS[name]}
             cfg = root / f"{name}-{seed}.toml"
             cfg.write_text(TINY_MQAR.format(seed=seed, **spec))
             out = root / f"{name}-{seed}"

@@ -59,8 +59,8 @@ def test_bad_input_is_a_value_error_with_the_cli_message(cli):
     want = cli_error(cli("kernel", "soe", "--alpha", 1.5, "--horizon", 1000, "--eps", 1e-3, check=False))
     assert str(e.value) == want
     with pytest.raises(ValueError) as e:
-        vort.shared_nodes(0.2, 1000, 0.5)
-    want = cli_error(cli("kernel", "shared", "--delta", 0.2, "--horizon", 1000, "--eps", 0.5, check=False))
+        vort.shared_nodes(0.2, 1000, 0.9)
+    want = cli_error(cli("kernel", "shared", "--delta", 0.2, "--horizon", 1000, "--eps", 0.9, check=False))
     assert str(e.value) == want
     with pytest.raises(ValueError) as e:
         vort.gl_weights(-0.5, [1, 2])

@@ -346,7 +346,9 @@ impl PyShared {
         let s = self.inner.len();
         let inner = &self.inner;
         let w = guarded(py, move || {
-            Ok(a.iter().flat_map(|&x| inner.weights_at(x)).collect::<Vec<f64>>())
+            Ok(a.iter()
+                .flat_map(|&x| inner.weights_at(x))
+                .collect::<Vec<f64>>())
         })?;
         shape.push(s);
         let arr = ArrayD::from_shape_vec(IxDyn(&shape), w)
@@ -506,7 +508,11 @@ fn retention<'py>(
         chunk,
         eps_den,
     };
-    let (q, k, vv) = (flat2("phi_q", &phi_q), flat2("phi_k", &phi_k), flat2("v", &v));
+    let (q, k, vv) = (
+        flat2("phi_q", &phi_q),
+        flat2("phi_k", &phi_k),
+        flat2("v", &v),
+    );
     let a = vort::st::Flat {
         data: alpha.as_array().iter().copied().collect(),
         shape: alpha.shape().to_vec(),
@@ -794,7 +800,9 @@ impl PyModel {
                 d.set_item("feature_map", format!("{:?}", f.map).to_lowercase())?;
                 d.set_item("features", f.m)?;
                 if let Some(p) = f.projection() {
-                    let (r, c) = p.dims2().map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+                    let (r, c) = p
+                        .dims2()
+                        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
                     let data: Vec<f32> = p
                         .flatten_all()
                         .and_then(|x| x.to_vec1())
@@ -869,7 +877,9 @@ fn check_trained_path(path: &Path) -> Res<()> {
 /// _panic(): panics inside a guarded call (the tests check that it arrives as RuntimeError).
 #[pyfunction]
 fn _panic(py: Python<'_>) -> PyResult<()> {
-    guarded(py, || -> Res<()> { panic!("deliberate panic for the tests") })
+    guarded(py, || -> Res<()> {
+        panic!("deliberate panic for the tests")
+    })
 }
 
 /// The Rust core of the `vort` Python package.

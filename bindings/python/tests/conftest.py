@@ -29,8 +29,10 @@ def cli():
     if not exe.is_file():
         pytest.fail(f"{exe} is missing: run `cargo build --release -p vort-cli` (or set VORT_BIN)")
 
-    def run(*args, check=True):
-        p = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True)
+    def run(*args, check=True, binary=False):
+        p = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=not binary)
+        if binary:
+            p.stderr = p.stderr.decode(errors="replace")
         if check and p.returncode != 0:
             raise AssertionError(f"vort {' '.join(map(str, args))}: {p.stderr}")
         return p

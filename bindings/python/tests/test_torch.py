@@ -144,3 +144,20 @@ def test_vortlm_refuses_past_the_horizon(runs):
         lm(torch.zeros(1, 33, dtype=torch.long))
     with pytest.raises(ValueError, match="vocabulary"):
         lm(torch.full((1, 4), 48))
+
+
+@pytest.mark.parametrize("mixer", ["vort", "exponential", "softmax"])
+def test_vortlm_on_committed_recall_weights(mixer):
+    """The committed weights of the quick recall reproduction (results/recall-quick), a whole
+    training-length sequence (T = 256): torch float32 against the Rust model, within 1e-4
+    relative to the largest logit (measured worst over every committed recall run: 7.4e-6)."""
+    from conftest import REPO
+
+    lr = "3.0e-3" if mixer == "softmax" else "1.0e-2"
+    run = REPO / f"results/recall-quick/runs/L256-K16-d64/{mixer}/lr{lr}/seed0"
+    rust = vort.load(run)
+    tokens = np.random.default_rng(1).integers(0, rust.vocab, rust.seq_len)
+    want = rust.logits(tokens)
+    with torch.no_grad():
+        got = VortLM.from_pretrained(run)(torch.from_numpy(tokens)[None])[0].numpy()
+    assert np.abs(got - want).max() / np.abs(want).max() < 1e-4

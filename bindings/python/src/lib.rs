@@ -535,6 +535,109 @@ fn retention<'py>(
     })
 }
 
+/// An array as a candle tensor of `dtype` (the values come as float64).
+fn tensor_of(x: &PyArrayLikeDyn<'_, f64, AllowTypeChange>, dtype: DType) -> Res<Tensor> {
+    let shape = x.shape().to_vec();
+    let data: Vec<f64> = x.as_array().iter().copied().collect();
+    Ok(Tensor::from_vec(data, shape, &candle_core::Device::Cpu)?.to_dtype(dtype)?)
+}
+
+/// A tensor's values as an f64 array of its shape.
+fn host_f64(t: &Tensor) -> Res<(Vec<usize>, Vec<f64>)> {
+    Ok((
+        t.dims().to_vec(),
+        t.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?,
+    ))
+}
+
+fn to_numpy<'py>(
+    py: Python<'py>,
+    (shape, data): (Vec<usize>, Vec<f64>),
+) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
+    let a = ArrayD::from_shape_vec(IxDyn(&shape), data)
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    Ok(a.into_pyarray(py))
+}
+
+/// _fused_chunk(q, k, vp, cw, u, chunk, dtype, grad_o=None)
+///
+/// The Rust layer's fused chunked op (`vort::retention::fused_chunk`, the training form with
+/// its hand-written backward) from an empty state: q, k [B, H, T, F], vp [B, H, T, D+1], cw
+/// [B, H, T, N], rates u [1 or H, N] (learned: they get a gradient), computed in `dtype`
+/// ("f32" or "f64"). Returns o [B, H, T, D+1]; with `grad_o` (dL/do), the gradients
+/// (dq, dk, dvp, dcw, du) of L = Σ o · grad_o instead, by candle's backward through the op.
+/// No horizon is checked here (vort.torch checks it).
+#[pyfunction]
+#[pyo3(signature = (q, k, vp, cw, u, chunk, dtype, grad_o = None))]
+#[allow(clippy::too_many_arguments)]
+fn _fused_chunk<'py>(
+    py: Python<'py>,
+    q: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+    k: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+    vp: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+    cw: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+    u: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+    chunk: usize,
+    dtype: &str,
+    grad_o: Option<PyArrayLikeDyn<'py, f64, AllowTypeChange>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let dt = match dtype {
+        "f32" => DType::F32,
+        "f64" => DType::F64,
+        _ => return Err(input(format!("dtype `{dtype}` is not one of f32|f64")).into()),
+    };
+    if chunk == 0 {
+        return Err(input("--chunk must be >= 1").into());
+    }
+    let mut ts = Vec::new();
+    for x in [&q, &k, &vp, &cw, &u] {
+        ts.push(tensor_of(x, dt)?);
+    }
+    let go = grad_o.map(|g| tensor_of(&g, dt)).transpose()?;
+    let out = guarded(py, move || {
+        let vars = ts
+            .iter()
+            .map(|t| Ok(candle_core::Var::from_tensor(t)?))
+            .collect::<Res<Vec<_>>>()?;
+        let inputs = vort::retention::Inputs {
+            q: vars[0].as_tensor(),
+            k: vars[1].as_tensor(),
+            vp: vars[2].as_tensor(),
+            cw: vars[3].as_tensor(),
+        };
+        let rates = Rates::Learned(vars[4].as_tensor().clone());
+        let o = if dt == DType::F32 {
+            vort::retention::fused_chunk::<f32>(&inputs, &rates, chunk, None, false)?.0
+        } else {
+            vort::retention::fused_chunk::<f64>(&inputs, &rates, chunk, None, false)?.0
+        };
+        match go {
+            None => Ok(vec![host_f64(&o)?]),
+            Some(g) => {
+                let loss = (&o * &g)?.sum_all()?;
+                let grads = loss.backward()?;
+                vars.iter()
+                    .map(|v| match grads.get(v.as_tensor()) {
+                        Some(d) => host_f64(d),
+                        None => host_f64(&v.as_tensor().zeros_like()?),
+                    })
+                    .collect()
+            }
+        }
+    })?;
+    holding(|| {
+        if out.len() == 1 {
+            let o = out.into_iter().next().expect("one output");
+            return Ok(to_numpy(py, o)?.into_any());
+        }
+        let list = PyList::empty(py);
+        for g in out {
+            list.append(to_numpy(py, g)?)?;
+        }
+        Ok(list.into_any())
+    })
+}
+
 // ---------------------------------------------------------------------------------------
 // trained models (`vort eval`, `vort generate`)
 
@@ -862,6 +965,95 @@ fn load(py: Python<'_>, path: PathBuf) -> PyResult<PyModel> {
     })
 }
 
+/// _init(config_toml) -> Model: a freshly seeded model of a run config (the parameters a
+/// `vort train` run starts from, step 0), for `vort.torch.VortLM.from_config`.
+#[pyfunction]
+fn _init(py: Python<'_>, config_toml: String) -> PyResult<PyModel> {
+    let (cfg, model, vm) = guarded(py, move || {
+        let cfg = RunConfig::from_toml(&config_toml, "<config>")?;
+        let vm = VarMap::new();
+        let model = vort_lab::train::run_model(&cfg, &vm, &vort_lab::train::device())?;
+        Ok((cfg, model, vm))
+    })?;
+    let horizon = model.horizon();
+    Ok(PyModel {
+        model: Mutex::new(model),
+        vm,
+        cfg,
+        steps: 0,
+        path: PathBuf::from("<config>"),
+        horizon,
+    })
+}
+
+/// _save_export(path, config_toml, params, step): writes a weights file in the format of
+/// `vort export` (`param/<name>` f32, the run config, the step and the checksum in the
+/// metadata) through the checkpoint writer (atomic: temp file, fsync, rename). Every
+/// parameter of the config's model must be given with its shape, and no other, before
+/// anything is written; `vort eval --run` and `vort generate --run` take the file.
+#[pyfunction]
+fn _save_export(
+    py: Python<'_>,
+    path: PathBuf,
+    config_toml: String,
+    params: std::collections::HashMap<String, PyArrayLikeDyn<'_, f32, AllowTypeChange>>,
+    step: u64,
+) -> PyResult<()> {
+    let host: std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)> = params
+        .iter()
+        .map(|(k, a)| {
+            (
+                k.clone(),
+                (a.shape().to_vec(), a.as_array().iter().copied().collect()),
+            )
+        })
+        .collect();
+    guarded(py, move || {
+        use vort_lab::train::checkpoint::{Checkpoint, HostTensor};
+        let cfg = RunConfig::from_toml(&config_toml, "<config>")?;
+        let vm = VarMap::new();
+        vort_lab::train::run_model(&cfg, &vm, &vort_lab::train::device())?;
+        let mut tensors = std::collections::BTreeMap::new();
+        let names = named_vars(&vm);
+        for (name, var) in &names {
+            let Some((shape, data)) = host.get(name) else {
+                return Err(input(format!("parameter `{name}` is missing")));
+            };
+            if shape.as_slice() != var.dims() {
+                return Err(input(format!(
+                    "parameter `{name}` has shape {shape:?}, the config's model has {:?}",
+                    var.dims()
+                )));
+            }
+            if let Some(i) = data.iter().position(|x| !x.is_finite()) {
+                return Err(input(format!(
+                    "parameter `{name}` holds a non-finite value at flat index {i}"
+                )));
+            }
+            tensors.insert(
+                format!("param/{name}"),
+                HostTensor {
+                    shape: shape.clone(),
+                    data: data.clone(),
+                },
+            );
+        }
+        if let Some(extra) = host.keys().find(|k| !names.iter().any(|(n, _)| n == *k)) {
+            return Err(input(format!(
+                "parameter `{extra}` is not one of the config's model"
+            )));
+        }
+        let ck = Checkpoint {
+            step,
+            adam_t: 0,
+            config: cfg.to_toml()?,
+            tensors,
+        };
+        ck.save(&path)?;
+        Ok(())
+    })
+}
+
 /// The CLI's check of a trained path (`vort eval --run`, `vort generate --run`), same words.
 fn check_trained_path(path: &Path) -> Res<()> {
     if path.is_file() || path.join("config.toml").is_file() {
@@ -893,6 +1085,9 @@ fn _vort(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(_node_table, m)?)?;
     m.add_function(wrap_pyfunction!(_panic, m)?)?;
+    m.add_function(wrap_pyfunction!(_fused_chunk, m)?)?;
+    m.add_function(wrap_pyfunction!(_init, m)?)?;
+    m.add_function(wrap_pyfunction!(_save_export, m)?)?;
     m.add_class::<PySoe>()?;
     m.add_class::<PyShared>()?;
     m.add_class::<PyModel>()?;

@@ -80,3 +80,22 @@ def test_torch_port_on_a_books_model(books_run):
     with torch.no_grad():
         got = VortLM.from_pretrained(books_run)(torch.from_numpy(tokens)[None])[0].numpy()
     assert np.abs(got - want).max() / np.abs(want).max() < 1e-4
+
+
+def test_torch_trained_books_model_generates_with_the_cli(cli, books_run, tmp_path):
+    torch = pytest.importorskip("torch")
+    from vort.torch import VortLM
+
+    lm = VortLM.from_pretrained(books_run)
+    opt = torch.optim.AdamW(lm.parameters(), lr=1e-2)
+    x = torch.from_numpy(np.frombuffer(b"It was the best of times, it was the worst of times." * 2, dtype=np.uint8)[:64].astype(np.int64))[None]
+    for _ in range(2):
+        loss = torch.nn.functional.cross_entropy(lm(x)[0, :-1], x[0, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    out = tmp_path / "books-torch.safetensors"
+    lm.save_pretrained(out)
+    p = cli("generate", "--run", out, "--prompt", "It was", "--bytes", 12, "--seed", 1, binary=True)
+    assert len(p.stdout) == 13
+    assert p.stdout[:-1] == vort.load(out).generate(b"It was", 12, temperature=0.8, seed=1)

@@ -161,3 +161,93 @@ def test_vortlm_on_committed_recall_weights(mixer):
     with torch.no_grad():
         got = VortLM.from_pretrained(run)(torch.from_numpy(tokens)[None])[0].numpy()
     assert np.abs(got - want).max() / np.abs(want).max() < 1e-4
+
+
+def test_rust_fused_op_through_torch():
+    """vort::fused_chunk (the Rust op as a torch custom op) against the torch chunk form, and
+    VortRetention(backend="rust") against backend="torch", pieces with a carried state too."""
+    from vort.torch import fused_chunk, retention_core
+
+    b, h, t, f, d = 2, 3, 45, 4, 3
+    q, k, v, a = inputs(b, h, t, f, d, seed=4)
+    ret_t = VortRetention(chunk=16, horizon=64)
+    ret_r = VortRetention(chunk=16, horizon=64, backend="rust")
+    cw = ret_t.nodes(a)
+    vp = torch.cat([v, torch.ones_like(v[..., :1])], -1)
+    u = ret_t.nodes.u[None, :]
+    o_r = fused_chunk(q, k, vp, cw, u.expand(h, -1), 16)
+    o_t, _ = retention_core(q, k, vp, cw, u, 16)
+    assert (o_r - o_t).abs().max() / o_t.abs().max() < 1e-12
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5)):
+        xs = [x.to(dtype) for x in (q, k, v, a)]
+        y_t, s_t = ret_t(*xs)
+        y1, s1 = ret_r(*(x[:, :, :20] for x in xs))
+        y2, s2 = ret_r(*(x[:, :, 20:] for x in xs), state=s1)
+        y_r = torch.cat([y1, y2], dim=2)
+        assert y_r.dtype == dtype
+        assert (y_r - y_t).abs().max() / y_t.abs().max() < tol
+        assert (s2.g - s_t.g).abs().max() / s_t.g.abs().max() < tol
+    torch.library.opcheck(fused_chunk, (q, k, vp, cw, u.expand(h, -1).contiguous(), 16))
+
+
+def test_rust_fused_op_gradcheck_float64():
+    from vort.torch import fused_chunk
+
+    b, h, t, f, d, n = 1, 2, 9, 3, 2, 3
+    g = torch.Generator().manual_seed(6)
+    q, k = torch.rand(b, h, t, f, generator=g, dtype=torch.float64), torch.rand(b, h, t, f, generator=g, dtype=torch.float64)
+    vp = torch.rand(b, h, t, d + 1, generator=g, dtype=torch.float64)
+    cw = torch.rand(b, h, t, n, generator=g, dtype=torch.float64) / n
+    u = torch.rand(h, n, generator=g, dtype=torch.float64) * 0.5 + 0.01
+    xs = [x.requires_grad_() for x in (q, k, vp, cw, u)]
+    assert torch.autograd.gradcheck(lambda *z: fused_chunk(*z, 4), xs, eps=1e-6, atol=1e-7, rtol=1e-6)
+    # and through VortRetention with the Rust backend, α included
+    ret = VortRetention(chunk=4, horizon=16, backend="rust")
+    a = (0.2 + 0.6 * torch.rand(b, h, t, generator=g, dtype=torch.float64)).requires_grad_()
+    v = torch.rand(b, h, t, d, generator=g, dtype=torch.float64).requires_grad_()
+    qq, kk = q.detach().clone().requires_grad_(), k.detach().clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda *z: ret(*z)[0], [qq, kk, v, a], eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+def test_trained_in_torch_saved_and_scored_by_vort_eval(cli, runs, tmp_path):
+    """The formats go both ways: a model trained in torch (a few AdamW steps from a run), saved
+    with save_pretrained, is what `vort eval --run` scores, and loads back to its logits."""
+    from test_model import labelled_set, log_softmax
+
+    from conftest import write_safetensors
+
+    run = runs("vort-shared-full")
+    lm = VortLM.from_pretrained(run)
+    opt = torch.optim.AdamW(lm.parameters(), lr=1e-2)
+    g = np.random.default_rng(7)
+    for _ in range(3):
+        x = torch.from_numpy(g.integers(0, lm.vocab, size=(4, 32)))
+        loss = torch.nn.functional.cross_entropy(lm(x)[:, :-1].reshape(-1, lm.vocab), x[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    out = tmp_path / "torch-trained.safetensors"
+    lm.save_pretrained(out)
+    inputs, labels = labelled_set(lm.vocab)
+    data = tmp_path / "test.safetensors"
+    write_safetensors(data, {"inputs": inputs, "labels": labels})
+    ev = __import__("json").loads(cli("eval", "--run", out, "--data", data, "--json").stdout)
+    with torch.no_grad():
+        logits = lm(torch.from_numpy(inputs)).numpy()
+    at = labels != -100
+    lp = log_softmax(logits[at])
+    nll = -lp[np.arange(at.sum()), labels[at]].mean()
+    assert abs(nll - ev["loss"]) <= 1e-4 * ev["loss"]
+    assert ev["step"] == 8  # the run's steps (save_pretrained keeps them unless given)
+    back = vort.load(out).logits(inputs[0])
+    assert np.abs(back - logits[0]).max() / np.abs(back).max() < 1e-4
+    # a fresh model of a config, saved before any step, loads too
+    fresh = VortLM.from_config(run / "config.toml")
+    fresh.save_pretrained(tmp_path / "fresh.safetensors", step=0)
+    assert vort.load(tmp_path / "fresh.safetensors").steps == 0
+    # a parameter of the wrong shape is refused before anything is written
+    bad = {k: v.detach().numpy() for k, v in lm.named_parameters()}
+    bad["head"] = bad["head"][:, :3]
+    with pytest.raises(ValueError, match="parameter `head` has shape"):
+        vort._vort._save_export(str(tmp_path / "bad.safetensors"), lm.config_toml, bad, 0)
+    assert not (tmp_path / "bad.safetensors").exists()

@@ -125,3 +125,13 @@ def _node_table(
     memory: str, delta: float, horizon: _Count, eps: float, banks: int = 4
 ) -> dict[str, Any]: ...
 def _panic() -> None: ...
+def _fused_chunk(
+    q: npt.ArrayLike,
+    k: npt.ArrayLike,
+    vp: npt.ArrayLike,
+    cw: npt.ArrayLike,
+    u: npt.ArrayLike,
+    chunk: int,
+    dtype: str,
+    grad_o: Optional[npt.ArrayLike] = None,
+) -> Any: ...

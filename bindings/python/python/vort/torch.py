@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from . import _vort
 
-__all__ = ["NodeWeights", "RetentionState", "VortLM", "VortRetention", "retention_core"]
+__all__ = ["NodeWeights", "RetentionState", "VortLM", "VortRetention", "fused_chunk", "retention_core"]
 
 
 # ----------------------------------------------------------------------------------------
@@ -205,6 +205,70 @@ def _beyond_horizon(context: int, horizon: int) -> ValueError:
     )
 
 
+# ----------------------------------------------------------------------------------------
+# the Rust fused op as a torch custom op (CPU)
+
+
+@torch.library.custom_op("vort::fused_chunk", mutates_args=())
+def fused_chunk(q: Tensor, k: Tensor, vp: Tensor, cw: Tensor, u: Tensor, chunk: int) -> Tensor:
+    """The Rust layer's fused chunked op (``vort::retention::fused_chunk``) from an empty state:
+    the unnormalised o [B, H, T, D+1] of q, k [B, H, T, F], vp [B, H, T, D+1], cw [B, H, T, N]
+    and rates u [1 or H, N], float32 or float64 on the CPU. Its backward is the Rust op's
+    hand-written one (gradients for all five inputs)."""
+    dt = _rust_dtype(q)
+    args = [x.detach().cpu().numpy() for x in (q, k, vp, cw, u)]
+    o = _vort._fused_chunk(*args, chunk, dt)
+    return torch.from_numpy(o).to(dtype=q.dtype, device=q.device)
+
+
+@fused_chunk.register_fake
+def _(q, k, vp, cw, u, chunk):
+    return q.new_empty(*q.shape[:-1], vp.shape[-1])
+
+
+def _rust_dtype(x: Tensor) -> str:
+    if x.dtype == torch.float32:
+        return "f32"
+    if x.dtype == torch.float64:
+        return "f64"
+    raise ValueError(f"the Rust fused op takes float32 or float64, not {x.dtype}")
+
+
+def _fused_setup(ctx, inputs, output):
+    q, k, vp, cw, u, chunk = inputs
+    ctx.save_for_backward(q, k, vp, cw, u)
+    ctx.chunk = chunk
+
+
+def _fused_backward(ctx, grad):
+    q, k, vp, cw, u = ctx.saved_tensors
+    args = [x.detach().cpu().numpy() for x in (q, k, vp, cw, u)]
+    grads = _vort._fused_chunk(*args, ctx.chunk, _rust_dtype(q), grad.detach().cpu().contiguous().numpy())
+    out = [torch.from_numpy(g).to(dtype=x.dtype, device=x.device) for g, x in zip(grads, (q, k, vp, cw, u))]
+    return (*out, None)
+
+
+fused_chunk.register_autograd(_fused_backward, setup_context=_fused_setup)
+
+
+def _fused_core(q, k, vp, cw, u, chunk, g0):
+    """retention_core through the Rust op: the op's zero-state output, plus the initial
+    state's readout and the final state in torch (as the Rust fused form adds them)."""
+    b, h, t, f = q.shape
+    uu = u.to(q.dtype).expand(h, u.shape[-1])
+    o = fused_chunk(q, k, vp, cw, uu, chunk)
+    lag = torch.arange(t, dtype=q.dtype, device=q.device)
+    if g0 is not None:
+        dq = torch.exp(-uu[None, :, None, :] * (lag[None, None, :, None] + 1))  # [1, H, T, N]
+        o = o + torch.einsum("bhtn,bhtf,bhnfd->bhtd", dq.expand(b, h, t, -1), q, g0)
+    # G_T = e^(-u T) G0 + sum_i e^(-u (T-1-i)) c_i k_i v'_i^T
+    dk = torch.exp(-uu[None, :, None, :] * (t - 1 - lag[None, None, :, None])) * cw
+    g = torch.einsum("bhtn,bhtf,bhtd->bhnfd", dk, k, vp)
+    if g0 is not None:
+        g = g + torch.exp(-uu * t)[None, :, :, None, None] * g0
+    return o, g
+
+
 class VortRetention(nn.Module):
     """The VORT retention core in torch, batched [B, H, T, ·], with a state across calls.
 
@@ -215,6 +279,10 @@ class VortRetention(nn.Module):
     (nonnegative features), v [B, H, T, D], alpha [B, H, T] in [0, 1] (clamped to δ below).
     Feeding a sequence in pieces with the returned state gives the output of one call.
     Differentiable in every input (the gradient w.r.t. α through dc/dα).
+
+    backend="torch" (default) is the chunk form in torch ops, on any device; backend="rust" runs
+    the Rust layer's fused op through the torch custom op ``vort::fused_chunk`` (CPU, float32
+    or float64), with the state's readout and update in torch.
     """
 
     def __init__(
@@ -228,8 +296,12 @@ class VortRetention(nn.Module):
         chunk: int = 64,
         eps_den: float = 1e-6,
         table: Optional[Dict[str, Any]] = None,
+        backend: str = "torch",
     ):
         super().__init__()
+        if backend not in ("torch", "rust"):
+            raise ValueError(f"backend `{backend}` is not one of torch|rust")
+        self.backend = backend
         if chunk < 1:
             raise ValueError("--chunk must be >= 1")
         if table is None:
@@ -264,9 +336,8 @@ class VortRetention(nn.Module):
             raise _beyond_horizon(pos + t, self.horizon)
         cw = self.nodes(alpha)
         u = self.nodes.u.to(device=phi_q.device)[None, :]
-        o, g = retention_core(
-            phi_q, phi_k, _with_ones(v), cw, u, self.chunk, None if state is None else state.g
-        )
+        core = _fused_core if self.backend == "rust" else retention_core
+        o, g = core(phi_q, phi_k, _with_ones(v), cw, u, self.chunk, None if state is None else state.g)
         return _normalise(o, self.eps_den), RetentionState(g, pos + t)
 
 
@@ -498,8 +569,29 @@ class VortLM(nn.Module):
     def from_pretrained(cls, path: Union[str, "os.PathLike[str]"]) -> "VortLM":
         """Loads a run directory or a ``vort export`` file (through ``vort.load``, which checks
         the config and every parameter), float32, on the CPU (``.to(device)`` moves it)."""
-        m = _vort.load(os.fspath(path))
+        return cls._from_rust(_vort.load(os.fspath(path)), str(path))
+
+    @classmethod
+    def from_config(cls, config: Union[str, "os.PathLike[str]"]) -> "VortLM":
+        """A freshly seeded model of a run config (a TOML file or its text): the parameters
+        ``vort train`` starts from, to train in torch and save with ``save_pretrained``."""
+        text = os.fspath(config)
+        if "\n" not in text and os.path.isfile(text):
+            with open(text, encoding="utf-8") as fh:
+                text = fh.read()
+        return cls._from_rust(_vort._init(text), "<config>")
+
+    def save_pretrained(self, path: Union[str, "os.PathLike[str]"], step: Optional[int] = None) -> None:
+        """Writes the parameters as a ``vort export`` file (float32, with the run config and a
+        checksum; atomic), which ``vort eval --run`` and ``vort generate --run`` take."""
+        params = {k: v.detach().to("cpu", torch.float32).contiguous().numpy() for k, v in self.named_parameters()}
+        _vort._save_export(os.fspath(path), self.config_toml, params, self.steps if step is None else int(step))
+
+    @classmethod
+    def _from_rust(cls, m: Any, path: str) -> "VortLM":
         model = cls(json.loads(m.config_json), m._buffers(), m.vocab)
+        model.config_toml = m.config_toml
+        model.steps = m.steps
         params = {k: torch.from_numpy(np.asarray(v)) for k, v in m._parameters().items()}
         mine = dict(model.named_parameters())
         missing = sorted(set(mine) - set(params))

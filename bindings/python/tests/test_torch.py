@@ -40,8 +40,8 @@ def test_retention_equals_vort_retention(memory, chunk, t):
             r32 = vort.retention(*[x.astype(np.float32) for x in args], form="chunked", chunk=chunk, **opts)
             worst64 = max(worst64, np.abs(y64[i, j].numpy() - r64).max() / np.abs(r64).max())
             worst32 = max(worst32, np.abs(y32[i, j].numpy() - r32).max() / np.abs(r32).max())
-    assert worst64 < 1e-12, worst64
-    assert worst32 < 1e-5, worst32
+    assert worst64 < 1e-13, worst64  # measured 5.8e-16
+    assert worst32 < 2e-6, worst32  # measured 2.1e-7
 
 
 def test_state_carries_across_calls():
@@ -178,7 +178,7 @@ def test_rust_fused_op_through_torch():
     o_r = fused_chunk(q, k, vp, cw, u.expand(h, -1), 16)
     o_t, _ = retention_core(q, k, vp, cw, u, 16)
     assert (o_r - o_t).abs().max() / o_t.abs().max() < 1e-12
-    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5)):
+    for dtype, tol in ((torch.float64, 1e-13), (torch.float32, 2e-6)):  # measured 2.2e-16, 1.5e-7
         xs = [x.to(dtype) for x in (q, k, v, a)]
         y_t, s_t = ret_t(*xs)
         y1, s1 = ret_r(*(x[:, :, :20] for x in xs))

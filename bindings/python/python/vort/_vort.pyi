@@ -135,3 +135,10 @@ def _fused_chunk(
     dtype: str,
     grad_o: Optional[npt.ArrayLike] = None,
 ) -> Any: ...
+def _init(config_toml: str) -> Model: ...
+def _save_export(
+    path: Union[str, "PathLike[str]"],
+    config_toml: str,
+    params: dict[str, npt.ArrayLike],
+    step: int,
+) -> None: ...

@@ -867,6 +867,66 @@ impl PyModel {
         Ok(PyBytes::new(py, &out))
     }
 
+    /// _task_grads(tokens [B, T], labels [B, T]) -> (loss, {name: gradient})
+    ///
+    /// The trainer's answer cross-entropy (`vort_lab::train::losses`' task term: the mean over
+    /// the labelled positions, label -100 = not scored) of the training forward, and its
+    /// gradient with respect to every parameter, by candle's backward (the fused op's
+    /// hand-written one inside).
+    fn _task_grads<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: PyArrayLike2<'py, i64, AllowTypeChange>,
+        labels: PyArrayLike2<'py, i64, AllowTypeChange>,
+    ) -> PyResult<(f64, Bound<'py, PyDict>)> {
+        let shape = tokens.shape().to_vec();
+        if labels.shape() != shape.as_slice() {
+            return Err(input(format!(
+                "labels {:?} must have the shape of tokens {shape:?}",
+                labels.shape()
+            ))
+            .into());
+        }
+        let toks: Vec<i64> = tokens.as_array().iter().copied().collect();
+        let labs: Vec<i64> = labels.as_array().iter().copied().collect();
+        let vocab = self.vocab();
+        let model = &self.model;
+        let vars = named_vars(&self.vm);
+        let (loss, grads) = guarded(py, move || {
+            let toks = check_tokens(&toks, vocab)?;
+            let pos: Vec<usize> = (0..labs.len()).filter(|&i| labs[i] != -100).collect();
+            if pos.is_empty() {
+                return Err(input("every label is -100: nothing to score"));
+            }
+            let tgt = check_tokens(&pos.iter().map(|&i| labs[i]).collect::<Vec<_>>(), vocab)?;
+            let m = lock(model);
+            let x = Tensor::from_vec(toks, (shape[0], shape[1]), m.device())?;
+            let out = m.forward(&x)?;
+            let logits = m.logits_at(&out.hidden, &pos)?;
+            let tgt = Tensor::from_vec(tgt, pos.len(), m.device())?;
+            let loss = candle_nn::loss::cross_entropy(&logits, &tgt)?;
+            let g = loss.backward()?;
+            let grads = vars
+                .iter()
+                .map(|(name, var)| {
+                    let d = match g.get(var.as_tensor()) {
+                        Some(d) => d.clone(),
+                        None => var.as_tensor().zeros_like()?,
+                    };
+                    Ok((name.clone(), host_f64(&d)?))
+                })
+                .collect::<Res<Vec<_>>>()?;
+            Ok((loss.to_dtype(DType::F64)?.to_scalar::<f64>()?, grads))
+        })?;
+        holding(|| {
+            let d = PyDict::new(py);
+            for (name, g) in grads {
+                d.set_item(name, to_numpy(py, g)?)?;
+            }
+            Ok((loss, d))
+        })
+    }
+
     /// The parameters by name, float32 arrays (`param/<name>` of a `vort export` file).
     fn _parameters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let vars = named_vars(&self.vm);

@@ -116,6 +116,9 @@ class Model:
     ) -> bytes:
         """n bytes sampled after ``prompt`` from a books model (as ``vort generate``)."""
     def _parameters(self) -> dict[str, npt.NDArray[np.float32]]: ...
+    def _task_grads(
+        self, tokens: npt.ArrayLike, labels: npt.ArrayLike
+    ) -> Tuple[float, dict[str, npt.NDArray[np.float64]]]: ...
     def _buffers(self) -> list[dict[str, Any]]: ...
 
 def load(path: Union[str, "PathLike[str]"]) -> Model:

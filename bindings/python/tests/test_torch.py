@@ -258,7 +258,8 @@ def test_gradients_equal_the_rust_trainers(runs, name):
     """The trainer's answer cross-entropy (mean over labelled positions) and its gradient with
     respect to every parameter: the torch port (autograd of the chunk form) against the Rust
     model (the fused op's hand-written backward), within 1e-4 of each gradient's largest
-    entry."""
+    entry (measured worst: 2.4e-6 vort shared, 1.0e-5 banks, 4.3e-6 exponential, 1.6e-5
+    mixture, 3.5e-6 softmax)."""
     from test_model import labelled_set
 
     run = runs(name)
@@ -283,4 +284,3 @@ def test_gradients_equal_the_rust_trainers(runs, name):
         err = np.abs(gt - gr).max() / scale
         worst = max(worst, err)
         assert err < 1e-4, (pname, err)
-    print(f"\n{name}: loss {loss_r:.6f}, worst gradient error {worst:.1e}")

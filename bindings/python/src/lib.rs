@@ -448,8 +448,8 @@ fn _node_table<'py>(
 // ---------------------------------------------------------------------------------------
 // the retention core (`vort retention`)
 
-fn flat2(name: &str, x: &PyArrayLike2<'_, f64, AllowTypeChange>) -> vort::st::Flat {
-    let _ = name;
+/// An array as the CLI's reader hands it over (values as f64, the shape), for `HeadInputs`.
+fn flat2(x: &PyArrayLike2<'_, f64, AllowTypeChange>) -> vort::st::Flat {
     vort::st::Flat {
         data: x.as_array().iter().copied().collect(),
         shape: x.shape().to_vec(),
@@ -508,11 +508,7 @@ fn retention<'py>(
         chunk,
         eps_den,
     };
-    let (q, k, vv) = (
-        flat2("phi_q", &phi_q),
-        flat2("phi_k", &phi_k),
-        flat2("v", &v),
-    );
+    let (q, k, vv) = (flat2(&phi_q), flat2(&phi_k), flat2(&v));
     let a = vort::st::Flat {
         data: alpha.as_array().iter().copied().collect(),
         shape: alpha.shape().to_vec(),

@@ -367,6 +367,20 @@ fn check_finite_f32(y: &[f64], d: usize, form: Form) -> Result<()> {
     }
 }
 
+/// [`retention_head`], then the check `vort retention` makes before writing: every output
+/// finite in f32 (the Python bindings call this, so they refuse what the CLI refuses).
+///
+/// # Errors
+/// As [`retention_head`]; an output that is not finite in f32.
+pub fn retention_checked(
+    x: &HeadInputs,
+    opts: &RetentionOpts,
+) -> Result<(Vec<f64>, RetentionReport)> {
+    let (y, report) = retention_head(x, opts)?;
+    check_finite_f32(&y, x.d, opts.form)?;
+    Ok((y, report))
+}
+
 /// `vort retention`: reads `input`, computes y with `opts`, writes `output` (`y` [T, D], f32).
 ///
 /// # Errors
@@ -378,8 +392,7 @@ pub fn retention_from_safetensors(
     opts: &RetentionOpts,
 ) -> Result<RetentionReport> {
     let x = HeadInputs::read(input)?;
-    let (y, report) = retention_head(&x, opts)?;
-    check_finite_f32(&y, x.d, opts.form)?;
+    let (y, report) = retention_checked(&x, opts)?;
     let mut meta = HashMap::new();
     meta.insert("opts".into(), opts_string(opts));
     meta.insert("nodes".into(), report.nodes.to_string());

@@ -444,6 +444,20 @@ impl Block {
         }
     }
 
+    /// The feature map with its random projection (seeded from the block's seed).
+    pub fn features(&self) -> &Features {
+        &self.features
+    }
+
+    /// The fixed rates of the memories without node tables whose rates are not learned
+    /// (RetNet: one row per head; the mixture: one row for all heads), None for the others.
+    pub fn fixed_rates(&self) -> Option<&Rates> {
+        match &self.kind {
+            KindParams::Retnet { rates } | KindParams::Mixture { rates, .. } => Some(rates),
+            _ => None,
+        }
+    }
+
     /// The names (relative to the block's prefix) of the parameters that weight decay
     /// applies to: the four projection matrices. The router, the decays, the mixture's logits
     /// and the q/k scales are not decayed.

@@ -160,6 +160,13 @@ impl Features {
         }
     }
 
+    /// The FAVOR+ projection ωᵀ [d, m] (f32), None for the deterministic maps (ELU+1,
+    /// Taylor): what a port of the layer to another framework needs, since the random
+    /// features are drawn from the run seed and are not parameters.
+    pub fn projection(&self) -> Option<&Tensor> {
+        self.omega_t.as_ref()
+    }
+
     /// φ(z) for z [..., d] -> [..., m] (every entry > 0 except for Taylor, whose kernel
     /// φ(q)·φ(k) is positive).
     ///

@@ -1,0 +1,23 @@
+"""The README's "Use from Python" example runs as written and prints what the README shows
+(the lines computed by the Rust core exactly; the two float errors within their bounds)."""
+
+import re
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_readme_example_runs_as_written():
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Use from Python", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    shown = re.search(r"```text\n(.*?)```", section, re.S).group(1).splitlines()
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.splitlines()
+    assert len(out) == len(shown) == 6
+    assert out[:4] == shown[:4]
+    assert float(out[4]) < 1e-6  # torch in two calls against vort.retention
+    assert out[5].rsplit(" ", 1)[0] == shown[5].rsplit(" ", 1)[0]
+    assert float(out[5].rsplit(" ", 1)[1]) < 1e-4  # torch port against the Rust model

@@ -8,14 +8,15 @@ use crate::plot::histogram;
 use crate::train::eval::AlphaSample;
 use crate::train::TrainError;
 
-/// The α section: the mean α of each role (seed 0, test set) per VORT (cell, mixer), and the
-/// histograms of the pair tokens and of the rest over every cell; nothing without VORT runs.
+/// The α section: the mean α of each role (seed 0, test set) per (cell, mixer) whose model
+/// routes orders (its evaluation samples them: the VORT mixers, whatever the preset names
+/// them), and the histograms of the pair tokens and of the rest over every cell; nothing
+/// without such runs.
 pub(super) fn section(rep: &RecallReport, out: &Path) -> Result<String, TrainError> {
     histograms(rep, out)?;
     let alpha: Vec<(String, &AlphaSample)> = rep
         .cells
         .iter()
-        .filter(|c| c.mixer.starts_with("vort"))
         .filter_map(|c| {
             Some((
                 format!("{} {}", c.cell, c.mixer),
@@ -55,12 +56,12 @@ pub(super) fn section(rep: &RecallReport, out: &Path) -> Result<String, TrainErr
     Ok(s)
 }
 
-/// `alpha_hist.png` and `alpha_hist_other.png`: the learned α of every seed of every VORT
-/// cell, on the key-value pair tokens and on the rest.
+/// `alpha_hist.png` and `alpha_hist_other.png`: the learned α of every seed of every cell
+/// whose model routes orders, on the key-value pair tokens and on the rest.
 fn histograms(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
     let mut pair = Vec::new();
     let mut rest = Vec::new();
-    for c in rep.cells.iter().filter(|c| c.mixer.starts_with("vort")) {
+    for c in &rep.cells {
         for r in &c.seeds {
             if let Some(a) = &r.alpha {
                 pair.extend(a.memorable.iter().map(|&x| f64::from(x)));

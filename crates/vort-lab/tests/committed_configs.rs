@@ -174,3 +174,23 @@ fn books_and_synthetic_presets_build_the_runs_the_rust_presets_built() {
     }
     assert_eq!(checked, 5 + 5 + 15 + 24 + 24 + 30);
 }
+
+/// The books-d256 preset's VORT seed-0 run is the standalone run config that started it
+/// (configs/books/d256-vort-lr3e-3.toml), so that run is reused by the preset, not retrained.
+#[test]
+fn the_d256_preset_contains_the_standalone_d256_run() {
+    use vort_lab::reproduce::preset::Preset;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/books");
+    let text = std::fs::read_to_string(root.join("d256.toml")).unwrap();
+    let p = Preset::from_toml(&text, "d256.toml").unwrap();
+    let runs = p.unswept_runs().unwrap();
+    assert_eq!(runs.len(), 6);
+    let single = std::fs::read_to_string(root.join("d256-vort-lr3e-3.toml")).unwrap();
+    let single = RunConfig::from_toml(&single, "d256-vort-lr3e-3.toml").unwrap();
+    assert_eq!(runs[0], single);
+    // the exponential runs differ from it only in the mixer and the seed
+    let mut exp = runs[3].clone();
+    assert_eq!((exp.model.mixer.kind(), exp.seed), ("exponential", 0));
+    exp.model.mixer = single.model.mixer.clone();
+    assert_eq!(exp, single);
+}

@@ -108,6 +108,10 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
     if let Some(seed) = a.seed {
         config.seed = seed;
     }
+    // the flag's own domain, named as the flag (the config's check would blame the file)
+    if a.steps == Some(0) {
+        return Err(CliError::Usage("--steps must be >= 1".into()));
+    }
     for (flag, file, field) in [
         ("--train-data", &a.train_data, &mut config.task.train_data),
         ("--test-data", &a.test_data, &mut config.task.test_data),

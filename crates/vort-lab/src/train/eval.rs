@@ -617,20 +617,75 @@ fn inference_config(path: &Path, ck: &checkpoint::Checkpoint) -> Result<RunConfi
     }
 }
 
+/// A trained model's config and parameters as read from a run directory, a checkpoint or an
+/// export: the one loader of every command that reads a trained model
+/// ([`Trained::load`] then [`Trained::build`]).
+#[derive(Debug)]
+pub struct Trained {
+    /// The run config: every field validated, its memory estimate checked.
+    pub cfg: RunConfig,
+    /// The checkpoint (or export) read and verified (format, checksum, config).
+    pub ck: checkpoint::Checkpoint,
+    /// The file it was read from.
+    pub ck_path: std::path::PathBuf,
+}
+
+impl Trained {
+    /// Reads the checkpoint (or the released weights, or the exported file) and its config,
+    /// and checks them before anything is allocated: every config field (as `vort train`
+    /// checks config.toml), the checkpoint's config against the run's, and the memory
+    /// estimate of inference at the config's length against [`super::memory_limit`]. A
+    /// checksum-valid export whose config says d_model = 4e9 is refused here (exit status 2)
+    /// instead of aborting in the allocator.
+    ///
+    /// # Errors
+    /// A missing, corrupt or mismatched checkpoint; an invalid config; a model too large for
+    /// this machine.
+    pub fn load(path: &Path) -> Result<Trained, TrainError> {
+        let (ck, ck_path) = inference_checkpoint(path)?;
+        let cfg = inference_config(path, &ck)?;
+        cfg.validate()?;
+        ck.check_config(&cfg.to_toml()?, &ck_path)?;
+        cfg.check_inference_memory(cfg.task.seq_len as u64, None)?;
+        Ok(Trained { cfg, ck, ck_path })
+    }
+
+    /// Builds the model of the config and loads the parameters into it, after checking that
+    /// the file holds exactly that model's tensors (no unknown tensor, no other mixer's, a
+    /// step its config can have reached) and every shape.
+    ///
+    /// # Errors
+    /// [`TrainError::CheckpointMismatch`] naming the tensor or the step; candle errors.
+    pub fn build(self) -> Result<(RunConfig, Model, VarMap, checkpoint::Checkpoint), TrainError> {
+        let Trained { cfg, ck, ck_path } = self;
+        let vm = VarMap::new();
+        let dev = super::device();
+        let model = super::run_model(&cfg, &vm, &dev)?;
+        let vars = super::named_vars(&vm);
+        let names: Vec<String> = vars.iter().map(|(n, _)| n.clone()).collect();
+        ck.check_contents(cfg.train.steps, &names, &ck_path)?;
+        // check every parameter first, then write them
+        let loaded = vars
+            .into_iter()
+            .map(|(name, var)| {
+                let t = ck.tensor(&format!("param/{name}"), var.dims(), &dev, &ck_path)?;
+                Ok((var, t))
+            })
+            .collect::<Result<Vec<_>, TrainError>>()?;
+        for (var, t) in loaded {
+            var.set(&t)?;
+        }
+        Ok((cfg, model, vm, ck))
+    }
+}
+
 /// The run config of a trained model (a run directory or a file written by `vort export`),
-/// checked, without building the model or reading the task's data.
+/// checked as [`Trained`] checks it (its tensors included), without reading the task's data.
 ///
 /// # Errors
-/// A path that is neither, or a missing, corrupt or invalid config.
+/// A path that is neither, or a missing, corrupt, invalid or mismatched config or checkpoint.
 pub fn trained_config(path: &Path) -> Result<RunConfig, TrainError> {
-    let cfg = if path.is_file() {
-        let (ck, _) = inference_checkpoint(path)?;
-        inference_config(path, &ck)?
-    } else {
-        RunConfig::load(&path.join(CONFIG_FILE))?
-    };
-    cfg.validate()?;
-    Ok(cfg)
+    Trained::load(path)?.build().map(|(cfg, ..)| cfg)
 }
 
 /// A run's trained model for inference only: built from the run's config and the checkpoint's
@@ -656,25 +711,7 @@ pub fn load_inference(path: &Path) -> Result<(RunConfig, Model, VarMap, u64), Tr
 fn load_checked(
     path: &Path,
 ) -> Result<(RunConfig, Model, VarMap, checkpoint::Checkpoint), TrainError> {
-    let (ck, ck_path) = inference_checkpoint(path)?;
-    let cfg = inference_config(path, &ck)?;
-    cfg.validate()?;
-    ck.check_config(&cfg.to_toml()?, &ck_path)?;
-    let vm = VarMap::new();
-    let dev = super::device();
-    let model = super::run_model(&cfg, &vm, &dev)?;
-    // check every parameter first, then write them
-    let loaded = super::named_vars(&vm)
-        .into_iter()
-        .map(|(name, var)| {
-            let t = ck.tensor(&format!("param/{name}"), var.dims(), &dev, &ck_path)?;
-            Ok((var, t))
-        })
-        .collect::<Result<Vec<_>, TrainError>>()?;
-    for (var, t) in loaded {
-        var.set(&t)?;
-    }
-    Ok((cfg, model, vm, ck))
+    Trained::load(path)?.build()
 }
 
 /// Writes the trained weights of `path` (a run directory or a checkpoint file) to `out`:
@@ -684,6 +721,10 @@ fn load_checked(
 /// # Errors
 /// A missing, corrupt or mismatched checkpoint or config; I/O.
 pub fn export(path: &Path, out: &Path) -> Result<(usize, u64), TrainError> {
+    // the output rule first (not a run file, not inside the run read): nothing is loaded
+    // for an output that would be refused
+    vort::fsio::check_output(out, &super::protected_paths(path))
+        .map_err(|e| checkpoint::io(out, e))?;
     // load the model first: an export is only written if it loads back into its config
     let (_, _, vm, ck) = load_checked(path)?;
     let step = ck.step;

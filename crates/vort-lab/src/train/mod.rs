@@ -62,3 +62,34 @@ pub const EVAL_FILE: &str = "eval.json";
 pub const WEIGHTS_FILE: &str = "weights.safetensors";
 /// The lock file of a run directory ([`RunLock`]).
 pub const LOCK_FILE: &str = "run.lock";
+/// The marker of a diverged run (the recall reproduction's `diverged.json`).
+pub const DIVERGED_FILE: &str = "diverged.json";
+
+/// Every file a run directory can hold, by path: the one list of a run's own files (the
+/// output rule of [`vort::fsio`] refuses to write over any of them from a command that reads
+/// the run).
+pub fn run_files(run_dir: &Path) -> Vec<PathBuf> {
+    [
+        CONFIG_FILE,
+        METRICS_FILE,
+        CHECKPOINT_FILE,
+        EVAL_FILE,
+        WEIGHTS_FILE,
+        LOCK_FILE,
+        DIVERGED_FILE,
+    ]
+    .iter()
+    .map(|f| run_dir.join(f))
+    .collect()
+}
+
+/// What a command that reads the trained model at `path` must not overwrite: a run
+/// directory and each of its files (resolved separately, since a run file may be a symlink to
+/// a file elsewhere), or the one file (a checkpoint or an export) it reads.
+pub fn protected_paths(path: &Path) -> Vec<PathBuf> {
+    let mut p = vec![path.to_path_buf()];
+    if path.is_dir() {
+        p.extend(run_files(path));
+    }
+    p
+}

@@ -136,16 +136,14 @@ pub fn run_retention(a: RetentionArgs) -> Result<(), CliError> {
     };
     // the recipe is checked before the input is read or anything is written
     opts.node_spec(1).validate()?;
-    let same = match (a.input.canonicalize(), a.output.canonicalize()) {
-        (Ok(i), Ok(o)) => i == o,
-        _ => a.input == a.output,
-    };
-    if same {
-        return Err(CliError::Usage(format!(
-            "--output {} is the input file: choose another path (the input would be overwritten)",
-            a.output.display()
-        )));
+    // the output rule (vort::fsio): not the input, not the model's run or file, and a
+    // regular file (or a symlink to one) where it exists
+    let mut protected = vec![a.input.clone()];
+    if let Some(m) = &a.model {
+        protected.extend(vort_lab::train::protected_paths(m));
     }
+    vort::fsio::check_output(&a.output, &protected)
+        .map_err(|e| CliError::Usage(format!("--output {e}")))?;
     let report = retention_from_safetensors(&a.input, &a.output, &opts)?;
     if a.json {
         return emit_json(&report);

@@ -198,6 +198,16 @@ impl Checkpoint {
             ));
         }
         if let Some(missing) = want.iter().find(|k| !self.tensors.contains_key(*k)) {
+            if has_moments && !missing.starts_with("param/") {
+                return Err(mismatch(
+                    path,
+                    format!(
+                        "it holds optimizer moments for some parameters but not `{missing}` (an \
+                         export holds the parameters only, a checkpoint the parameters and both \
+                         moments of each)"
+                    ),
+                ));
+            }
             return Err(mismatch(path, format!("tensor {missing} missing")));
         }
         Ok(())

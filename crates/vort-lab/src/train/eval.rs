@@ -125,6 +125,25 @@ pub struct EvalResult {
     /// (paired differences). Empty for the synthetic tasks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_window: Vec<WindowScore>,
+    /// `vort eval --data` only: the lags the memory's node tables were certified to for the
+    /// data (its length, when longer than the training length: the tables are rebuilt for
+    /// it), and the training length. Absent from a run's own evaluation (eval.json).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub horizon: Option<DataHorizon>,
+}
+
+/// The horizon `vort eval --data` scored at ([`EvalResult::horizon`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataHorizon {
+    /// Length of the data's sequences.
+    pub data_len: usize,
+    /// The config's training length (seq_len).
+    pub train_len: usize,
+    /// The lags the memory was certified to while scoring (None: a memory without node
+    /// tables, such as softmax).
+    pub certified: Option<u64>,
+    /// True when the node tables were rebuilt for a data length above the training one.
+    pub rebuilt: bool,
 }
 
 /// One held-out window's scores by report bucket.
@@ -490,6 +509,7 @@ pub fn evaluate_stream(
             .map(|(name, t)| t.row(name.clone(), 1, max_lag))
             .collect(),
         per_window,
+        horizon: None,
     })
 }
 
@@ -522,22 +542,56 @@ pub fn run(model_path: &Path) -> Result<EvalResult, TrainError> {
 /// Scores the trained model of `run_dir` on the sequences of `data` (a safetensors file in
 /// Zoology's format, [`crate::tasks::external`]): accuracy over every labelled position, and
 /// by lag where the pair of a query can be found. Longer sequences than the training length
-/// are scored with the node tables rebuilt for their length. Nothing is written.
+/// are scored with the node tables rebuilt (and certified) for their length; the result's
+/// `horizon` says which. Nothing is written.
 ///
 /// # Errors
 /// A bad run directory or checkpoint; a data file that is missing, malformed, or holds
 /// tokens outside the model's vocabulary (one line naming the file).
 pub fn run_on_file(run_dir: &Path, data: &Path) -> Result<EvalResult, TrainError> {
-    let (cfg, mut model, _vm, step) = load_inference(run_dir)?;
+    let trained = Trained::load(run_dir)?;
+    // the file is read into memory about three times (its bytes, the tokens, the labels):
+    // checked with the model's own estimate before anything is read
+    let file_len = std::fs::metadata(data).map_or(0, |m| m.len());
+    let (limit, source) = super::memory_limit().unwrap_or((u64::MAX, super::MemorySource::Flag));
+    let need = trained
+        .cfg
+        .estimate_inference_memory(trained.cfg.task.seq_len as u64)
+        .total()
+        + 3.0 * file_len as f64;
+    if need > limit as f64 {
+        return Err(TrainError::Flag(format!(
+            "--data {}: reading its {:.1} GB with this model needs about {:.1} GB, more than \
+             the {:.1} GB limit ({})",
+            data.display(),
+            file_len as f64 / 1e9,
+            need / 1e9,
+            limit as f64 / 1e9,
+            source.words()
+        )));
+    }
+    let (cfg, mut model, _vm, ck) = trained.build()?;
+    let step = ck.step;
+    drop(ck);
     let set = crate::tasks::external::LabelledSet::load(data, model.vocab)?;
+    // and the forward pass at the data's length, before the node tables are rebuilt for it
+    cfg.check_inference_memory(set.l as u64, None)?;
+    let mut rebuilt = false;
     if model.horizon().is_some_and(|h| (set.l as u64) > h) {
         model.set_horizon(set.l as u64)?;
+        rebuilt = true;
     }
+    let horizon = DataHorizon {
+        data_len: set.l,
+        train_len: cfg.task.seq_len,
+        certified: model.horizon(),
+        rebuilt,
+    };
     let n = set.n;
     let source = Source::with_test_set(&cfg.task, set);
     let mut cfg = cfg;
     cfg.task.seq_len = source.config().seq_len;
-    evaluate_stream(
+    let mut res = evaluate_stream(
         &model,
         &source,
         &cfg,
@@ -546,7 +600,9 @@ pub fn run_on_file(run_dir: &Path, data: &Path) -> Result<EvalResult, TrainError
         n,
         None,
         &super::device(),
-    )
+    )?;
+    res.horizon = Some(horizon);
+    Ok(res)
 }
 
 /// The trained parameters of `run_dir` in a model built from `cfg` instead of the run's own
@@ -646,7 +702,15 @@ impl Trained {
         let cfg = inference_config(path, &ck)?;
         cfg.validate()?;
         ck.check_config(&cfg.to_toml()?, &ck_path)?;
-        cfg.check_inference_memory(cfg.task.seq_len as u64, None)?;
+        cfg.check_inference_memory(cfg.task.seq_len as u64, None)
+            .map_err(|e| match e {
+                // named by the file whose config it is
+                TrainError::Config { message, .. } => TrainError::Config {
+                    path: ck_path.display().to_string(),
+                    message,
+                },
+                e => e,
+            })?;
         Ok(Trained { cfg, ck, ck_path })
     }
 
@@ -723,8 +787,13 @@ fn load_checked(
 pub fn export(path: &Path, out: &Path) -> Result<(usize, u64), TrainError> {
     // the output rule first (not a run file, not inside the run read): nothing is loaded
     // for an output that would be refused
-    vort::fsio::check_output(out, &super::protected_paths(path))
-        .map_err(|e| checkpoint::io(out, e))?;
+    vort::fsio::check_output(out, &super::protected_paths(path)).map_err(|e| {
+        if vort::fsio::is_refused(&e) {
+            TrainError::Flag(format!("--out {e}"))
+        } else {
+            checkpoint::io(out, e)
+        }
+    })?;
     // load the model first: an export is only written if it loads back into its config
     let (_, _, vm, ck) = load_checked(path)?;
     let step = ck.step;

@@ -96,7 +96,12 @@ impl LabelledSet {
             other => TaskError::BadFile(other.to_string()),
         })?;
         let st = SafeTensors::deserialize(&bytes)
-            .map_err(|e| bad(&origin, format!("not a safetensors file ({e})")))?;
+            .map_err(|e| {
+                bad(
+                    &origin,
+                    format!("not a safetensors file ({})", vort::st::describe(&e)),
+                )
+            })?;
         let (inputs, n, l) = int_matrix(&st, "inputs", &origin)?;
         let (labels, nl, ll) = int_matrix(&st, "labels", &origin)?;
         if (n, l) != (nl, ll) {

@@ -267,13 +267,36 @@ pub fn cgroup_left() -> Option<u64> {
             return Some(max.saturating_sub(used));
         }
     }
-    let max = read("/sys/fs/cgroup/memory/memory.limit_in_bytes")?;
-    // v1 reports "unlimited" as a huge number (about 2^63)
-    if max >= 1 << 60 {
-        return None;
+    // v1: this process's memory cgroup ("N:memory:/path"), then the mount root
+    let own_v1 = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                let mut f = l.splitn(3, ':');
+                let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
+                ctl.split(',')
+                    .any(|c| c == "memory")
+                    .then(|| path.trim().to_string())
+            })
+        })
+        .filter(|p| p != "/");
+    let mut v1: Vec<String> = own_v1
+        .map(|p| format!("/sys/fs/cgroup/memory{p}"))
+        .into_iter()
+        .collect();
+    v1.push("/sys/fs/cgroup/memory".into());
+    for d in v1 {
+        let Some(max) = read(&format!("{d}/memory.limit_in_bytes")) else {
+            continue;
+        };
+        // v1 reports "unlimited" as a huge number (about 2^63)
+        if max >= 1 << 60 {
+            return None;
+        }
+        let used = read(&format!("{d}/memory.usage_in_bytes")).unwrap_or(0);
+        return Some(max.saturating_sub(used));
     }
-    let used = read("/sys/fs/cgroup/memory/memory.usage_in_bytes").unwrap_or(0);
-    Some(max.saturating_sub(used))
+    None
 }
 
 fn kb_field(text: &str, key: &str) -> Option<u64> {
@@ -285,4 +308,24 @@ fn kb_field(text: &str, key: &str) -> Option<u64> {
 /// The machine's available memory in bytes (`MemAvailable` of /proc/meminfo; None elsewhere).
 pub fn available_memory() -> Option<u64> {
     kb_field(&std::fs::read_to_string("/proc/meminfo").ok()?, "MemAvailable:")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tightest known limit binds, whichever it is; unknown ones are skipped.
+    #[test]
+    fn the_tightest_limit_binds() {
+        use MemorySource::*;
+        let t = |a, s, c| tightest(&[(a, Available), (s, AddressSpace), (c, Cgroup)]);
+        assert_eq!(t(Some(8), Some(6), Some(7)), Some((6, AddressSpace)));
+        assert_eq!(t(Some(8), None, Some(7)), Some((7, Cgroup)));
+        assert_eq!(t(Some(5), Some(6), None), Some((5, Available)));
+        assert_eq!(t(None, None, None), None);
+        // and this process's own limits read back as numbers where they exist
+        if let Some((l, _)) = memory_limit() {
+            assert!(l > 0);
+        }
+    }
 }

@@ -109,7 +109,11 @@ fn non_regular_outputs_are_refused_and_symlinks_followed() {
     let d = tmp("kinds");
     let run = tiny_vort_run(&d);
     let fifo = d.join("ff");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
     let dir = d.join("adir");
     std::fs::create_dir(&dir).unwrap();
     let mut refused = vec![(fifo.clone(), "fifo"), (dir.clone(), "dir")];
@@ -156,7 +160,12 @@ fn outputs_inside_the_run_read_are_refused() {
     let d = tmp("protect");
     let run = tiny_vort_run(&d);
     let before = snapshot(&run);
-    for name in ["checkpoint.safetensors", "config.toml", "eval.json", "new.st"] {
+    for name in [
+        "checkpoint.safetensors",
+        "config.toml",
+        "eval.json",
+        "new.st",
+    ] {
         let out = run.join(name);
         let e = assert_one_line_error(&vort(&["export", "--run", s(&run), "--out", s(&out)]), 2);
         assert!(e.contains("reads"), "{e}");
@@ -260,7 +269,11 @@ fn absurd_export_configs_are_refused_before_allocation() {
         ] {
             let t = Instant::now();
             let e = assert_one_line_error(&vort(&cmd), 2);
-            assert!(t.elapsed() < Duration::from_secs(10), "{key}: {:?}", t.elapsed());
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "{key}: {:?}",
+                t.elapsed()
+            );
             assert!(e.contains("GB") && e.contains(key), "{key}: {e}");
         }
         // the same config through `vort train`
@@ -271,10 +284,17 @@ fn absurd_export_configs_are_refused_before_allocation() {
             &vort(&["train", "--config", s(&cfg), "--out", s(&d.join(key))]),
             2,
         );
-        assert!(t.elapsed() < Duration::from_secs(10), "{key}: {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{key}: {:?}",
+            t.elapsed()
+        );
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// An edit of a checkpoint's contents.
+type Edit<'a> = Box<dyn FnOnce(&mut Checkpoint) + 'a>;
 
 /// Defect 4: exports holding what their config's model cannot have are refused: an extra
 /// tensor, a lone optimizer moment, a softmax config over VORT weights, an impossible step,
@@ -287,7 +307,7 @@ fn exports_with_unexpected_contents_are_refused() {
         shape: vec![1],
         data: vec![v],
     };
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut Checkpoint)>, &str)> = vec![
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "zzz",
             Box::new(|ck| {
@@ -438,7 +458,15 @@ fn generate_keeps_its_bytes_on_sigint_and_sigterm() {
     let run = books_run(&d);
     for (sig, code) in [("INT", 130), ("TERM", 143)] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_vort"))
-            .args(["generate", "--run", s(&run), "--bytes", "1e6", "--prompt", "It was"])
+            .args([
+                "generate",
+                "--run",
+                s(&run),
+                "--bytes",
+                "1e6",
+                "--prompt",
+                "It was",
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -571,10 +599,7 @@ fn errors_name_no_library_internals() {
     out.extend_from_slice(text.as_bytes());
     out.extend_from_slice(&zb[8 + zn..]);
     std::fs::write(&data, out).unwrap();
-    let e = assert_one_line_error(
-        &vort(&["eval", "--run", s(&run), "--data", s(&data)]),
-        2,
-    );
+    let e = assert_one_line_error(&vort(&["eval", "--run", s(&run), "--data", s(&data)]), 2);
     assert!(!e.contains("InvalidOffset") && e.contains("inputs"), "{e}");
     // --bytes past the largest certifiable horizon is about --bytes
     let books = books_run(&d);
@@ -629,10 +654,9 @@ fn eval_data_reports_the_horizon_it_used() {
         assert_eq!(h["train_len"], 32, "{v}");
         assert_eq!(h["rebuilt"], rebuilt, "{v}");
         assert!(h["certified"].as_u64().unwrap() >= l as u64, "{v}");
-        let text = String::from_utf8_lossy(
-            &ok(&["eval", "--run", s(&run), "--data", s(&data)]).stdout,
-        )
-        .into_owned();
+        let text =
+            String::from_utf8_lossy(&ok(&["eval", "--run", s(&run), "--data", s(&data)]).stdout)
+                .into_owned();
         assert!(text.contains("certified to"), "{text}");
         assert_eq!(text.contains("rebuilt"), rebuilt, "{text}");
     }

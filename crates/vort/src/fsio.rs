@@ -101,7 +101,11 @@ pub fn target(path: &Path) -> std::io::Result<PathBuf> {
         let via = if p == path {
             String::new()
         } else {
-            format!(" (the symlink {} points to {})", path.display(), p.display())
+            format!(
+                " (the symlink {} points to {})",
+                path.display(),
+                p.display()
+            )
         };
         return Err(refused(format!(
             "{} is {}{via}, not a regular file: vort writes regular files only and leaves it \
@@ -339,9 +343,14 @@ mod tests {
             let e = write_atomic(&fifo, b"1").unwrap_err();
             assert!(is_refused(&e) && e.to_string().contains("FIFO"), "{e}");
             use std::os::unix::fs::FileTypeExt;
-            assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+            assert!(std::fs::symlink_metadata(&fifo)
+                .unwrap()
+                .file_type()
+                .is_fifo());
         }
-        assert!(!is_refused(&write_atomic(&d.join("no/dir.json"), b"1").unwrap_err()));
+        assert!(!is_refused(
+            &write_atomic(&d.join("no/dir.json"), b"1").unwrap_err()
+        ));
     }
 
     /// Outputs inside a protected directory, or equal to a protected file (through a symlink

@@ -54,12 +54,10 @@ pub fn describe(e: &SafeTensorError) -> String {
         E::HeaderTooSmall => "it is too short to hold a safetensors header".into(),
         E::InvalidHeaderLength => "the header length it declares runs past its end".into(),
         E::TensorNotFound(n) => format!("it has no tensor `{n}`"),
-        E::TensorInvalidInfo => {
-            "a tensor's byte range does not match its shape and dtype".into()
+        E::TensorInvalidInfo => "a tensor's byte range does not match its shape and dtype".into(),
+        E::InvalidOffset(n) => {
+            format!("tensor `{n}`'s byte range does not start where the previous tensor ends")
         }
-        E::InvalidOffset(n) => format!(
-            "tensor `{n}`'s byte range does not start where the previous tensor ends"
-        ),
         E::IoError(e) => format!("it cannot be read ({e})"),
         E::JsonError(e) => format!("its header is not valid JSON ({e})"),
         E::InvalidTensorView(dt, shape, n) => {
@@ -284,7 +282,12 @@ pub fn write(
     }
     let views: Vec<(String, TensorView<'_>)> = bufs
         .iter()
-        .map(|(n, b, s, dt)| Ok((n.clone(), TensorView::new(*dt, s.clone(), b).map_err(st_err)?)))
+        .map(|(n, b, s, dt)| {
+            Ok((
+                n.clone(),
+                TensorView::new(*dt, s.clone(), b).map_err(st_err)?,
+            ))
+        })
         .collect::<Result<_>>()?;
     let bytes = serialize(views, metadata)?;
     crate::fsio::write_atomic(path, &bytes).map_err(|e| VortError::Write {
@@ -355,12 +358,21 @@ mod tests {
     /// and is the same byte string whatever order the metadata was built in.
     #[test]
     fn serialize_matches_the_library_with_sorted_metadata() {
-        let a: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let a: Vec<u8> = [1.0f32, 2.0, 3.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
         let b: Vec<u8> = [4.0f64].iter().flat_map(|x| x.to_le_bytes()).collect();
         let views = || {
             vec![
-                ("w/a".to_string(), TensorView::new(Dtype::F32, vec![3], &a).unwrap()),
-                ("b".to_string(), TensorView::new(Dtype::F64, vec![1, 1], &b).unwrap()),
+                (
+                    "w/a".to_string(),
+                    TensorView::new(Dtype::F32, vec![3], &a).unwrap(),
+                ),
+                (
+                    "b".to_string(),
+                    TensorView::new(Dtype::F64, vec![1, 1], &b).unwrap(),
+                ),
             ]
         };
         let one: BTreeMap<String, String> = [("k".to_string(), "v\"q".to_string())].into();
@@ -377,8 +389,11 @@ mod tests {
         let keys = ["format", "step", "config", "checksum", "adam_t"];
         let fwd: BTreeMap<String, String> =
             keys.iter().map(|k| (k.to_string(), k.repeat(2))).collect();
-        let rev: BTreeMap<String, String> =
-            keys.iter().rev().map(|k| (k.to_string(), k.repeat(2))).collect();
+        let rev: BTreeMap<String, String> = keys
+            .iter()
+            .rev()
+            .map(|k| (k.to_string(), k.repeat(2)))
+            .collect();
         let bytes = serialize(views(), &fwd).unwrap();
         assert_eq!(bytes, serialize(views(), &rev).unwrap());
         let text = String::from_utf8_lossy(&bytes);

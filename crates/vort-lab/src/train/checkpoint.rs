@@ -300,8 +300,8 @@ impl Checkpoint {
             Err(vort::VortError::Io { source, .. }) => return Err(io(path, source)),
             Err(e) => return Err(corrupt(path, e.to_string())),
         };
-        let (_, header) = SafeTensors::read_metadata(&buf)
-            .map_err(|e| corrupt(path, vort::st::describe(&e)))?;
+        let (_, header) =
+            SafeTensors::read_metadata(&buf).map_err(|e| corrupt(path, vort::st::describe(&e)))?;
         let meta = header
             .metadata()
             .clone()

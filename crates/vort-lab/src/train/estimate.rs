@@ -125,7 +125,11 @@ impl RunConfig {
     ///
     /// # Errors
     /// As [`RunConfig::check_memory`].
-    pub fn check_inference_memory(&self, seq_len: u64, limit: Option<u64>) -> Result<(), TrainError> {
+    pub fn check_inference_memory(
+        &self,
+        seq_len: u64,
+        limit: Option<u64>,
+    ) -> Result<(), TrainError> {
         let what = "this model";
         let e = self.estimate_inference_memory(seq_len);
         self.check_estimate(&e, limit, what)
@@ -157,7 +161,11 @@ impl RunConfig {
                  {:.1} GB from batch_size = {} x seq_len = {}), more than the {:.1} GB limit \
                  ({}; --max-memory overrides where a command has it)",
                 gb(e.total()),
-                if what == "this run" { " and optimizer state" } else { "" },
+                if what == "this run" {
+                    " and optimizer state"
+                } else {
+                    ""
+                },
                 gb(e.parameters),
                 self.model.d_model,
                 self.model.layers,
@@ -307,7 +315,10 @@ fn kb_field(text: &str, key: &str) -> Option<u64> {
 
 /// The machine's available memory in bytes (`MemAvailable` of /proc/meminfo; None elsewhere).
 pub fn available_memory() -> Option<u64> {
-    kb_field(&std::fs::read_to_string("/proc/meminfo").ok()?, "MemAvailable:")
+    kb_field(
+        &std::fs::read_to_string("/proc/meminfo").ok()?,
+        "MemAvailable:",
+    )
 }
 
 #[cfg(test)]

@@ -62,9 +62,6 @@ pub const EVAL_FILE: &str = "eval.json";
 pub const WEIGHTS_FILE: &str = "weights.safetensors";
 /// The lock file of a run directory ([`RunLock`]).
 pub const LOCK_FILE: &str = "run.lock";
-/// The marker of a diverged run (the recall reproduction's `diverged.json`).
-pub const DIVERGED_FILE: &str = "diverged.json";
-
 /// Every file a run directory can hold, by path: the one list of a run's own files (the
 /// output rule of [`vort::fsio`] refuses to write over any of them from a command that reads
 /// the run).
@@ -76,7 +73,8 @@ pub fn run_files(run_dir: &Path) -> Vec<PathBuf> {
         EVAL_FILE,
         WEIGHTS_FILE,
         LOCK_FILE,
-        DIVERGED_FILE,
+        // the marker of a diverged run (the recall runner's DIVERGED_FILE)
+        "diverged.json",
     ]
     .iter()
     .map(|f| run_dir.join(f))

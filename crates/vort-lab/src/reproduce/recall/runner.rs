@@ -96,8 +96,8 @@ fn run_dir(out: &Path, cell: &CellSpec, mixer: &MixerSpec, lr: f64, seed: u64) -
         .join(format!("seed{seed}"))
 }
 
-// Marker of a run whose loss or gradient became non-finite (`diverged.json`).
-use crate::train::DIVERGED_FILE;
+/// Marker of a run whose loss or gradient became non-finite (`diverged.json`).
+const DIVERGED_FILE: &str = "diverged.json";
 
 /// What `diverged.json` holds.
 #[derive(Debug, Serialize, Deserialize)]

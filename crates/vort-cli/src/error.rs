@@ -14,6 +14,14 @@ pub enum CliError {
     /// An output could not be written (exit status 1).
     #[error("{0}")]
     Io(String),
+    /// Stopped by a signal (exit status 128 + the signal: 130 for SIGINT, 143 for SIGTERM).
+    #[error("{message}")]
+    Interrupted {
+        /// The signal number.
+        signal: i32,
+        /// What was kept.
+        message: String,
+    },
 }
 
 impl CliError {
@@ -22,6 +30,7 @@ impl CliError {
         match self {
             CliError::Usage(_) | CliError::Math(_) => 2,
             CliError::Io(_) => 1,
+            CliError::Interrupted { signal, .. } => u8::try_from(128 + signal).unwrap_or(130),
         }
     }
 }

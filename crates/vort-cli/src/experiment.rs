@@ -108,6 +108,10 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
     if let Some(seed) = a.seed {
         config.seed = seed;
     }
+    // the flag's own domain, named as the flag (the config's check would blame the file)
+    if a.steps == Some(0) {
+        return Err(CliError::Usage("--steps must be >= 1".into()));
+    }
     for (flag, file, field) in [
         ("--train-data", &a.train_data, &mut config.task.train_data),
         ("--test-data", &a.test_data, &mut config.task.test_data),
@@ -248,6 +252,24 @@ fn eval_lines(e: &vort_lab::eval::EvalResult) -> String {
         }
         s.push('\n');
     }
+    if let Some(h) = &e.horizon {
+        let certified = h
+            .certified
+            .map_or("any number of".to_string(), |c| c.to_string());
+        s += &if h.rebuilt {
+            format!(
+                "  memory certified to {certified} lags: the data's sequences ({}) are longer \
+                 than the training length ({}), so the node tables were rebuilt for them (the \
+                 weights were trained at {})\n",
+                h.data_len, h.train_len, h.train_len
+            )
+        } else {
+            format!(
+                "  memory certified to {certified} lags (data length {}, training length {})\n",
+                h.data_len, h.train_len
+            )
+        };
+    }
     s
 }
 
@@ -259,7 +281,10 @@ pub struct EvalArgs {
     /// Score the run's model on the sequences of FILE (a safetensors file in Zoology's
     /// format: `inputs`, `labels` [N, L], I64 or I32, -100 = not scored) instead of its own
     /// held-out set; nothing is written. JSON: accuracy over the labelled positions,
-    /// `positions`, and accuracy by lag where a query's pair is found.
+    /// `positions`, accuracy by lag where a query's pair is found, and `horizon`. Sequences
+    /// longer than the training length are scored with the memory's node tables rebuilt and
+    /// certified for their length (printed, and `horizon.rebuilt` in the JSON); the weights
+    /// are the same, trained at the shorter length.
     #[arg(long, value_name = "FILE")]
     data: Option<PathBuf>,
     /// Print the evaluation as JSON.

@@ -84,15 +84,26 @@ pub struct RetentionArgs {
 /// unless its mixer is VORT.
 fn model_opts(path: &Path, form: Form) -> Result<RetentionOpts, CliError> {
     crate::experiment::check_trained_path(path, "--model takes a trained VORT model")?;
+    let not_vort = |mixer: &Mixer| {
+        CliError::Usage(format!(
+            "--model {}: its mixer is {mixer}, not VORT; `vort retention` computes VORT's \
+             retention core only",
+            path.display(),
+        ))
+    };
+    // a run directory's mixer first, from its config.toml alone: a run of another mixer is
+    // refused as such before its checkpoint is read
+    if path.is_dir() {
+        let cfg = vort_lab::train::RunConfig::load(&path.join(vort_lab::train::CONFIG_FILE))?;
+        if !matches!(cfg.model.mixer, Mixer::Vort { .. }) {
+            return Err(not_vort(&cfg.model.mixer));
+        }
+    }
+    // then the one loader's checks (config, memory estimate, tensors)
     let cfg = vort_lab::train::eval::trained_config(path)?;
     let m = &cfg.model;
     let Mixer::Vort { nodes, .. } = m.mixer.resolved(cfg.task.seq_len) else {
-        return Err(CliError::Usage(format!(
-            "--model {}: its mixer is {}, not VORT; `vort retention` computes VORT's \
-             retention core only",
-            path.display(),
-            m.mixer
-        )));
+        return Err(not_vort(&m.mixer));
     };
     Ok(RetentionOpts {
         form,
@@ -146,6 +157,14 @@ pub fn run_retention(a: RetentionArgs) -> Result<(), CliError> {
             a.output.display()
         )));
     }
+    // the output rule (vort::fsio): not the input (through a symlink too), not the model's
+    // run or file, and a regular file (or a symlink to one) where it exists
+    let mut protected = vec![a.input.clone()];
+    if let Some(m) = &a.model {
+        protected.extend(vort_lab::train::protected_paths(m));
+    }
+    vort::fsio::check_output(&a.output, &protected)
+        .map_err(|e| CliError::Usage(format!("--output {e}")))?;
     let report = retention_from_safetensors(&a.input, &a.output, &opts)?;
     if a.json {
         return emit_json(&report);

@@ -5,7 +5,7 @@
 //! `v` [T, D] and `alpha` `[T]` (orders in [0, 1]). Output file: `y` [T, D] (f32), with the
 //! options and the node count in the header metadata. Every bad input is a typed error.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
@@ -393,14 +393,14 @@ pub fn retention_from_safetensors(
 ) -> Result<RetentionReport> {
     let x = HeadInputs::read(input)?;
     let (y, report) = retention_checked(&x, opts)?;
-    let mut meta = HashMap::new();
+    let mut meta = BTreeMap::new();
     meta.insert("opts".into(), opts_string(opts));
     meta.insert("nodes".into(), report.nodes.to_string());
     meta.insert(
         "kernel_max_rel_error".into(),
         format!("{:e}", report.kernel_max_rel_error),
     );
-    st::write(output, &[("y", &y, vec![x.t, x.d], Precision::F32)], meta)?;
+    st::write(output, &[("y", &y, vec![x.t, x.d], Precision::F32)], &meta)?;
     Ok(report)
 }
 

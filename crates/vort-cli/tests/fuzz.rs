@@ -6,7 +6,9 @@
 //! Targets: the safetensors input of `vort retention` (seed: tests/data/retention_pair), a
 //! checkpoint (`vort eval --run`), Zoology-format data files (`vort eval --data`), a run
 //! config (`vort train --config`, with the step count pinned small after parsing is known to
-//! succeed), and metrics.jsonl (`vort train --resume` of a finished run).
+//! succeed), metrics.jsonl (`vort train --resume` of a finished run), and the config carried
+//! by an export or a checkpoint, saved with a recomputed checksum (`vort eval --run`), with
+//! huge dimensions refused fast.
 //!
 //! Cases per target: `VORT_FUZZ_CASES` (default 200). The long mode is the same test with a
 //! large count: `VORT_FUZZ_CASES=5000 cargo test --release -p vort-cli --test fuzz`.
@@ -305,4 +307,144 @@ fn fuzz_run_config() {
             sane(&o, "config")
         })
         .unwrap();
+}
+
+/// Replaces the value of every `key = ...` line of a TOML text.
+fn set_key(text: &str, key: &str, value: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.split('=').next().is_some_and(|k| k.trim() == key) {
+                format!("{key} = {value}")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+/// Where a forged config goes: an export file, or a run directory (its config.toml and its
+/// checkpoint's config, which must agree). Both are saved with a recomputed checksum, so the
+/// config itself is what gets tested, not the checksum.
+fn plant(
+    target: usize,
+    text: &str,
+    export: &Checkpoint,
+    ck: &Checkpoint,
+    file: &Path,
+    run: &Path,
+) -> PathBuf {
+    if target == 0 {
+        let mut w = export.clone();
+        w.config = text.to_string();
+        w.save(file).unwrap();
+        file.to_path_buf()
+    } else {
+        let mut c = ck.clone();
+        c.config = text.to_string();
+        c.save(&run.join("checkpoint.safetensors")).unwrap();
+        std::fs::write(run.join("config.toml"), text).unwrap();
+        run.to_path_buf()
+    }
+}
+
+use vort_lab::train::checkpoint::Checkpoint;
+
+/// Mutated configs carried by an export and by a run's checkpoint (checksums recomputed):
+/// a clean refusal or a finite evaluation, never a panic. The keys that drive time are
+/// pinned to the run's own values after the mutation, so configs that parse still load.
+#[test]
+fn fuzz_export_and_checkpoint_configs() {
+    let d = tmp("forged");
+    let (run, _) = tiny_mqar_run(&d);
+    let export_path = d.join("w.safetensors");
+    let o = vort(&[
+        "export",
+        "--run",
+        run.to_str().unwrap(),
+        "--out",
+        export_path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let export = Checkpoint::load(&export_path).unwrap();
+    let ck = Checkpoint::load(&run.join("checkpoint.safetensors")).unwrap();
+    let (cfg0, ck0) = (
+        std::fs::read(run.join("config.toml")).unwrap(),
+        std::fs::read(run.join("checkpoint.safetensors")).unwrap(),
+    );
+    let seed = export.config.clone();
+    let forged = d.join("forged.safetensors");
+    let pins = [
+        ("seq_len", "32"),
+        ("test_examples", "16"),
+        ("eval_sequences", "16"),
+        ("val_sequences", "16"),
+        ("batch_size", "8"),
+    ];
+    runner()
+        .run(&(edits(), 0usize..2), |(e, target)| {
+            let mut text = String::from_utf8_lossy(&apply(seed.as_bytes(), &e)).into_owned();
+            for (k, v) in pins {
+                text = set_key(&text, k, v);
+            }
+            let p = plant(target, &text, &export, &ck, &forged, &run);
+            let o = vort(&["eval", "--run", p.to_str().unwrap(), "--json"]);
+            std::fs::write(run.join("config.toml"), &cfg0).unwrap();
+            std::fs::write(run.join("checkpoint.safetensors"), &ck0).unwrap();
+            sane(&o, ["export config", "checkpoint config"][target])?;
+            if o.status.success() {
+                let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+                prop_assert!(v["accuracy"].as_f64().is_some_and(f64::is_finite), "{}", v);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Huge dimensions in an export's or a checkpoint's config (checksums recomputed) are
+/// refused with exit 2 by the memory estimate, fast: nothing is allocated for them. (A huge
+/// batch_size is not among them: evaluation batches are capped at 64 sequences, so such an
+/// export evaluates normally.)
+#[test]
+fn huge_dimensions_in_exports_and_checkpoints_exit_2_fast() {
+    let d = tmp("huge");
+    let (run, _) = tiny_mqar_run(&d);
+    let export_path = d.join("w.safetensors");
+    let o = vort(&[
+        "export",
+        "--run",
+        run.to_str().unwrap(),
+        "--out",
+        export_path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    let export = Checkpoint::load(&export_path).unwrap();
+    let ck = Checkpoint::load(&run.join("checkpoint.safetensors")).unwrap();
+    let forged = d.join("forged.safetensors");
+    for (key, value) in [
+        ("d_model", "4000000000"),
+        ("seq_len", "100000000000"),
+        ("layers", "100000000"),
+        ("heads", "1000000000"),
+        ("head_dim", "1000000000"),
+        ("features", "1000000000"),
+        ("vocab_size", "1000000000000"),
+        ("mlp_mult", "1000000000"),
+    ] {
+        for target in 0..2 {
+            let text = set_key(&export.config, key, value);
+            let p = plant(target, &text, &export, &ck, &forged, &run);
+            let t = std::time::Instant::now();
+            let o = vort(&["eval", "--run", p.to_str().unwrap()]);
+            let took = t.elapsed();
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{key} ({target}): {stderr}");
+            assert!(
+                took < std::time::Duration::from_secs(10),
+                "{key} ({target}): {took:?}"
+            );
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! `vort retention` and `vort bench layer` end to end: the binary, its files and its errors.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 mod common;
@@ -39,7 +39,7 @@ fn write(path: &Path, items: &[(String, Vec<f64>, Vec<usize>)]) {
         .iter()
         .map(|(n, d, s)| (n.as_str(), d.as_slice(), s.clone(), Precision::F32))
         .collect();
-    st::write(path, &t, HashMap::new()).unwrap();
+    st::write(path, &t, &BTreeMap::new()).unwrap();
 }
 
 fn read_y(path: &Path) -> (Vec<usize>, Vec<f64>) {

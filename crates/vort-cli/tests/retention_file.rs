@@ -1,6 +1,6 @@
 //! `retention_from_safetensors`: forms agree on a file; bad files are typed errors.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use vort::st::{self, Precision};
@@ -34,7 +34,7 @@ fn write(path: &std::path::Path, items: &[(&str, &[f64], Vec<usize>)]) {
         .iter()
         .map(|(n, d, s)| (*n, *d, s.clone(), Precision::F32))
         .collect();
-    st::write(path, &t, HashMap::new()).unwrap();
+    st::write(path, &t, &BTreeMap::new()).unwrap();
 }
 
 #[test]

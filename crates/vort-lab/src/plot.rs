@@ -231,6 +231,10 @@ pub fn panels_plot(path: &Path, panels: &[Panel]) -> Result<(), PlotError> {
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> PlotError {
+    // the output rule's refusal (a FIFO, a device, a directory) is the user's path to fix
+    if vort::fsio::is_refused(&e) {
+        return PlotError::Invalid(e.to_string());
+    }
     PlotError::Draw {
         path: path.to_path_buf(),
         message: e.to_string(),

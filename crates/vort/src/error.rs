@@ -85,6 +85,11 @@ impl VortError {
     /// True for errors caused by the caller's input (a bad file, tensor, option or argument),
     /// as opposed to an internal failure; the CLI maps these to exit status 2.
     pub fn is_input_error(&self) -> bool {
-        !matches!(self, VortError::Candle(_) | VortError::Write { .. })
+        match self {
+            // a write refused by the output rule (crate::fsio) is the user's path to fix
+            VortError::Write { source, .. } => crate::fsio::is_refused(source),
+            VortError::Candle(_) => false,
+            _ => true,
+        }
     }
 }

@@ -95,8 +95,12 @@ impl LabelledSet {
             vort::VortError::Io { source, .. } => TaskError::BadFile(format!("{origin}: {source}")),
             other => TaskError::BadFile(other.to_string()),
         })?;
-        let st = SafeTensors::deserialize(&bytes)
-            .map_err(|e| bad(&origin, format!("not a safetensors file ({e})")))?;
+        let st = SafeTensors::deserialize(&bytes).map_err(|e| {
+            bad(
+                &origin,
+                format!("not a safetensors file ({})", vort::st::describe(&e)),
+            )
+        })?;
         let (inputs, n, l) = int_matrix(&st, "inputs", &origin)?;
         let (labels, nl, ll) = int_matrix(&st, "labels", &origin)?;
         if (n, l) != (nl, ll) {

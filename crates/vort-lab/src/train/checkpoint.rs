@@ -11,7 +11,7 @@
 //! Files of the previous format ([`FORMAT_V1`], checksum over the tensors only) are still
 //! read.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
@@ -146,6 +146,73 @@ impl Checkpoint {
         ))
     }
 
+    /// Refuses contents that its config cannot have written: a step past the config's
+    /// `train.steps` or an AdamW counter past the step, and any tensor set other than exactly
+    /// the model's parameters (`param/<name>` for each of `params`), with or without both
+    /// AdamW moments of each (`adam_m/`, `adam_v/`). An extra tensor (`param/zzz`, a lone
+    /// `adam_m/emb`) or the router tensors of a VORT model under a softmax config would
+    /// otherwise be ignored silently.
+    ///
+    /// # Errors
+    /// [`TrainError::CheckpointMismatch`] naming the first unexpected or missing tensor.
+    pub fn check_contents(
+        &self,
+        steps: u64,
+        params: &[String],
+        path: &Path,
+    ) -> Result<(), TrainError> {
+        if self.step > steps {
+            return Err(mismatch(
+                path,
+                format!(
+                    "its step {} is past the {steps} steps its config trains for",
+                    self.step
+                ),
+            ));
+        }
+        if self.adam_t > self.step {
+            return Err(mismatch(
+                path,
+                format!(
+                    "its optimizer counter adam_t = {} is past its step {}",
+                    self.adam_t, self.step
+                ),
+            ));
+        }
+        let has_moments = self.tensors.keys().any(|k| !k.starts_with("param/"));
+        let kinds: &[&str] = if has_moments {
+            &["param", "adam_m", "adam_v"]
+        } else {
+            &["param"]
+        };
+        let want: std::collections::BTreeSet<String> = params
+            .iter()
+            .flat_map(|n| kinds.iter().map(move |k| format!("{k}/{n}")))
+            .collect();
+        if let Some(extra) = self.tensors.keys().find(|k| !want.contains(*k)) {
+            return Err(mismatch(
+                path,
+                format!(
+                    "it holds a tensor `{extra}` that the model of its config does not have                      (a file of another model or mixer?)"
+                ),
+            ));
+        }
+        if let Some(missing) = want.iter().find(|k| !self.tensors.contains_key(*k)) {
+            if has_moments && !missing.starts_with("param/") {
+                return Err(mismatch(
+                    path,
+                    format!(
+                        "it holds optimizer moments for some parameters but not `{missing}` (an \
+                         export holds the parameters only, a checkpoint the parameters and both \
+                         moments of each)"
+                    ),
+                ));
+            }
+            return Err(mismatch(path, format!("tensor {missing} missing")));
+        }
+        Ok(())
+    }
+
     /// The tensor `name` as a candle tensor on `device`, checked against the shape `dims` the
     /// model expects.
     ///
@@ -195,7 +262,8 @@ impl Checkpoint {
                     .map_err(|e| corrupt(path, format!("tensor {n}: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let meta: HashMap<String, String> = [
+        // sorted keys (a BTreeMap): one checkpoint is one byte string
+        let meta: BTreeMap<String, String> = [
             ("format".to_string(), FORMAT.to_string()),
             ("step".to_string(), self.step.to_string()),
             ("adam_t".to_string(), self.adam_t.to_string()),
@@ -210,7 +278,7 @@ impl Checkpoint {
         ]
         .into_iter()
         .collect();
-        let buf = safetensors::tensor::serialize(views, &Some(meta))
+        let buf = vort::st::serialize(views, &meta)
             .map_err(|e| corrupt(path, format!("serialise: {e}")))?;
         write_atomic(path, &buf)
     }
@@ -233,7 +301,7 @@ impl Checkpoint {
             Err(e) => return Err(corrupt(path, e.to_string())),
         };
         let (_, header) =
-            SafeTensors::read_metadata(&buf).map_err(|e| corrupt(path, e.to_string()))?;
+            SafeTensors::read_metadata(&buf).map_err(|e| corrupt(path, vort::st::describe(&e)))?;
         let meta = header
             .metadata()
             .clone()
@@ -255,7 +323,8 @@ impl Checkpoint {
         let (step, adam_t) = (num("step")?, num("adam_t")?);
         let config = get("config")?;
         let want = get("checksum")?;
-        let st = SafeTensors::deserialize(&buf).map_err(|e| corrupt(path, e.to_string()))?;
+        let st =
+            SafeTensors::deserialize(&buf).map_err(|e| corrupt(path, vort::st::describe(&e)))?;
         let mut tensors = BTreeMap::new();
         for (name, view) in st.tensors() {
             if view.dtype() != Dtype::F32 {

@@ -81,6 +81,9 @@ pub enum TrainError {
     /// Serialising JSON or TOML failed.
     #[error("serialise: {0}")]
     Serialise(String),
+    /// A command-line flag out of its domain (the message names the flag, not a file).
+    #[error("{0}")]
+    Flag(String),
 }
 
 impl TrainError {
@@ -93,9 +96,14 @@ impl TrainError {
             // the layer's refusals of its input (a stream past the horizon, a bad recipe)
             return e.is_input_error();
         }
+        if let TrainError::Io { source, .. } = self {
+            // a write refused by the output rule (vort::fsio): another path fixes it
+            return vort::fsio::is_refused(source);
+        }
         matches!(
             self,
-            TrainError::Config { .. }
+            TrainError::Flag(_)
+                | TrainError::Config { .. }
                 | TrainError::Task(_)
                 | TrainError::Model(ModelError::UnknownMixer(_) | ModelError::Invalid(_))
                 | TrainError::NoCheckpoint(_)

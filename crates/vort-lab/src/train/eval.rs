@@ -125,6 +125,25 @@ pub struct EvalResult {
     /// (paired differences). Empty for the synthetic tasks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_window: Vec<WindowScore>,
+    /// `vort eval --data` only: the lags the memory's node tables were certified to for the
+    /// data (its length, when longer than the training length: the tables are rebuilt for
+    /// it), and the training length. Absent from a run's own evaluation (eval.json).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub horizon: Option<DataHorizon>,
+}
+
+/// The horizon `vort eval --data` scored at ([`EvalResult::horizon`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataHorizon {
+    /// Length of the data's sequences.
+    pub data_len: usize,
+    /// The config's training length (seq_len).
+    pub train_len: usize,
+    /// The lags the memory was certified to while scoring (None: a memory without node
+    /// tables, such as softmax).
+    pub certified: Option<u64>,
+    /// True when the node tables were rebuilt for a data length above the training one.
+    pub rebuilt: bool,
 }
 
 impl EvalResult {
@@ -509,6 +528,7 @@ pub fn evaluate_stream(
             .map(|(name, t)| t.row(name.clone(), 1, max_lag))
             .collect(),
         per_window,
+        horizon: None,
     })
 }
 
@@ -541,22 +561,56 @@ pub fn run(model_path: &Path) -> Result<EvalResult, TrainError> {
 /// Scores the trained model of `run_dir` on the sequences of `data` (a safetensors file in
 /// Zoology's format, [`crate::tasks::external`]): accuracy over every labelled position, and
 /// by lag where the pair of a query can be found. Longer sequences than the training length
-/// are scored with the node tables rebuilt for their length. Nothing is written.
+/// are scored with the node tables rebuilt (and certified) for their length; the result's
+/// `horizon` says which. Nothing is written.
 ///
 /// # Errors
 /// A bad run directory or checkpoint; a data file that is missing, malformed, or holds
 /// tokens outside the model's vocabulary (one line naming the file).
 pub fn run_on_file(run_dir: &Path, data: &Path) -> Result<EvalResult, TrainError> {
-    let (cfg, mut model, _vm, step) = load_inference(run_dir)?;
+    let trained = Trained::load(run_dir)?;
+    // the file is read into memory about three times (its bytes, the tokens, the labels):
+    // checked with the model's own estimate before anything is read
+    let file_len = std::fs::metadata(data).map_or(0, |m| m.len());
+    let (limit, source) = super::memory_limit().unwrap_or((u64::MAX, super::MemorySource::Flag));
+    let need = trained
+        .cfg
+        .estimate_inference_memory(trained.cfg.task.seq_len as u64)
+        .total()
+        + 3.0 * file_len as f64;
+    if need > limit as f64 {
+        return Err(TrainError::Flag(format!(
+            "--data {}: reading its {:.1} GB with this model needs about {:.1} GB, more than \
+             the {:.1} GB limit ({})",
+            data.display(),
+            file_len as f64 / 1e9,
+            need / 1e9,
+            limit as f64 / 1e9,
+            source.words()
+        )));
+    }
+    let (cfg, mut model, _vm, ck) = trained.build()?;
+    let step = ck.step;
+    drop(ck);
     let set = crate::tasks::external::LabelledSet::load(data, model.vocab)?;
+    // and the forward pass at the data's length, before the node tables are rebuilt for it
+    cfg.check_inference_memory(set.l as u64, None)?;
+    let mut rebuilt = false;
     if model.horizon().is_some_and(|h| (set.l as u64) > h) {
         model.set_horizon(set.l as u64)?;
+        rebuilt = true;
     }
+    let horizon = DataHorizon {
+        data_len: set.l,
+        train_len: cfg.task.seq_len,
+        certified: model.horizon(),
+        rebuilt,
+    };
     let n = set.n;
     let source = Source::with_test_set(&cfg.task, set);
     let mut cfg = cfg;
     cfg.task.seq_len = source.config().seq_len;
-    evaluate_stream(
+    let mut res = evaluate_stream(
         &model,
         &source,
         &cfg,
@@ -565,7 +619,9 @@ pub fn run_on_file(run_dir: &Path, data: &Path) -> Result<EvalResult, TrainError
         n,
         None,
         &super::device(),
-    )
+    )?;
+    res.horizon = Some(horizon);
+    Ok(res)
 }
 
 /// The trained parameters of `run_dir` in a model built from `cfg` instead of the run's own
@@ -636,20 +692,83 @@ fn inference_config(path: &Path, ck: &checkpoint::Checkpoint) -> Result<RunConfi
     }
 }
 
+/// A trained model's config and parameters as read from a run directory, a checkpoint or an
+/// export: the one loader of every command that reads a trained model
+/// ([`Trained::load`] then [`Trained::build`]).
+#[derive(Debug)]
+pub struct Trained {
+    /// The run config: every field validated, its memory estimate checked.
+    pub cfg: RunConfig,
+    /// The checkpoint (or export) read and verified (format, checksum, config).
+    pub ck: checkpoint::Checkpoint,
+    /// The file it was read from.
+    pub ck_path: std::path::PathBuf,
+}
+
+impl Trained {
+    /// Reads the checkpoint (or the released weights, or the exported file) and its config,
+    /// and checks them before anything is allocated: every config field (as `vort train`
+    /// checks config.toml), the checkpoint's config against the run's, and the memory
+    /// estimate of inference at the config's length against [`super::memory_limit`]. A
+    /// checksum-valid export whose config says d_model = 4e9 is refused here (exit status 2)
+    /// instead of aborting in the allocator.
+    ///
+    /// # Errors
+    /// A missing, corrupt or mismatched checkpoint; an invalid config; a model too large for
+    /// this machine.
+    pub fn load(path: &Path) -> Result<Trained, TrainError> {
+        let (ck, ck_path) = inference_checkpoint(path)?;
+        let cfg = inference_config(path, &ck)?;
+        cfg.validate()?;
+        ck.check_config(&cfg.to_toml()?, &ck_path)?;
+        cfg.check_inference_memory(cfg.task.seq_len as u64, None)
+            .map_err(|e| match e {
+                // named by the file whose config it is
+                TrainError::Config { message, .. } => TrainError::Config {
+                    path: ck_path.display().to_string(),
+                    message,
+                },
+                e => e,
+            })?;
+        Ok(Trained { cfg, ck, ck_path })
+    }
+
+    /// Builds the model of the config and loads the parameters into it, after checking that
+    /// the file holds exactly that model's tensors (no unknown tensor, no other mixer's, a
+    /// step its config can have reached) and every shape.
+    ///
+    /// # Errors
+    /// [`TrainError::CheckpointMismatch`] naming the tensor or the step; candle errors.
+    pub fn build(self) -> Result<(RunConfig, Model, VarMap, checkpoint::Checkpoint), TrainError> {
+        let Trained { cfg, ck, ck_path } = self;
+        let vm = VarMap::new();
+        let dev = super::device();
+        let model = super::run_model(&cfg, &vm, &dev)?;
+        let vars = super::named_vars(&vm);
+        let names: Vec<String> = vars.iter().map(|(n, _)| n.clone()).collect();
+        ck.check_contents(cfg.train.steps, &names, &ck_path)?;
+        // check every parameter first, then write them
+        let loaded = vars
+            .into_iter()
+            .map(|(name, var)| {
+                let t = ck.tensor(&format!("param/{name}"), var.dims(), &dev, &ck_path)?;
+                Ok((var, t))
+            })
+            .collect::<Result<Vec<_>, TrainError>>()?;
+        for (var, t) in loaded {
+            var.set(&t)?;
+        }
+        Ok((cfg, model, vm, ck))
+    }
+}
+
 /// The run config of a trained model (a run directory or a file written by `vort export`),
-/// checked, without building the model or reading the task's data.
+/// checked as [`Trained`] checks it (its tensors included), without reading the task's data.
 ///
 /// # Errors
-/// A path that is neither, or a missing, corrupt or invalid config.
+/// A path that is neither, or a missing, corrupt, invalid or mismatched config or checkpoint.
 pub fn trained_config(path: &Path) -> Result<RunConfig, TrainError> {
-    let cfg = if path.is_file() {
-        let (ck, _) = inference_checkpoint(path)?;
-        inference_config(path, &ck)?
-    } else {
-        RunConfig::load(&path.join(CONFIG_FILE))?
-    };
-    cfg.validate()?;
-    Ok(cfg)
+    Trained::load(path)?.build().map(|(cfg, ..)| cfg)
 }
 
 /// A run's trained model for inference only: built from the run's config and the checkpoint's
@@ -675,25 +794,7 @@ pub fn load_inference(path: &Path) -> Result<(RunConfig, Model, VarMap, u64), Tr
 fn load_checked(
     path: &Path,
 ) -> Result<(RunConfig, Model, VarMap, checkpoint::Checkpoint), TrainError> {
-    let (ck, ck_path) = inference_checkpoint(path)?;
-    let cfg = inference_config(path, &ck)?;
-    cfg.validate()?;
-    ck.check_config(&cfg.to_toml()?, &ck_path)?;
-    let vm = VarMap::new();
-    let dev = super::device();
-    let model = super::run_model(&cfg, &vm, &dev)?;
-    // check every parameter first, then write them
-    let loaded = super::named_vars(&vm)
-        .into_iter()
-        .map(|(name, var)| {
-            let t = ck.tensor(&format!("param/{name}"), var.dims(), &dev, &ck_path)?;
-            Ok((var, t))
-        })
-        .collect::<Result<Vec<_>, TrainError>>()?;
-    for (var, t) in loaded {
-        var.set(&t)?;
-    }
-    Ok((cfg, model, vm, ck))
+    Trained::load(path)?.build()
 }
 
 /// Writes the trained weights of `path` (a run directory or a checkpoint file) to `out`:
@@ -703,6 +804,15 @@ fn load_checked(
 /// # Errors
 /// A missing, corrupt or mismatched checkpoint or config; I/O.
 pub fn export(path: &Path, out: &Path) -> Result<(usize, u64), TrainError> {
+    // the output rule first (not a run file, not inside the run read): nothing is loaded
+    // for an output that would be refused
+    vort::fsio::check_output(out, &super::protected_paths(path)).map_err(|e| {
+        if vort::fsio::is_refused(&e) {
+            TrainError::Flag(format!("--out {e}"))
+        } else {
+            checkpoint::io(out, e)
+        }
+    })?;
     // load the model first: an export is only written if it loads back into its config
     let (_, _, vm, ck) = load_checked(path)?;
     let step = ck.step;

@@ -66,3 +66,13 @@ pub const EVAL_FILE: &str = "eval.json";
 pub const WEIGHTS_FILE: &str = "weights.safetensors";
 /// The lock file of a run directory ([`RunLock`]).
 pub const LOCK_FILE: &str = "run.lock";
+/// What a command that reads the trained model at `path` must not overwrite: a run
+/// directory and each of its files (resolved separately, since a run file may be a symlink to
+/// a file elsewhere), or the one file (a checkpoint or an export) it reads.
+pub fn protected_paths(path: &Path) -> Vec<PathBuf> {
+    let mut p = vec![path.to_path_buf()];
+    if path.is_dir() {
+        p.extend(RunDir::new(path).own_files());
+    }
+    p
+}

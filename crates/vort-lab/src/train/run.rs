@@ -440,13 +440,10 @@ pub fn extend_run(run_dir: &Path, steps: u64) -> Result<RunConfig, TrainError> {
     let mut ck = Checkpoint::load(&ck_path)?;
     ck.check_config(&cfg.to_toml()?, &ck_path)?;
     if steps <= ck.step {
-        return Err(TrainError::Config {
-            path: cfg_path.display().to_string(),
-            message: format!(
-                "--steps {steps} must be above the checkpoint's step {} to extend the run",
-                ck.step
-            ),
-        });
+        return Err(TrainError::Flag(format!(
+            "--steps {steps} must be above the {} steps the run has done to extend it",
+            ck.step
+        )));
     }
     cfg.train.steps = steps;
     cfg.validate()?;

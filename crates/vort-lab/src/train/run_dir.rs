@@ -95,8 +95,9 @@ impl RunDir {
         self.path.join(format!("extrapolate-L{seq_len}.json"))
     }
 
-    /// The run's own files (those that exist or may be written): an output of another command
-    /// must never be one of them.
+    /// The run's own files (those that exist or may be written): the output rule of
+    /// [`vort::fsio`] refuses to write over any of them from a command that reads the run
+    /// ([`super::protected_paths`]).
     pub fn own_files(&self) -> Vec<PathBuf> {
         vec![
             self.config_path(),

@@ -290,6 +290,8 @@ impl Trainer {
             reason,
         };
         ck.check_config(&self.cfg.to_toml()?, path)?;
+        let names: Vec<String> = self.opt.slots.iter().map(|s| s.name.clone()).collect();
+        ck.check_contents(self.cfg.train.steps, &names, path)?;
         let want = 3 * self.opt.slots.len();
         if ck.tensors.len() != want {
             return Err(mismatch(format!(

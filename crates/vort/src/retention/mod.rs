@@ -588,7 +588,7 @@ impl<T: WithDType> State<T> {
                 )))
             }
         };
-        let mut meta = std::collections::HashMap::new();
+        let mut meta = std::collections::BTreeMap::new();
         meta.insert("format".into(), STATE_FORMAT.into());
         meta.insert("pos".into(), self.pos.to_string());
         write(
@@ -602,7 +602,7 @@ impl<T: WithDType> State<T> {
                 ),
                 ("u", rates, vec![hu, self.n], Precision::F64),
             ],
-            meta,
+            &meta,
         )
     }
 

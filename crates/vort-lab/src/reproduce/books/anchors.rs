@@ -323,6 +323,7 @@ mod tests {
             alpha: None,
             per_book,
             per_window: Vec::new(),
+            horizon: None,
         }
     }
 

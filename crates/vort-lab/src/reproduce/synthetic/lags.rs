@@ -251,6 +251,7 @@ mod tests {
             alpha: None,
             per_book: Vec::new(),
             per_window: Vec::new(),
+            horizon: None,
         }
     }
 

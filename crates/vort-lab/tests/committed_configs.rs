@@ -184,7 +184,24 @@ fn the_d256_preset_contains_the_standalone_d256_run() {
     let text = std::fs::read_to_string(root.join("d256.toml")).unwrap();
     let p = Preset::from_toml(&text, "d256.toml").unwrap();
     let runs = p.unswept_runs().unwrap();
-    assert_eq!(runs.len(), 6);
+    let names: Vec<(&str, u64)> = runs
+        .iter()
+        .map(|c| (c.model.mixer.kind(), c.seed))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("vort", 0),
+            ("vort", 1),
+            ("vort", 2),
+            ("exponential", 0),
+            ("exponential", 1),
+            ("exponential", 2),
+            ("power-law", 0),
+            ("softmax", 0)
+        ],
+        "a mixer's own seeds"
+    );
     let single = std::fs::read_to_string(root.join("d256-vort-lr3e-3.toml")).unwrap();
     let single = RunConfig::from_toml(&single, "d256-vort-lr3e-3.toml").unwrap();
     assert_eq!(runs[0], single);

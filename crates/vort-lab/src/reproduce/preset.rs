@@ -115,6 +115,10 @@ pub struct MixerSpec {
     pub train: toml::Table,
     /// Learning rates swept for this mixer (default: the preset's; a cell's own list wins).
     pub lrs: Option<Vec<f64>>,
+    /// Seeds of this mixer (default: the preset's; a cell's own list wins), e.g. one seed for
+    /// a costly baseline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seeds: Option<Vec<u64>>,
 }
 
 /// One cell of the experiment.
@@ -240,6 +244,11 @@ impl Preset {
                 return Err(bad(format!("cell {}: seeds must be non-empty", c.name)));
             }
         }
+        for m in &p.mixers {
+            if m.seeds.as_ref().is_some_and(Vec::is_empty) {
+                return Err(bad(format!("mixer {}: seeds must be non-empty", m.name)));
+            }
+        }
         for cell in &p.cells {
             for m in &cell.mixers {
                 if !p.mixers.iter().any(|x| &x.name == m) {
@@ -280,7 +289,7 @@ impl Preset {
         for cell in &self.cells {
             for mixer in self.mixers_of(cell) {
                 let lr = self.lrs_of(cell, mixer)[0];
-                for &seed in cell.seeds.as_ref().unwrap_or(&self.seeds) {
+                for seed in self.seeds_of(cell, mixer) {
                     runs.push(self.run_config(cell, mixer, lr, seed)?);
                 }
             }
@@ -324,6 +333,14 @@ impl Preset {
             .clone()
             .or_else(|| mixer.lrs.clone())
             .unwrap_or_else(|| self.lrs.clone())
+    }
+
+    /// The seeds of (cell, mixer): the cell's list, else the mixer's, else the preset's.
+    pub fn seeds_of(&self, cell: &CellSpec, mixer: &MixerSpec) -> Vec<u64> {
+        cell.seeds
+            .clone()
+            .or_else(|| mixer.seeds.clone())
+            .unwrap_or_else(|| self.seeds.clone())
     }
 
     /// The mixers of a cell, in the order they run: the cell's list when it has one (so a
@@ -374,9 +391,8 @@ impl Preset {
         self.cells
             .iter()
             .map(|c| {
-                let seeds = c.seeds.as_ref().unwrap_or(&self.seeds).len();
                 self.mixers_of(c)
-                    .map(|m| self.lrs_of(c, m).len() + seeds - 1)
+                    .map(|m| self.lrs_of(c, m).len() + self.seeds_of(c, m).len() - 1)
                     .sum::<usize>()
             })
             .sum()

@@ -278,10 +278,7 @@ impl Pass<'_> {
         cell: &CellSpec,
         mixer: &MixerSpec,
     ) -> Result<Result<CellResult, String>, TrainError> {
-        let seeds = cell
-            .seeds
-            .clone()
-            .unwrap_or_else(|| self.preset.seeds.clone());
+        let seeds = self.preset.seeds_of(cell, mixer);
         let lrs = self.preset.lrs_of(cell, mixer);
         let sweep_runs: Vec<(f64, u64)> = lrs.iter().map(|&lr| (lr, seeds[0])).collect();
         let sweep = match self.runs(cell, mixer, &sweep_runs)? {

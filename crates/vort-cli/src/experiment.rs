@@ -393,9 +393,9 @@ pub struct ReproduceArgs {
     /// shared with the whole preset, whose next run reuses them.
     #[arg(long = "cell", value_name = "NAME")]
     cells: Vec<String>,
-    /// Recall only: train nothing; write the report of the runs finished so far, listing the
-    /// (cell, mixer) pairs still pending (a long preset's progress, e.g. while it runs in the
-    /// background).
+    /// Train nothing; write the report of the runs finished so far, listing the runs (recall:
+    /// the (cell, mixer) pairs) still pending (a long preset's progress, e.g. while it runs in
+    /// the background).
     #[arg(long, conflicts_with = "fresh")]
     report_only: bool,
     /// Retrain every run: delete DIR/runs first instead of reusing finished runs and
@@ -424,11 +424,14 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         Experiments::Books => "books",
         Experiments::Recall => "recall",
     };
-    if (!a.cells.is_empty() || a.report_only) && !matches!(a.what, Experiments::Recall) {
-        return Err(CliError::Usage(
-            "--cell and --report-only are for `reproduce recall`".into(),
-        ));
+    if !a.cells.is_empty() && !matches!(a.what, Experiments::Recall) {
+        return Err(CliError::Usage("--cell is for `reproduce recall`".into()));
     }
+    let mode = if a.report_only {
+        reproduce::runner::Mode::report_only(true)
+    } else {
+        reproduce::runner::Mode::train(true)
+    };
     let out = a
         .out
         .unwrap_or_else(|| Path::new("runs").join(format!("{name}-{}", scale.name())));
@@ -491,7 +494,7 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
                 label: preset.name.clone(),
                 runs: preset.unswept_runs()?,
             };
-            reproduce::run_plan(&plan, &out, true)?.runs.len()
+            reproduce::run_plan(&plan, &out, mode)?.runs.len()
         }
         Experiments::Books => {
             let data = a.data.to_str().ok_or_else(|| {
@@ -506,7 +509,7 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
                 Some(_) => usize::MAX,
                 None => reproduce::books::stream_bytes(scale),
             };
-            reproduce::books::run_plan(&preset.name, &runs, &out, stream, true)?
+            reproduce::books::run_plan(&preset.name, &runs, &out, stream, mode)?
                 .runs
                 .len()
         }

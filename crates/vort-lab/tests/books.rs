@@ -4,6 +4,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use vort_lab::reproduce::runner::Mode;
 
 use vort_lab::data::books::{assign_splits, strip_boilerplate, Layout};
 use vort_lab::data::lexicon::{LexiconSource, SourceKind};
@@ -495,7 +496,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         })
         .collect();
     let out = fresh_dir("repro-out");
-    let rep = books::run_plan("test", &runs, &out, 200, false).unwrap();
+    let rep = books::run_plan("test", &runs, &out, 200, Mode::train(false)).unwrap();
     assert_eq!(rep.rows.len(), 3);
     for f in [
         "report.md",
@@ -573,7 +574,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     blown.train.lr = 1e30;
     let mut more = runs.clone();
     more.push(blown);
-    let rep = books::run_plan("test", &more, &out, 200, false).unwrap();
+    let rep = books::run_plan("test", &more, &out, 200, Mode::train(false)).unwrap();
     assert_eq!(
         (rep.reused, rep.rows.len()),
         (3, 3),
@@ -595,9 +596,25 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         std::thread::sleep(std::time::Duration::from_millis(500));
         drop(held);
     });
-    let rep = books::run_plan("test", &more, &out, 200, false).unwrap();
+    let rep = books::run_plan("test", &more, &out, 200, Mode::train(false)).unwrap();
     release.join().unwrap();
     assert_eq!((rep.reused, rep.rows.len(), rep.diverged.len()), (4, 3, 1));
+    // --report-only: a run not trained yet is listed, nothing is trained
+    let mut unseen = runs[0].clone();
+    unseen.seed = 7;
+    more.push(unseen);
+    let rep = books::run_plan("test", &more, &out, 200, Mode::report_only(false)).unwrap();
+    assert_eq!(rep.pending, ["runs/books/vort/seed7"]);
+    assert_eq!((rep.reused, rep.rows.len()), (4, 3));
+    assert!(
+        !out.join("runs/books/vort/seed7").exists(),
+        "nothing trained"
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("**Partial report**") && md.contains("vort/seed7"),
+        "{md}"
+    );
 }
 
 /// `generate` on a trained run: deterministic for a seed, greedy equals the argmax of one

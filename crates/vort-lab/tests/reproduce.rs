@@ -2,6 +2,7 @@
 //! plots and JSON.
 
 use vort::Mixer;
+use vort_lab::reproduce::runner::Mode;
 use vort_lab::reproduce::{self, Plan, Scale};
 use vort_lab::tasks::TaskKind;
 
@@ -33,7 +34,7 @@ fn tiny_plan_writes_report_plots_and_json() {
         label: "test".into(),
         runs,
     };
-    let rep = reproduce::run_plan(&plan, &out, false).unwrap();
+    let rep = reproduce::run_plan(&plan, &out, Mode::train(false)).unwrap();
     assert_eq!(rep.runs.len(), 8);
     assert_eq!(rep.rows.len(), 4);
     for f in [
@@ -56,7 +57,7 @@ fn tiny_plan_writes_report_plots_and_json() {
     assert_eq!(vort_row.seeds, vec![0, 1]);
     // a second call reuses every finished run (no retraining: same evaluations)
     let t0 = std::time::Instant::now();
-    let again = reproduce::run_plan(&plan, &out, false).unwrap();
+    let again = reproduce::run_plan(&plan, &out, Mode::train(false)).unwrap();
     assert!(t0.elapsed().as_secs_f64() < 10.0);
     assert_eq!(
         serde_json::to_string(&again.runs).unwrap(),

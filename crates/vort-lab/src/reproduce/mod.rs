@@ -73,10 +73,10 @@ fn run_path(c: &RunConfig) -> String {
 fn train_all(
     runs: &[RunConfig],
     out_dir: &Path,
-    progress: bool,
+    mode: runner::Mode,
 ) -> Result<runner::Trained, TrainError> {
     let runs: Vec<(String, RunConfig)> = runs.iter().map(|c| (run_path(c), c.clone())).collect();
-    runner::train_all(out_dir, &runs, progress)
+    runner::train_all(out_dir, &runs, mode)
 }
 
 /// Fraction of values in each of 40 bins on [0, 1] (a density, to compare token classes).

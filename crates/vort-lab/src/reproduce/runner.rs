@@ -24,6 +24,24 @@ pub struct Mode {
     pub train_missing: bool,
 }
 
+impl Mode {
+    /// Train what is not finished.
+    pub fn train(progress: bool) -> Mode {
+        Mode {
+            progress,
+            train_missing: true,
+        }
+    }
+
+    /// Train nothing: report what is finished (`--report-only`).
+    pub fn report_only(progress: bool) -> Mode {
+        Mode {
+            progress,
+            train_missing: false,
+        }
+    }
+}
+
 /// What [`train_or_reuse`] found or did.
 #[derive(Debug)]
 pub enum Outcome {
@@ -162,23 +180,23 @@ pub struct Trained {
     pub reused: usize,
     /// Runs that diverged.
     pub diverged: Vec<DivergedRun>,
+    /// Runs not finished, left untrained ([`Mode::report_only`]), by directory.
+    pub pending: Vec<String>,
 }
 
 /// Trains (or reuses) every run of `runs` ((directory, config) pairs, `dir` relative to
 /// `out_dir`), with a line per run ("[i/n] what"); a run another process holds is skipped and
-/// waited for (polled every [`BUSY_POLL`]) once the others are done.
+/// waited for (polled every [`BUSY_POLL`]) once the others are done. With
+/// [`Mode::report_only`] nothing is trained or waited for: unfinished runs are `pending`.
 ///
 /// # Errors
 /// As [`train_or_reuse`].
 pub fn train_all(
     out_dir: &Path,
     runs: &[(String, RunConfig)],
-    progress: bool,
+    mode: Mode,
 ) -> Result<Trained, TrainError> {
-    let mode = Mode {
-        progress,
-        train_missing: true,
-    };
+    let progress = mode.progress;
     let mut outcomes: Vec<Option<Outcome>> = runs.iter().map(|_| None).collect();
     let mut waited_for = 0;
     loop {
@@ -195,7 +213,7 @@ pub fn train_all(
                 o => outcomes[i] = Some(o),
             }
         }
-        if busy == 0 {
+        if busy == 0 || !mode.train_missing {
             break;
         }
         if progress && busy != waited_for {
@@ -225,8 +243,8 @@ pub fn train_all(
                     step,
                 });
             }
-            // every run is trained here, and none is left busy
-            Some(Outcome::Missing | Outcome::Busy) | None => {}
+            // untrained (report only), or held by another process (report only: not waited for)
+            Some(Outcome::Missing | Outcome::Busy) | None => t.pending.push(rel.clone()),
         }
     }
     Ok(t)
@@ -243,6 +261,19 @@ pub fn diverged_markdown(diverged: &[DivergedRun]) -> String {
         .collect();
     format!(
         "**Diverged** (loss or gradient not finite; left out of every table and figure): {}.\n\n",
+        list.join(", ")
+    )
+}
+
+/// The report's line on the runs not finished yet (empty when none is).
+pub fn pending_markdown(pending: &[String]) -> String {
+    if pending.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = pending.iter().map(|p| format!("`{p}`")).collect();
+    format!(
+        "**Partial report** (`--report-only`): these runs are not finished and are left out: \
+         {}.\n\n",
         list.join(", ")
     )
 }

@@ -146,6 +146,9 @@ pub struct BooksReport {
     /// Runs that diverged (left out of the rows and figures).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub diverged: Vec<DivergedRun>,
+    /// Runs not finished, left out (`--report-only`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<String>,
     /// Wall time of this call (s).
     pub wall_s: f64,
     /// Compressors on the scored test bytes ([`anchors`]; absent in files written before).
@@ -159,11 +162,19 @@ pub struct BooksReport {
 /// Missing books data (say how to fetch it), training, plot and I/O errors.
 pub fn run(scale: Scale, data_dir: &str, out_dir: &Path) -> Result<BooksReport, TrainError> {
     let runs = plan(scale, data_dir)?;
-    run_plan(scale.name(), &runs, out_dir, stream_bytes(scale), true)
+    run_plan(
+        scale.name(),
+        &runs,
+        out_dir,
+        stream_bytes(scale),
+        runner::Mode::train(true),
+    )
 }
 
 /// Runs `runs` (books configs) into `out_dir`, then streams up to `stream_bytes` of the first
-/// test book through the seed-0 model of each kind in [`STREAMED`].
+/// test book through the seed-0 model of each kind in [`STREAMED`]. With
+/// [`runner::Mode::report_only`] nothing is trained: the report covers the finished runs and
+/// lists the others.
 ///
 /// # Errors
 /// As [`run`].
@@ -172,8 +183,9 @@ pub fn run_plan(
     runs: &[RunConfig],
     out_dir: &Path,
     stream_bytes: usize,
-    progress: bool,
+    mode: runner::Mode,
 ) -> Result<BooksReport, TrainError> {
+    let progress = mode.progress;
     let t0 = std::time::Instant::now();
     // fail before writing anything when the books are missing or corrupt; the corpus is
     // kept for the streaming evaluation (the runs of a plan share one data directory)
@@ -185,7 +197,7 @@ pub fn run_plan(
     if let Some(c) = runs.first() {
         record_data(Path::new(&c.task.data_dir), out_dir)?;
     }
-    let trained = train_all(runs, out_dir, progress)?;
+    let trained = train_all(runs, out_dir, mode)?;
     let streams = match &corpus {
         Some(corpus) => {
             streaming::measure(&trained.configs, corpus, out_dir, stream_bytes, progress)?
@@ -206,6 +218,7 @@ pub fn run_plan(
         tps: trained.tokens_per_s,
         reused: trained.reused,
         diverged: trained.diverged,
+        pending: trained.pending,
         streams,
         anchors,
     };
@@ -222,6 +235,8 @@ struct Measured {
     reused: usize,
     /// Runs that diverged (left out of the rows).
     diverged: Vec<DivergedRun>,
+    /// Runs not finished (report only).
+    pending: Vec<String>,
     /// The streamed test book.
     streams: Vec<StreamRow>,
     /// The compressor anchors.
@@ -254,6 +269,7 @@ fn write_report(
         streams: m.streams,
         reused: m.reused,
         diverged: m.diverged,
+        pending: m.pending,
         wall_s: t0.elapsed().as_secs_f64(),
         anchors: m.anchors,
     };
@@ -359,6 +375,7 @@ fn intro(rep: &BooksReport, runs: &[RunConfig]) -> String {
         rep.reused,
         rep.wall_s
     );
+    s += &runner::pending_markdown(&rep.pending);
     s += &runner::diverged_markdown(&rep.diverged);
     if let Some(c) = runs.first() {
         s += &format!(

@@ -264,6 +264,7 @@ mod tests {
             reused: 0,
             train_s: 0.0,
             diverged: Vec::new(),
+            pending: Vec::new(),
             wall_s: 0.0,
         }
     }

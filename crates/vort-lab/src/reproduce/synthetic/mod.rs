@@ -130,6 +130,9 @@ pub struct Report {
     /// Runs that diverged (left out of the rows and figures).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub diverged: Vec<DivergedRun>,
+    /// Runs not finished, left out (`--report-only`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<String>,
     /// Wall time of this call (s).
     pub wall_s: f64,
 }
@@ -140,17 +143,17 @@ pub struct Report {
 /// Training errors of any run (a mismatched or corrupt checkpoint in `out_dir/runs` stops it
 /// without overwriting), plot and I/O errors.
 pub fn run(scale: Scale, out_dir: &Path) -> Result<Report, TrainError> {
-    run_plan(&Plan::for_scale(scale)?, out_dir, true)
+    run_plan(&Plan::for_scale(scale)?, out_dir, runner::Mode::train(true))
 }
 
 /// Runs `plan` into `out_dir`.
 ///
 /// # Errors
 /// As [`run`].
-pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, TrainError> {
+pub fn run_plan(plan: &Plan, out_dir: &Path, mode: runner::Mode) -> Result<Report, TrainError> {
     let t0 = std::time::Instant::now();
     std::fs::create_dir_all(out_dir).map_err(|e| train::checkpoint::io(out_dir, e))?;
-    let trained = train_all(&plan.runs, out_dir, progress)?;
+    let trained = train_all(&plan.runs, out_dir, mode)?;
     let (results, tps) = (trained.results, trained.tokens_per_s);
     let rows = rows(&results, &tps);
     let chance = plan
@@ -177,6 +180,7 @@ pub fn run_plan(plan: &Plan, out_dir: &Path, progress: bool) -> Result<Report, T
         reused: trained.reused,
         train_s: trained.train_s.iter().sum(),
         diverged: trained.diverged,
+        pending: trained.pending,
         wall_s: t0.elapsed().as_secs_f64(),
     };
     runner::write_report(out_dir, &report, &markdown(&report, plan))?;
@@ -287,6 +291,7 @@ fn intro(rep: &Report, plan: &Plan) -> String {
         rep.wall_s,
         rep.train_s
     ));
+    s += &runner::pending_markdown(&rep.pending);
     s += &runner::diverged_markdown(&rep.diverged);
     let kinds: Vec<String> = crate::reproduce::KINDS
         .iter()

@@ -368,11 +368,21 @@ pub struct ReproduceArgs {
     /// shared with the whole preset, whose next run reuses them.
     #[arg(long = "cell", value_name = "NAME")]
     cells: Vec<String>,
-    /// Recall only: train nothing; write the report of the runs finished so far, listing the
-    /// (cell, mixer) pairs still pending (a long preset's progress, e.g. while it runs in the
-    /// background).
-    #[arg(long, conflicts_with = "fresh")]
+    /// Train nothing; write the report of the runs in DIR. Recall: of the runs finished so
+    /// far, listing the (cell, mixer) pairs still pending (a long preset's progress, or the
+    /// merged `runs/` trees of --shard calls). Books and synthetic: every run must be finished
+    /// (the missing ones are listed, exit status 2).
+    #[arg(long, conflicts_with_all = ["fresh", "shard"])]
     report_only: bool,
+    /// Run only the I-th of N deterministic slices of the preset's runs (I is 1-based:
+    /// 1 <= I <= N, as `$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT` with `--array=1-N`).
+    /// Recall deals out (cell, mixer) pairs round-robin in the preset's order (pair k goes to
+    /// shard k % N + 1, with its whole learning-rate sweep and seeds); books and synthetic deal
+    /// out runs the same way. Shards share no lock and no file: each may run on its own machine
+    /// into its own DIR. A sharded call writes no report; copy every shard's DIR/runs into one
+    /// DIR and run the same command with --report-only instead of --shard.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<reproduce::Shard>,
     /// Retrain every run: delete DIR/runs first instead of reusing finished runs and
     /// resuming interrupted ones.
     #[arg(long)]
@@ -399,10 +409,8 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         Experiments::Books => "books",
         Experiments::Recall => "recall",
     };
-    if (!a.cells.is_empty() || a.report_only) && !matches!(a.what, Experiments::Recall) {
-        return Err(CliError::Usage(
-            "--cell and --report-only are for `reproduce recall`".into(),
-        ));
+    if !a.cells.is_empty() && !matches!(a.what, Experiments::Recall) {
+        return Err(CliError::Usage("--cell is for `reproduce recall`".into()));
     }
     let out = a
         .out
@@ -460,12 +468,41 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
             eprintln!("--fresh: removed {}", runs.display());
         }
     }
+    // books and synthetic: a report needs every run
+    let all_finished = |runs: &[vort_lab::train::RunConfig]| -> Result<(), CliError> {
+        let missing = reproduce::missing_runs(runs, &out)?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(CliError::Usage(format!(
+            "--report-only: {} of {} runs are not finished in {} (first: {}); merge every \
+             shard's runs/ first",
+            missing.len(),
+            runs.len(),
+            out.display(),
+            missing[0]
+        )))
+    };
+    let shard_done = |shard: reproduce::Shard, n: usize, diverged: usize| {
+        emit(&format!(
+            "shard {shard}: {n} runs ({diverged} diverged) in {}; no report written (copy every \
+             shard's runs/ into one directory, then run with --report-only)\n",
+            out.join("runs").display()
+        ))
+    };
     let n = match a.what {
         Experiments::Synthetic => {
             let plan = reproduce::Plan {
                 label: preset.name.clone(),
                 runs: preset.unswept_runs()?,
             };
+            if let Some(shard) = a.shard {
+                let (n, d) = reproduce::train_shard(&plan.runs, shard, &out, true)?;
+                return shard_done(shard, n, d.len());
+            }
+            if a.report_only {
+                all_finished(&plan.runs)?;
+            }
             reproduce::run_plan(&plan, &out, true)?.runs.len()
         }
         Experiments::Books => {
@@ -475,6 +512,13 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
             let mut runs = preset.unswept_runs()?;
             for c in &mut runs {
                 c.task.data_dir = data.into();
+            }
+            if let Some(shard) = a.shard {
+                let (n, d) = reproduce::train_shard(&runs, shard, &out, true)?;
+                return shard_done(shard, n, d.len());
+            }
+            if a.report_only {
+                all_finished(&runs)?;
             }
             // a preset of one's own streams the whole first test book
             let stream = match a.config {
@@ -491,6 +535,20 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
                     "internal: the recall preset was not read".into(),
                 ));
             };
+            if let Some(shard) = a.shard {
+                let rep = reproduce::recall::run_shard(&preset, &out, true, shard)?;
+                let pairs = rep.cells.len();
+                return emit(&format!(
+                    "shard {shard}: {pairs} (cell, mixer) pairs, {} runs in {}; no report \
+                     written (copy every shard's runs/ into one directory, then run with \
+                     --report-only)\n",
+                    rep.cells
+                        .iter()
+                        .map(|c| c.sweep.len() + c.seeds.len() - 1)
+                        .sum::<usize>(),
+                    out.join("runs").display()
+                ));
+            }
             let rep = reproduce::recall::run(&preset, &out, true, !a.report_only)?;
             if rep.gate_passed == Some(false) {
                 eprintln!("gate FAILED: softmax attention did not solve the gate cell");

@@ -177,3 +177,24 @@ def test_user_errors_exit_2(runs, tmp_path):
     assert p.returncode == 2 and "--resume continues it" in p.stderr, p.stderr
     p = train(tmp_path / "none", runs["cfg"]["b8"], 1, extra=["--resume"], check=False)
     assert p.returncode == 2 and "no torch_checkpoint.pt" in p.stderr, p.stderr
+
+
+def test_vort_with_parameters_that_get_no_gradient(tmp_path):
+    """VORT with the entity-only router and no entity loss: the probe gets no gradient (as in
+    the Rust trainer, it is left alone), which DDP must accept; 2 ranks still equal 1."""
+    cfg = tmp_path / "vort.toml"
+    cfg.write_text(
+        (CONFIG % (4, 8)).replace('mixer = { kind = "retnet" }', 'mixer = { kind = "vort", routing = "entity-only" }')
+    )
+    train(tmp_path / "one", cfg, 1)
+    train(tmp_path / "two", cfg, 2)
+    _, one = params(tmp_path / "one")
+    _, two = params(tmp_path / "two")
+    start = VortLM.from_config(cfg).state_dict()
+    frozen = [k for k in one if torch.equal(one[k], start[k])]
+    assert frozen, "expected the entity probe to stay at its initial value"
+    for k in frozen:
+        assert torch.equal(two[k], start[k]), k
+    same = rel_diff(one, two)
+    print(f"\nvort entity-only, 2 ranks vs 1 process, 4 steps: {same:.3g} (unchanged: {frozen})")
+    assert same <= DDP_RTOL, same

@@ -257,11 +257,12 @@ def _train(a, lm: VortLM, cfg: Dict[str, Any], dist: _Dist, out: str, ck_path: s
         opt.load_state_dict(ck["optimizer"])
         start = int(ck["step"])
     loss_mod = _Loss(lm, float(tr["bigram_weight"]))
-    unused = lm.bigram is not None and not tr["bigram_weight"] > 0
     if dist.world > 1:
+        # some parameters get no gradient in some configs (the bigram table at weight 0, the
+        # entity probe without its loss): like the Rust optimizer, they are left alone
         dev_ids = [dist.device.index] if dist.device.type == "cuda" else None
         model: nn.Module = nn.parallel.DistributedDataParallel(
-            loss_mod, device_ids=dev_ids, find_unused_parameters=unused
+            loss_mod, device_ids=dev_ids, find_unused_parameters=True
         )
     else:
         model = loss_mod

@@ -224,3 +224,30 @@ pub(crate) fn with_paper_alpha(
     }
     series
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Shard;
+
+    /// `i/n` is 1-based with 1 <= i <= n; the n slices of any list partition it, in order.
+    #[test]
+    fn shards_parse_and_partition() {
+        let s: Shard = "2/3".parse().unwrap();
+        assert_eq!((s.index, s.count), (2, 3));
+        assert_eq!(s.to_string(), "2/3");
+        for bad in [
+            "0/3", "4/3", "1/0", "3", "a/3", "1/b", "", "/", "-1/3", "1/3/5",
+        ] {
+            assert!(bad.parse::<Shard>().is_err(), "{bad}");
+        }
+        let units: Vec<usize> = (0..10).collect();
+        for n in 1..=12 {
+            let mut all: Vec<usize> = (1..=n)
+                .flat_map(|i| Shard { index: i, count: n }.slice(&units))
+                .collect();
+            all.sort_unstable();
+            assert_eq!(all, units, "n = {n}");
+        }
+        assert_eq!(Shard { index: 1, count: 3 }.slice(&units), [0, 3, 6, 9]);
+    }
+}

@@ -1140,13 +1140,27 @@ fn _task_batch<'py>(
             )))
         }
     };
+    // the source of the last config asked for is kept: a trainer asks for a batch per step,
+    // and opening a books corpus reads it whole
+    static LAST: Mutex<Option<(String, RunConfig, Source)>> = Mutex::new(None);
     let bt = guarded(py, move || {
-        let cfg = RunConfig::from_toml(&config_toml, "<config>")?;
+        let mut last = LAST
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (cfg, source) = match last.as_ref() {
+            Some((text, cfg, source)) if *text == config_toml => (cfg.clone(), source.clone()),
+            _ => {
+                let cfg = RunConfig::from_toml(&config_toml, "<config>")?;
+                let source = Source::open(&cfg.task).map_err(TrainError::from)?;
+                *last = Some((config_toml, cfg.clone(), source.clone()));
+                (cfg, source)
+            }
+        };
+        drop(last);
         let b = batch.unwrap_or(cfg.train.batch_size);
         if b == 0 {
             return Err(input("batch must be at least 1"));
         }
-        let source = Source::open(&cfg.task).map_err(TrainError::from)?;
         Ok(source.batch(cfg.seed, stream, step, b))
     })?;
     let (b, t) = (bt.b, bt.t);

@@ -13,8 +13,9 @@ so W ranks take the steps one process takes on the whole batch, up to float summ
 The optimizer is the Rust trainer's: AdamW (decoupled decay, on the matrices only when
 ``train.decay_matrices_only``; the bigram table at ``bigram_lr_scale`` times the rate), linear
 warm-up then cosine decay, global-norm clipping at ``grad_clip``; the bigram loss at
-``bigram_weight``. The entity probe's auxiliary loss is not ported: a VORT config with
-``entity_aux_weight > 0`` is refused.
+``bigram_weight``. Not ported: the entity probe's auxiliary loss (a VORT config with
+``entity_aux_weight > 0`` is refused), and the validation during training with its early stop
+(``eval_every``, ``early_stop_accuracy``: every ``train.steps`` step runs; a note says so).
 
 Output (rank 0 only): ``DIR/config.toml`` (the resolved config), ``DIR/weights.safetensors``
 (the ``vort export`` format, read by ``vort eval --run DIR`` and ``vort generate --run DIR``
@@ -276,6 +277,12 @@ def _train(a, lm: VortLM, cfg: Dict[str, Any], dist: _Dist, out: str, ck_path: s
             _truncate_metrics(os.path.join(out, METRICS), start)
     t_len = int(cfg["task"]["seq_len"])
     progress = lead and not a.quiet
+    if progress and tr.get("early_stop_accuracy", 0) > 0:
+        print(
+            f"{out}: note: train.early_stop_accuracy is not ported to torch (no validation "
+            f"during training): all {steps} steps run",
+            file=sys.stderr,
+        )
     if progress:
         print(
             f"{out}: {steps} steps of {big_b} sequences ({dist.world} rank(s) of {b}, "

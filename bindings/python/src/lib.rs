@@ -1110,6 +1110,79 @@ fn _save_export(
     })
 }
 
+/// _task_batch(config_toml, step, stream, batch) -> (tokens, targets, mask): batch `step` of
+/// the config's task stream ("train", "eval" or "valid"), `batch` sequences (the config's
+/// batch size when None), as the Rust trainer draws it (`Source::batch` with the run's seed):
+/// uint32 [B, T] tokens and targets, bool [B, T] answer positions. For
+/// `python -m vort.torch.train`, whose ranks each take their rows of the same global batch.
+#[pyfunction]
+#[pyo3(signature = (config_toml, step, stream="train", batch=None))]
+#[allow(clippy::type_complexity)]
+fn _task_batch<'py>(
+    py: Python<'py>,
+    config_toml: String,
+    step: u64,
+    stream: &str,
+    batch: Option<usize>,
+) -> PyResult<(
+    Bound<'py, PyArray2<u32>>,
+    Bound<'py, PyArray2<u32>>,
+    Bound<'py, PyArray2<bool>>,
+)> {
+    use vort_lab::tasks::{Source, Stream};
+    let stream = match stream {
+        "train" => Stream::Train,
+        "eval" => Stream::Eval,
+        "valid" => Stream::Valid,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "stream {other:?} is not one of train, eval, valid"
+            )))
+        }
+    };
+    // the source of the last config asked for is kept: a trainer asks for a batch per step,
+    // and opening a books corpus reads it whole
+    static LAST: Mutex<Option<(String, RunConfig, Source)>> = Mutex::new(None);
+    let bt = guarded(py, move || {
+        let mut last = LAST
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (cfg, source) = match last.as_ref() {
+            Some((text, cfg, source)) if *text == config_toml => (cfg.clone(), source.clone()),
+            _ => {
+                let cfg = RunConfig::from_toml(&config_toml, "<config>")?;
+                let source = Source::open(&cfg.task).map_err(TrainError::from)?;
+                *last = Some((config_toml, cfg.clone(), source.clone()));
+                (cfg, source)
+            }
+        };
+        drop(last);
+        let b = batch.unwrap_or(cfg.train.batch_size);
+        if b == 0 {
+            return Err(input("batch must be at least 1"));
+        }
+        Ok(source.batch(cfg.seed, stream, step, b))
+    })?;
+    let (b, t) = (bt.b, bt.t);
+    let arr = |v: Vec<u32>| Array2::from_shape_vec((b, t), v).map(|a| a.into_pyarray(py));
+    let tokens = arr(bt.tokens).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    let targets = arr(bt.targets).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    let mask = Array2::from_shape_vec((b, t), bt.mask)
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?
+        .into_pyarray(py);
+    Ok((tokens, targets, mask))
+}
+
+/// _decayed_params(config_toml) -> list of the parameter names the weight decay applies to
+/// when `train.decay_matrices_only` is set (the Rust optimizer's list).
+#[pyfunction]
+fn _decayed_params(py: Python<'_>, config_toml: String) -> PyResult<Vec<String>> {
+    guarded(py, move || {
+        let cfg = RunConfig::from_toml(&config_toml, "<config>")?;
+        Ok(cfg.model.decayed_params())
+    })
+}
+
 /// The CLI's check of a trained path (`vort eval --run`, `vort generate --run`), same words.
 fn check_trained_path(path: &Path) -> Res<()> {
     if path.is_file() || path.join("config.toml").is_file() {
@@ -1144,6 +1217,8 @@ fn _vort(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_fused_chunk, m)?)?;
     m.add_function(wrap_pyfunction!(_init, m)?)?;
     m.add_function(wrap_pyfunction!(_save_export, m)?)?;
+    m.add_function(wrap_pyfunction!(_task_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(_decayed_params, m)?)?;
     m.add_class::<PySoe>()?;
     m.add_class::<PyShared>()?;
     m.add_class::<PyModel>()?;

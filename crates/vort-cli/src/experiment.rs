@@ -393,11 +393,20 @@ pub struct ReproduceArgs {
     /// shared with the whole preset, whose next run reuses them.
     #[arg(long = "cell", value_name = "NAME")]
     cells: Vec<String>,
-    /// Train nothing; write the report of the runs finished so far, listing the runs (recall:
-    /// the (cell, mixer) pairs) still pending (a long preset's progress, e.g. while it runs in
-    /// the background).
-    #[arg(long, conflicts_with = "fresh")]
+    /// Train nothing; write the report of the runs finished in DIR, listing the ones still
+    /// pending (recall: the (cell, mixer) pairs): a long preset's progress while it runs in the
+    /// background, or the report of the merged `runs/` trees of --shard calls.
+    #[arg(long, conflicts_with_all = ["fresh", "shard"])]
     report_only: bool,
+    /// Run only the I-th of N deterministic slices of the preset's runs (I is 1-based:
+    /// 1 <= I <= N, as `$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT` with `--array=1-N`).
+    /// Recall deals out (cell, mixer) pairs round-robin in the preset's order (pair k goes to
+    /// shard k % N + 1, with its whole learning-rate sweep and seeds); books and synthetic deal
+    /// out runs the same way. Shards share no lock and no file: each may run on its own machine
+    /// into its own DIR. A sharded call writes no report; copy every shard's DIR/runs into one
+    /// DIR and run the same command with --report-only instead of --shard.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<reproduce::Shard>,
     /// Retrain every run: delete DIR/runs first instead of reusing finished runs and
     /// resuming interrupted ones.
     #[arg(long)]
@@ -488,12 +497,23 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
             eprintln!("--fresh: removed {}", runs.display());
         }
     }
+    let shard_done = |shard: reproduce::Shard, n: usize, diverged: usize| {
+        emit(&format!(
+            "shard {shard}: {n} runs ({diverged} diverged) in {}; no report written (copy every \
+             shard's runs/ into one directory, then run with --report-only)\n",
+            out.join("runs").display()
+        ))
+    };
     let n = match a.what {
         Experiments::Synthetic => {
             let plan = reproduce::Plan {
                 label: preset.name.clone(),
                 runs: preset.unswept_runs()?,
             };
+            if let Some(shard) = a.shard {
+                let (n, d) = reproduce::train_shard(&plan.runs, shard, &out, true)?;
+                return shard_done(shard, n, d.len());
+            }
             reproduce::run_plan(&plan, &out, mode)?.runs.len()
         }
         Experiments::Books => {
@@ -503,6 +523,10 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
             let mut runs = preset.unswept_runs()?;
             for c in &mut runs {
                 c.task.data_dir = data.into();
+            }
+            if let Some(shard) = a.shard {
+                let (n, d) = reproduce::train_shard(&runs, shard, &out, true)?;
+                return shard_done(shard, n, d.len());
             }
             // a preset of one's own streams the whole first test book
             let stream = match a.config {
@@ -519,6 +543,20 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
                     "internal: the recall preset was not read".into(),
                 ));
             };
+            if let Some(shard) = a.shard {
+                let rep = reproduce::recall::run_shard(&preset, &out, true, shard)?;
+                let pairs = rep.cells.len();
+                return emit(&format!(
+                    "shard {shard}: {pairs} (cell, mixer) pairs, {} runs in {}; no report \
+                     written (copy every shard's runs/ into one directory, then run with \
+                     --report-only)\n",
+                    rep.cells
+                        .iter()
+                        .map(|c| c.sweep.len() + c.seeds.len() - 1)
+                        .sum::<usize>(),
+                    out.join("runs").display()
+                ));
+            }
             let rep = reproduce::recall::run(&preset, &out, true, !a.report_only)?;
             if rep.gate_passed == Some(false) {
                 eprintln!("gate FAILED: softmax attention did not solve the gate cell");

@@ -533,3 +533,170 @@ fn exported_weights_evaluate_like_the_run() {
         let _ = std::fs::remove_file(p);
     }
 }
+
+/// The report without what depends on the clock: the "Wall time" line (training seconds and
+/// the call's wall time) and the last cell of a table row (a run's tokens/s).
+fn report_without_times(report: &str) -> String {
+    report
+        .lines()
+        .filter(|l| !l.contains("Wall time"))
+        .map(
+            |l| match l.strip_suffix('|').and_then(|r| r.rsplit_once('|')) {
+                Some((row, _last)) if l.starts_with('|') => row.to_string(),
+                _ => l.to_string(),
+            },
+        )
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `results.json` without what depends on the clock (wall_s, train_s, tokens_per_s), anywhere.
+fn results_without_times(dir: &std::path::Path) -> serde_json::Value {
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for k in ["wall_s", "train_s", "tokens_per_s", "wall_seconds"] {
+                    m.remove(k);
+                }
+                m.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    strip(&mut v);
+    v
+}
+
+/// Copies the tree `from` into `to` (merging directories).
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+/// `reproduce recall|synthetic --shard i/n`: the shards own disjoint runs that together are the
+/// preset's, write no report, and their merged `runs/` trees give, with `--report-only`, the
+/// report and results of the unsharded run (every number but the clock's: wall and training
+/// seconds, tokens/s), and every run's evaluation byte for byte. A report over one shard alone
+/// is refused for synthetic (every run is needed) and lists the pending pairs for recall.
+/// `--shard` outside 1 <= i <= n is refused with exit 2 before anything is written.
+#[test]
+fn shards_merge_into_the_unsharded_report() {
+    const RECALL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tiny_recall.toml");
+    const SYNTH: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/tiny_synthetic.toml"
+    );
+    let root = tmp("shards");
+    for (what, preset, runs) in [("recall", RECALL, 2), ("synthetic", SYNTH, 4)] {
+        let dir = |name: &str| root.join(format!("{what}-{name}"));
+        let run = |out: &std::path::Path, extra: &[&str]| {
+            let mut args = vec!["reproduce", what, "--config", preset, "--out"];
+            args.push(out.to_str().unwrap());
+            args.extend_from_slice(extra);
+            let o = vort(&args);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        let (whole, merged) = (dir("whole"), dir("merged"));
+        run(&whole, &[]);
+        // both reports from --report-only, so that "reused" counts agree
+        run(&whole, &["--report-only"]);
+        let mut owned = Vec::new();
+        for i in 1..=2 {
+            let shard = dir(&format!("shard{i}"));
+            let said = run(&shard, &["--shard", &format!("{i}/2")]);
+            assert!(said.contains("no report written"), "{said}");
+            assert!(!shard.join("report.md").exists());
+            assert!(!shard.join("results.json").exists());
+            let evals = eval_files(&shard);
+            assert!(!evals.is_empty(), "shard {i} of {what} owns no run");
+            owned.extend(evals);
+            copy_tree(&shard.join("runs"), &merged.join("runs"));
+        }
+        // disjoint, and together every run of the preset
+        let mut all = owned.clone();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), owned.len(), "{what}: shards share a run");
+        assert_eq!(all, eval_files(&whole), "{what}");
+        assert_eq!(all.len(), runs, "{what}");
+        if what == "synthetic" {
+            let one = dir("shard1");
+            let o = vort(&[
+                "reproduce",
+                what,
+                "--config",
+                preset,
+                "--out",
+                one.to_str().unwrap(),
+                "--report-only",
+            ]);
+            assert_one_line_error(&o, 2);
+            assert!(String::from_utf8_lossy(&o.stderr).contains("not finished"));
+        }
+        run(&merged, &["--report-only"]);
+        for rel in &all {
+            assert_eq!(
+                std::fs::read(whole.join(rel)).unwrap(),
+                std::fs::read(merged.join(rel)).unwrap(),
+                "{what}: {rel}"
+            );
+        }
+        let report = |d: &std::path::Path| std::fs::read_to_string(d.join("report.md")).unwrap();
+        assert_eq!(
+            report_without_times(&report(&whole)),
+            report_without_times(&report(&merged)),
+            "{what}"
+        );
+        assert_eq!(
+            results_without_times(&whole),
+            results_without_times(&merged),
+            "{what}"
+        );
+    }
+    for bad in ["0/2", "3/2", "1/0", "2", "a/b", "-1/2"] {
+        let out = root.join("bad");
+        let o = vort(&[
+            "reproduce",
+            "recall",
+            "--config",
+            RECALL,
+            "--out",
+            out.to_str().unwrap(),
+            "--shard",
+            bad,
+        ]);
+        assert_one_line_error(&o, 2);
+        assert!(!out.exists(), "{bad}: nothing may be written");
+    }
+    let _ = std::fs::remove_dir_all(root);
+}
+
+/// The `eval.json` files under `dir/runs`, relative to `dir`, sorted.
+fn eval_files(dir: &std::path::Path) -> Vec<String> {
+    fn walk(d: &std::path::Path, base: &std::path::Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, base, out);
+            } else if p.file_name().is_some_and(|n| n == "eval.json") {
+                out.push(p.strip_prefix(base).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    let mut v = Vec::new();
+    walk(&dir.join("runs"), dir, &mut v);
+    v.sort();
+    v
+}

@@ -49,6 +49,81 @@ impl Scale {
     }
 }
 
+/// One of `count` deterministic slices of an experiment's runs (`--shard i/n`), for running a
+/// preset on several machines with no shared state (a SLURM array: `--shard
+/// $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT` with `--array=1-N`).
+///
+/// `index` is 1-based (1 <= index <= count). The units of the preset, in its order, are dealt
+/// round-robin: unit k (0-based) belongs to shard `k % count + 1`. For recall a unit is a
+/// (cell, mixer) pair: its learning-rate sweep on the first seed and the other seeds at the
+/// best rate depend on each other, so one shard owns all of them. For books and synthetic a
+/// unit is a run. Two shards never own the same run directory, so no lock is shared between
+/// machines; the union of the shards' `runs/` trees is the unsharded run's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// 1-based: this is the `index`-th slice.
+    pub index: usize,
+    /// How many slices.
+    pub count: usize,
+}
+
+impl Shard {
+    /// Whether unit `k` (0-based, in the preset's order) is this shard's.
+    pub fn owns(&self, k: usize) -> bool {
+        k % self.count + 1 == self.index
+    }
+
+    /// The elements of `units` this shard owns, in order.
+    pub fn slice<T: Clone>(&self, units: &[T]) -> Vec<T> {
+        units
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| self.owns(*k))
+            .map(|(_, u)| u.clone())
+            .collect()
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+
+    /// `i/n` with 1 <= i <= n (1-based, as SLURM array task ids from `--array=1-N`).
+    fn from_str(s: &str) -> Result<Shard, String> {
+        let bad = || format!("{s:?} is not i/n with 1 <= i <= n (i is 1-based, e.g. 1/4)");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let index: usize = i.trim().parse().map_err(|_| bad())?;
+        let count: usize = n.trim().parse().map_err(|_| bad())?;
+        if index == 0 || count == 0 || index > count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+/// Trains (or reuses) the runs of `runs` (books or synthetic configs) that `shard` owns into
+/// `out_dir`, and writes no report (merge the shards' `runs/` trees, then `--report-only`):
+/// how many runs it owns, and the directories of those that diverged.
+///
+/// # Errors
+/// As [`runner::train_all`].
+pub fn train_shard(
+    runs: &[RunConfig],
+    shard: Shard,
+    out_dir: &Path,
+    progress: bool,
+) -> Result<(usize, Vec<runner::DivergedRun>), TrainError> {
+    let mine = shard.slice(runs);
+    std::fs::create_dir_all(out_dir).map_err(|e| crate::train::checkpoint::io(out_dir, e))?;
+    let t = train_all(&mine, out_dir, runner::Mode::train(progress))?;
+    Ok((mine.len(), t.diverged))
+}
+
 fn mean_sd(x: &[f64]) -> (f64, f64) {
     let v: Vec<f64> = x.iter().copied().filter(|v| v.is_finite()).collect();
     if v.is_empty() {
@@ -123,4 +198,31 @@ pub(crate) fn with_paper_alpha(
         );
     }
     series
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shard;
+
+    /// `i/n` is 1-based with 1 <= i <= n; the n slices of any list partition it, in order.
+    #[test]
+    fn shards_parse_and_partition() {
+        let s: Shard = "2/3".parse().unwrap();
+        assert_eq!((s.index, s.count), (2, 3));
+        assert_eq!(s.to_string(), "2/3");
+        for bad in [
+            "0/3", "4/3", "1/0", "3", "a/3", "1/b", "", "/", "-1/3", "1/3/5",
+        ] {
+            assert!(bad.parse::<Shard>().is_err(), "{bad}");
+        }
+        let units: Vec<usize> = (0..10).collect();
+        for n in 1..=12 {
+            let mut all: Vec<usize> = (1..=n)
+                .flat_map(|i| Shard { index: i, count: n }.slice(&units))
+                .collect();
+            all.sort_unstable();
+            assert_eq!(all, units, "n = {n}");
+        }
+        assert_eq!(Shard { index: 1, count: 3 }.slice(&units), [0, 3, 6, 9]);
+    }
 }

@@ -388,14 +388,24 @@ impl Preset {
     /// Runs in the order they are trained (sweep first, then the other seeds), for the
     /// progress count.
     pub(crate) fn run_count(&self) -> usize {
+        self.units()
+            .into_iter()
+            .map(|(c, m)| self.unit_run_count(c, m))
+            .sum()
+    }
+
+    /// The (cell, mixer) pairs, in the order the report lists them: the units a `--shard`
+    /// deals out ([`Shard`](super::Shard)).
+    pub fn units(&self) -> Vec<(&CellSpec, &MixerSpec)> {
         self.cells
             .iter()
-            .map(|c| {
-                self.mixers_of(c)
-                    .map(|m| self.lrs_of(c, m).len() + self.seeds_of(c, m).len() - 1)
-                    .sum::<usize>()
-            })
-            .sum()
+            .flat_map(|c| self.mixers_of(c).map(move |m| (c, m)))
+            .collect()
+    }
+
+    /// How many runs (cell, mixer) trains: its sweep on the first seed, then the other seeds.
+    pub(crate) fn unit_run_count(&self, cell: &CellSpec, mixer: &MixerSpec) -> usize {
+        self.lrs_of(cell, mixer).len() + self.seeds_of(cell, mixer).len() - 1
     }
 }
 

@@ -41,7 +41,7 @@ pub use super::stats::MIN_BIN;
 use super::stats::{pct, sum_rows, wilson};
 pub use lags::paper_lag_number;
 pub use results::{state_floats, CellResult, Extrapolation, RecallReport, RunResult};
-pub use runner::run;
+pub use runner::{run, run_shard};
 
 use crate::train::TrainError;
 

@@ -9,7 +9,7 @@ use super::{
     gate, lr_label, state_floats, write_report, CellResult, CellSpec, Extrapolation, MixerSpec,
     Preset, RecallReport, RunResult,
 };
-use crate::reproduce::runner;
+use crate::reproduce::{runner, Shard};
 use crate::train::eval::EvalResult;
 use crate::train::{self, checkpoint, RunConfig, RunDir, TrainError};
 use vort::Mixer;
@@ -84,6 +84,8 @@ struct Mode {
     train_missing: bool,
     /// Print the runs reused from an earlier call (the first pass only).
     print_reused: bool,
+    /// Only the (cell, mixer) pairs of this shard (None: every pair).
+    shard: Option<Shard>,
 }
 
 /// What [`one`] found or did.
@@ -187,22 +189,56 @@ pub fn run(
     train_missing: bool,
 ) -> Result<RecallReport, TrainError> {
     let t0 = Instant::now();
-    let mut mode = Mode {
+    let mode = Mode {
         progress,
         train_missing,
         print_reused: true,
+        shard: None,
     };
+    let mut rep = passes(preset, out_dir, mode)?;
+    rep.wall_s = t0.elapsed().as_secs_f64();
+    write_report(&rep, out_dir)?;
+    Ok(rep)
+}
+
+/// Trains (or reuses) the runs of the (cell, mixer) pairs of `preset` that `shard` owns
+/// ([`Shard`]: pair k in the preset's order, 0-based, belongs to shard `k % n + 1`) into
+/// `out_dir`, and writes no report: the report needs every pair, so it is written by a
+/// `--report-only` call ([`run`] with `train_missing` false) over the merged `runs/` trees of
+/// every shard. The result covers this shard's pairs only.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_shard(
+    preset: &Preset,
+    out_dir: &Path,
+    progress: bool,
+    shard: Shard,
+) -> Result<RecallReport, TrainError> {
+    let t0 = Instant::now();
+    let mode = Mode {
+        progress,
+        train_missing: true,
+        print_reused: true,
+        shard: Some(shard),
+    };
+    let mut rep = passes(preset, out_dir, mode)?;
+    rep.wall_s = t0.elapsed().as_secs_f64();
+    Ok(rep)
+}
+
+/// Passes over the preset until no run is left to another process (one pass when nothing is
+/// trained): the report of the last.
+fn passes(preset: &Preset, out_dir: &Path, mut mode: Mode) -> Result<RecallReport, TrainError> {
     let mut waited_for = 0;
     loop {
-        let (mut rep, busy) = run_pass(preset, out_dir, mode)?;
+        let (rep, busy) = run_pass(preset, out_dir, mode)?;
         // the report is written once, when nothing is left to wait for
-        if busy == 0 || !train_missing {
-            rep.wall_s = t0.elapsed().as_secs_f64();
-            write_report(&rep, out_dir)?;
+        if busy == 0 || !mode.train_missing {
             return Ok(rep);
         }
         // said once, and again only when the number changes
-        if progress && busy != waited_for {
+        if mode.progress && busy != waited_for {
             waited_for = busy;
             eprintln!(
                 "waiting for {busy} run(s) in use by another vort process (checking every {} s)",
@@ -226,7 +262,16 @@ fn run_pass(
         preset,
         out_dir,
         mode,
-        total: preset.run_count(),
+        total: match mode.shard {
+            None => preset.run_count(),
+            Some(shard) => preset
+                .units()
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| shard.owns(*k))
+                .map(|(_, (c, m))| preset.unit_run_count(c, m))
+                .sum(),
+        },
         done: 0,
         trained: 0,
         trained_s: 0.0,
@@ -235,12 +280,13 @@ fn run_pass(
     };
     let mut cells = Vec::new();
     let mut pending = Vec::new();
-    for cell in &preset.cells {
-        for mixer in preset.mixers_of(cell) {
-            match pass.cell(cell, mixer)? {
-                Ok(c) => cells.push(c),
-                Err(missing) => pending.push(missing),
-            }
+    for (k, (cell, mixer)) in preset.units().into_iter().enumerate() {
+        if mode.shard.is_some_and(|s| !s.owns(k)) {
+            continue;
+        }
+        match pass.cell(cell, mixer)? {
+            Ok(c) => cells.push(c),
+            Err(missing) => pending.push(missing),
         }
     }
     let gate_passed = gate::passed(preset, &cells);

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import _vort
+from .. import _vort
 
 __all__ = ["NodeWeights", "RetentionState", "VortLM", "VortRetention", "fused_chunk", "retention_core"]
 

@@ -153,10 +153,21 @@ impl RunDir {
         self.eval().filter(|e| e.step == step)
     }
 
-    /// The finished run's evaluation when the run was trained with `c`: every step done, or
-    /// stopped early by `c`'s rule and evaluated there.
+    /// The finished run's evaluation when the run was trained with `c`: evaluated at the
+    /// config's last step, or at a step where `c`'s early-stop rule stopped it (its metrics
+    /// record a validation accuracy at or above the threshold there). An eval.json written at
+    /// another step (`vort eval --run` on a run still training) is not a finished run.
     pub fn finished(&self, c: &RunConfig) -> Option<EvalResult> {
-        self.eval().filter(|_| self.has_config(c))
+        let e = self.eval().filter(|_| self.has_config(c))?;
+        let threshold = c.train.early_stop_accuracy;
+        let stopped_early = || {
+            threshold > 0.0
+                && self
+                    .metrics()
+                    .iter()
+                    .any(|m| m.step == e.step && m.val_acc.is_some_and(|v| v >= threshold))
+        };
+        (e.step == c.train.steps || stopped_early()).then_some(e)
     }
 
     /// The divergence marker, if the run diverged.
@@ -320,6 +331,48 @@ mod tests {
         assert_eq!(m.iter().map(|m| m.step).collect::<Vec<_>>(), [5, 10]);
         assert_eq!(d.throughput(), 200.0);
         assert_eq!(d.train_seconds(), 10.5);
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// Finished means evaluated at the last step, or where the early-stop rule stopped the run;
+    /// an evaluation written mid-run (`vort eval --run`) is not a finished run.
+    #[test]
+    fn finished_needs_the_last_step_or_an_early_stop() {
+        let tmp = std::env::temp_dir().join(format!("vort-rundir-fin-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let d = RunDir::new(&tmp);
+        let mut c = RunConfig::default();
+        c.train.steps = 100;
+        std::fs::write(d.config_path(), c.to_toml().unwrap()).unwrap();
+        let eval_at = |step: u64| {
+            let json = format!(
+                "{{\"task\":\"mqar\",\"memory\":\"vort\",\"seed\":0,\"step\":{step},\
+                 \"sequences\":1,\"accuracy\":0.5,\"positions\":2,\"loss\":1.0,\
+                 \"buckets\":[],\"lag_bins\":[]}}"
+            );
+            std::fs::write(d.eval_path(), json).unwrap();
+        };
+        eval_at(100);
+        assert_eq!(d.finished(&c).map(|e| e.step), Some(100));
+        let mut other = c.clone();
+        other.seed = 1;
+        assert!(d.finished(&other).is_none(), "another config");
+        eval_at(40);
+        assert!(d.finished(&c).is_none(), "evaluated mid-run");
+        // stopped early at 40 by the rule: validation accuracy at the threshold there
+        c.train.early_stop_accuracy = 0.9;
+        c.train.eval_every = 20;
+        std::fs::write(d.config_path(), c.to_toml().unwrap()).unwrap();
+        let line = |acc: f64| {
+            format!(
+                "{{\"step\":40,\"loss\":1.0,\"task_loss\":1.0,\"acc\":0.5,\"lr\":0.001,\
+                 \"grad_norm\":1.0,\"tokens_per_s\":1.0,\"elapsed_s\":1.0,\"val_acc\":{acc}}}\n"
+            )
+        };
+        std::fs::write(d.metrics_path(), line(0.5)).unwrap();
+        assert!(d.finished(&c).is_none(), "below the threshold: not stopped");
+        std::fs::write(d.metrics_path(), line(0.95)).unwrap();
+        assert_eq!(d.finished(&c).map(|e| e.step), Some(40));
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 }

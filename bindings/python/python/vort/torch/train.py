@@ -123,7 +123,13 @@ class _Dist:
 
     def close(self) -> None:
         if self.world > 1 and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+            # every rank reaches the end before the group goes: a rank that tears gloo down
+            # while another still talks to it aborts ("terminate called without an active
+            # exception", seen once in CI)
+            try:
+                torch.distributed.barrier()
+            finally:
+                torch.distributed.destroy_process_group()
 
 
 def _param_groups(model: VortLM, train: Dict[str, Any], decayed: List[str]) -> List[Dict[str, Any]]:

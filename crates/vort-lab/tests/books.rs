@@ -565,7 +565,50 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         let sizes: Vec<usize> = s.result.state_bytes.iter().map(|x| x.1).collect();
         assert!(sizes.iter().all(|&b| b == sizes[0] && b > 0), "{sizes:?}");
         assert!(s.result.bits.is_finite());
+        // one diagnosis per piece of 32 bytes over the scored bytes (the tiny first test book
+        // is shorter than the 200 asked for); the pieces' BPC weighted by their bytes is the
+        // stream's
+        let (p, scored) = (&s.result.pieces, s.result.bytes - 1);
+        assert_eq!((s.result.piece, p.len()), (32, scored.div_ceil(32)));
+        assert_eq!(p.last().unwrap().end, scored);
+        let (mut bits, mut prev) = (0.0, 0);
+        for d in p {
+            bits += d.bits * (d.end - prev) as f64;
+            prev = d.end;
+            let (mass, slow) = (d.normaliser.unwrap(), d.slow_share.unwrap());
+            assert!(mass.is_finite() && mass > 0.0, "{mass}");
+            assert!((0.0..=1.0).contains(&slow), "{slow}");
+            assert_eq!(d.alpha.is_some(), s.memory == "vort");
+            if let Some(a) = d.alpha {
+                assert!((0.1..=1.0).contains(&a), "α = {a} outside [δ, 1]");
+            }
+        }
+        assert!(
+            (bits / scored as f64 - s.result.bits).abs() < 1e-6,
+            "{}",
+            s.memory
+        );
+        // cached in the run directory with the step of the parameters streamed
+        assert_eq!(s.step, 3);
+        assert!(out
+            .join(format!("runs/books/{}/seed0/stream.json", s.memory))
+            .is_file());
     }
+    assert!(
+        std::fs::metadata(out.join("stream_diagnostics.png"))
+            .unwrap()
+            .len()
+            > 0
+    );
+    assert!(md.contains("Why the carried state helps or hurts"), "{md}");
+    // every seed-0 model continues the same fixed prompt by 400 bytes
+    assert_eq!(rep.samples.len(), 3);
+    for r in &rep.samples {
+        assert_eq!((r.seed, r.step, r.temperature), (0, 3, 0.8));
+        assert!(r.output.len() >= 400 && r.prompt == rep.samples[0].prompt);
+    }
+    assert!(md.contains("## Samples") && md.contains(&rep.samples[0].output));
+    let (streams, samples) = (rep.streams.clone(), rep.samples.clone());
 
     // the runner recall has: a run whose loss becomes non-finite is a result (recorded,
     // listed, left out of the rows), not the end of the experiment
@@ -580,6 +623,8 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         (3, 3),
         "the finished runs are reused"
     );
+    // and so are their streams and samples (a new stream would measure another bytes/s)
+    assert_eq!((&rep.streams, &rep.samples), (&streams, &samples));
     assert_eq!(rep.diverged.len(), 1);
     assert_eq!(rep.diverged[0].run, "runs/books/power-law/seed0");
     assert!(out
@@ -615,6 +660,14 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         md.contains("**Partial report**") && md.contains("vort/seed7"),
         "{md}"
     );
+    // a report from runs without weights (committed seeds > 0 keep only their files) takes
+    // the streams and samples from the run directories
+    for m in ["vort", "exponential", "softmax"] {
+        std::fs::remove_file(out.join(format!("runs/books/{m}/seed0/checkpoint.safetensors")))
+            .unwrap();
+    }
+    let rep = books::run_plan("test", &more, &out, 200, Mode::report_only(false)).unwrap();
+    assert_eq!((&rep.streams, &rep.samples), (&streams, &samples));
 }
 
 /// `generate` on a trained run: deterministic for a seed, greedy equals the argmax of one

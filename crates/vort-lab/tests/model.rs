@@ -292,3 +292,74 @@ fn streams_respect_the_horizon() {
     assert_eq!(m.horizon(), None);
     assert!(stream_text(&m, &text, 16, &dev, |_| {}).is_ok());
 }
+
+/// `Model::normaliser_mass` reads the retention state's normaliser: none before any token or
+/// for softmax; positive, the same whether the text came in pieces or in one call (it is a
+/// function of the state), and its slow share a fraction that shrinks as the window it is
+/// measured against grows (every node is slower than 0 tokens).
+#[test]
+fn normaliser_mass_reads_the_state_and_its_slow_share_is_a_fraction() {
+    let dev = Device::Cpu;
+    let t = 37;
+    let tokens = Tensor::from_vec(
+        (0..t).map(|i| ((i * 5) % 13) as u32).collect::<Vec<_>>(),
+        (1, t),
+        &dev,
+    )
+    .unwrap();
+    for kind in vort_lab::reproduce::KINDS {
+        let vm = VarMap::new();
+        let m = Model::seeded(&cfg(kind), 13, t, 3, &vm, &dev).unwrap();
+        let empty = m.new_state();
+        assert!(m
+            .normaliser_mass(&empty, 8.0)
+            .unwrap()
+            .iter()
+            .all(Option::is_none));
+        let mut whole = m.new_state();
+        m.forward_with_state(&tokens, &mut whole).unwrap();
+        let mut pieces = m.new_state();
+        for (lo, len) in [(0, 10), (10, 1), (11, 26)] {
+            m.forward_with_state(&tokens.narrow(1, lo, len).unwrap(), &mut pieces)
+                .unwrap();
+        }
+        let (a, b) = (
+            m.normaliser_mass(&whole, 8.0).unwrap(),
+            m.normaliser_mass(&pieces, 8.0).unwrap(),
+        );
+        assert_eq!(a.len(), 2, "{kind}: one entry per block");
+        for (x, y) in a.iter().zip(&b) {
+            let (Some(x), Some(y)) = (x, y) else {
+                assert!(kind == "softmax" && x.is_none() && y.is_none(), "{kind}");
+                continue;
+            };
+            assert!(x.mass.is_finite() && x.mass > 0.0, "{kind}: {x:?}");
+            assert!(
+                (x.mass - y.mass).abs() <= 1e-5 * x.mass,
+                "{kind}: {x:?} {y:?}"
+            );
+            assert!((x.slow_share - y.slow_share).abs() <= 1e-6, "{kind}");
+        }
+        if kind == "softmax" {
+            continue;
+        }
+        let shares: Vec<Vec<f64>> = [0.0, 1.0, 10.0, 1e3, 1e6]
+            .iter()
+            .map(|&w| {
+                m.normaliser_mass(&whole, w)
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.unwrap().slow_share)
+                    .collect()
+            })
+            .collect();
+        for block in 0..2 {
+            let s: Vec<f64> = shares.iter().map(|v| v[block]).collect();
+            assert_eq!(s[0], 1.0, "{kind}: every node is slower than 0 tokens");
+            assert!(
+                s.windows(2).all(|w| w[1] <= w[0]) && s.iter().all(|x| (0.0..=1.0).contains(x)),
+                "{kind}: {s:?}"
+            );
+        }
+    }
+}

@@ -465,6 +465,23 @@ impl Block {
         ["wq", "wk", "wv", "wo"]
     }
 
+    /// The decay rates u_n of the memory's nodes on the host (a token's weight on node n
+    /// decays as exp(-u_n · lag)), one row per head or one for all heads; None for softmax.
+    ///
+    /// # Errors
+    /// candle errors reading a learned rate.
+    pub fn decay_rates(&self) -> Result<Option<Vec<Vec<f64>>>> {
+        let rates = match &self.kind {
+            KindParams::Vort { tables, .. } | KindParams::PowerLaw { tables } => {
+                Rates::of_tables(tables)?
+            }
+            KindParams::Exponential { decay_rho } => Rates::Learned(softplus(decay_rho)?),
+            KindParams::Retnet { rates } | KindParams::Mixture { rates, .. } => rates.clone(),
+            KindParams::Softmax => return Ok(None),
+        };
+        Ok(Some(rates.host_rows()?))
+    }
+
     /// The certified horizon of the memory's node tables (None for memories without a
     /// certified kernel: the exponentials and softmax).
     pub fn horizon(&self) -> Option<u64> {

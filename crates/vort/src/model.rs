@@ -364,6 +364,15 @@ impl ModelState {
     }
 }
 
+/// Where a block's retention-state normaliser sits ([`Model::normaliser_mass`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NormaliserMass {
+    /// Σ over nodes and features of the normaliser column, mean over batch rows and heads.
+    pub mass: f64,
+    /// The share of `mass` held by nodes slower than the given number of tokens.
+    pub slow_share: f64,
+}
+
 struct Mlp {
     w1: Tensor,
     w2: Tensor,
@@ -748,6 +757,50 @@ impl Model {
         let tokens = Tensor::from_vec(vec![token], (1, 1), self.device())?;
         let out = self.run(&tokens, Some(state), true)?;
         Ok(self.logits_at(&out.hidden, &[0])?.squeeze(0)?)
+    }
+
+    /// Per block, where the retention state's normaliser mass sits (None for a block with no
+    /// retention state yet, or a KV cache). The mass is Σ over nodes and features of G's last
+    /// column, G_n = Σ_s exp(-u_n (t-s)) c_n(α_s) φ(k_s) [v_s, 1]ᵀ: the denominator of every
+    /// readout y = φ(q)ᵀ G[..D] / φ(q)ᵀ G[D] is φ(q) against it. The slow share is the part
+    /// held by nodes whose time constant 1/u_n exceeds `slow_after` tokens (e.g. the training
+    /// length: the part of the past a model trained at that length never weighed).
+    ///
+    /// # Errors
+    /// candle errors reading the state or a learned rate.
+    pub fn normaliser_mass(
+        &self,
+        state: &ModelState,
+        slow_after: f64,
+    ) -> Result<Vec<Option<NormaliserMass>>, ModelError> {
+        let mut out = Vec::with_capacity(self.blocks.len());
+        for (block, st) in self.blocks.iter().zip(&state.blocks) {
+            let (Some(BlockState::Retention(st)), Some(rates)) = (st, block.decay_rates()?) else {
+                out.push(None);
+                continue;
+            };
+            let g = st.host()?; // [B, H, N, F, D+1]
+            let (d1, mut total, mut slow) = (st.d + 1, 0.0f64, 0.0f64);
+            for b in 0..st.b {
+                for h in 0..st.h {
+                    let u = &rates[h.min(rates.len() - 1)];
+                    for (n, &un) in u.iter().enumerate().take(st.n) {
+                        let base = ((b * st.h + h) * st.n + n) * st.f * d1;
+                        let m: f64 = (0..st.f).map(|f| f64::from(g[base + f * d1 + st.d])).sum();
+                        total += m;
+                        if un * slow_after < 1.0 {
+                            slow += m;
+                        }
+                    }
+                }
+            }
+            let heads = (st.b * st.h).max(1) as f64;
+            out.push(Some(NormaliserMass {
+                mass: total / heads,
+                slow_share: if total > 0.0 { slow / total } else { 0.0 },
+            }));
+        }
+        Ok(out)
     }
 
     /// An empty streaming state for this model.

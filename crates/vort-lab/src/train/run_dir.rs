@@ -13,6 +13,8 @@
 //! | `run.lock` | every process that trains | the advisory lock ([`RunLock`]) |
 //! | `diverged.json` | a run whose loss or gradient became non-finite | [`Diverged`] |
 //! | `extrapolate-L<len>.json` | the recall reproduction | a score at another length |
+//! | `stream.json` | the books reproduction | a test book streamed with the state carried |
+//! | `sample.json` | the books reproduction | a sample drawn from the model |
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +26,12 @@ use super::{CHECKPOINT_FILE, CONFIG_FILE, EVAL_FILE, LOCK_FILE, METRICS_FILE, WE
 
 /// Marker of a run whose loss or gradient became non-finite.
 pub const DIVERGED_FILE: &str = "diverged.json";
+
+/// The cached stream of a test book through the trained model (books).
+pub const STREAM_FILE: &str = "stream.json";
+
+/// The cached sample drawn from the trained model (books).
+pub const SAMPLE_FILE: &str = "sample.json";
 
 /// What `diverged.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,6 +103,17 @@ impl RunDir {
         self.path.join(format!("extrapolate-L{seq_len}.json"))
     }
 
+    /// `stream.json`: a test book streamed through the trained model (a cache: the books
+    /// report reads it where no weights are kept, e.g. the committed seeds > 0).
+    pub fn stream_path(&self) -> PathBuf {
+        self.path.join(STREAM_FILE)
+    }
+
+    /// `sample.json`: bytes sampled from the trained model (a cache, as `stream.json`).
+    pub fn sample_path(&self) -> PathBuf {
+        self.path.join(SAMPLE_FILE)
+    }
+
     /// The run's own files (those that exist or may be written): the output rule of
     /// [`vort::fsio`] refuses to write over any of them from a command that reads the run
     /// ([`super::protected_paths`]).
@@ -107,6 +126,8 @@ impl RunDir {
             self.weights_path(),
             self.lock_path(),
             self.diverged_path(),
+            self.stream_path(),
+            self.sample_path(),
         ]
     }
 
@@ -227,14 +248,19 @@ impl RunDir {
         RunLock::acquire(&self.path)
     }
 
-    /// Removes what the end of a run produced (its evaluation, released weights and
-    /// extrapolation caches): they belong to the model the run had, and a continued run has
-    /// another.
+    /// Removes what the end of a run produced (its evaluation, released weights, stream,
+    /// sample and extrapolation caches): they belong to the model the run had, and a
+    /// continued run has another.
     ///
     /// # Errors
     /// I/O.
     pub fn remove_results(&self) -> Result<(), TrainError> {
-        let mut stale = vec![self.eval_path(), self.weights_path()];
+        let mut stale = vec![
+            self.eval_path(),
+            self.weights_path(),
+            self.stream_path(),
+            self.sample_path(),
+        ];
         if let Ok(entries) = std::fs::read_dir(&self.path) {
             stale.extend(entries.flatten().map(|e| e.path()).filter(|p| {
                 p.file_name()
@@ -307,7 +333,9 @@ mod tests {
                 "eval.json",
                 "weights.safetensors",
                 "run.lock",
-                "diverged.json"
+                "diverged.json",
+                "stream.json",
+                "sample.json"
             ]
         );
     }

@@ -37,6 +37,27 @@ pub struct StreamResult {
     pub state_bytes: Vec<(usize, usize)>,
     /// Throughput (bytes/s).
     pub bytes_per_s: f64,
+    /// What each piece saw: its BPC, the orders and where the normaliser's mass sits
+    /// (absent in files written before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pieces: Vec<PieceDiagnostics>,
+}
+
+/// One piece of a stream: the evidence for why a carried state helps or hurts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PieceDiagnostics {
+    /// Bytes streamed after this piece.
+    pub end: usize,
+    /// Mean BPC over the piece's scored bytes.
+    pub bits: f64,
+    /// Mean order α over the piece's tokens, layers and heads (VORT only).
+    pub alpha: Option<f64>,
+    /// The retention state's normaliser mass after the piece, mean over the blocks that have
+    /// one ([`Model::normaliser_mass`]; None for softmax).
+    pub normaliser: Option<f64>,
+    /// The share of that mass held by nodes slower than one piece (time constant 1/u_n >
+    /// the piece length, which every caller sets to the training length), mean over blocks.
+    pub slow_share: Option<f64>,
 }
 
 /// Streams `text` through `model` in pieces of `piece` bytes (the model's vocabulary must be
@@ -83,6 +104,7 @@ pub fn stream_text(
     let mut sums: Vec<(usize, f64)> = Vec::new(); // per doubling bin: (n, Σ nats)
     let mut state = model.new_state();
     let mut state_bytes = Vec::new();
+    let mut pieces = Vec::new();
     let mut start = 0;
     while start < scored {
         let end = (start + piece).min(scored);
@@ -105,6 +127,7 @@ pub fn stream_text(
                 picked[i]
             )));
         }
+        let piece_nats: f64 = picked.iter().map(|&x| -f64::from(x)).sum();
         for (i, &lp) in picked.iter().enumerate() {
             let context = start + i + 1;
             let bin = (usize::BITS - 1 - context.leading_zeros()) as usize; // floor(log2)
@@ -116,6 +139,14 @@ pub fn stream_text(
         }
         start = end;
         state_bytes.push((end, state.bytes()));
+        pieces.push(diagnose(
+            model,
+            &state,
+            &out.alphas,
+            end,
+            piece_nats / n as f64,
+            piece,
+        )?);
         progress(end);
     }
     let ln2 = std::f64::consts::LN_2;
@@ -138,5 +169,36 @@ pub fn stream_text(
         bins,
         state_bytes,
         bytes_per_s: scored as f64 / t0.elapsed().as_secs_f64().max(1e-9),
+        pieces,
+    })
+}
+
+/// The diagnostics of the piece that ended at byte `end` with mean cross-entropy `nats`:
+/// the mean of its orders `alphas` (per block [1, H, T]) and the state's normaliser mass,
+/// with nodes slower than `piece` tokens counted as slow.
+fn diagnose(
+    model: &Model,
+    state: &vort::model::ModelState,
+    alphas: &[Tensor],
+    end: usize,
+    nats: f64,
+    piece: usize,
+) -> Result<PieceDiagnostics, TrainError> {
+    let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    let mut alpha = Vec::new();
+    for a in alphas {
+        alpha.push(f64::from(a.mean_all()?.to_scalar::<f32>()?));
+    }
+    let masses: Vec<_> = model
+        .normaliser_mass(state, piece as f64)?
+        .into_iter()
+        .flatten()
+        .collect();
+    Ok(PieceDiagnostics {
+        end,
+        bits: nats / std::f64::consts::LN_2,
+        alpha: mean(&alpha),
+        normaliser: mean(&masses.iter().map(|m| m.mass).collect::<Vec<_>>()),
+        slow_share: mean(&masses.iter().map(|m| m.slow_share).collect::<Vec<_>>()),
     })
 }

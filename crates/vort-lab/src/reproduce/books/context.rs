@@ -45,6 +45,7 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
     }
     s += &verdicts(rep);
     s += &per_book_table(rep);
+    s += &per_seed_table(rep);
     s += "\n![BPC against context](bpc_vs_context.png)\n\n";
     s
 }
@@ -194,19 +195,172 @@ fn verdicts(rep: &BooksReport) -> String {
         if !(has(a) && has("exponential")) {
             continue;
         }
-        let (d, se, n, word) =
-            compare_paired(&paired_window_diffs(&rep.runs, a, "exponential", far));
-        let numbers = if d.is_finite() {
-            format!("{d:+.3} ± {se:.3} bits ({n} windows)")
-        } else {
-            format!("{n} window(s) with per-window scores; rerun with --fresh")
-        };
+        s += &claim_line(rep, a, far);
+    }
+    // the context gain, what the claim is about: BPC at the shortest contexts minus BPC at the
+    // longest, per window; a larger gain for VORT is exponential − VORT < 0
+    if has("vort") && has("exponential") {
+        let d: Vec<f64> = gain_diffs(&rep.runs, "exponential", "vort", far);
+        let (d, se, n, word) = compare_paired(&d);
         s += &format!(
-            "- {a} below the exponential at context {} (paper: 1.56 vs 1.68): {a} − \
-             exponential = {numbers}: **{}**.\n",
+            "- VORT gains more from context than the exponential (its BPC at {} minus at {} is \
+             larger): exponential gain − VORT gain = {}: **{}**.\n",
+            CONTEXT_BUCKETS[0].0,
             CONTEXT_BUCKETS[far].0,
+            numbers(d, se, n),
             loss_claim_verdict(word)
         );
     }
+    // beyond the paper: did routing make the difference, as on MQAR?
+    if has("vort") && has("power-law") {
+        let (d, se, n, word) =
+            compare_paired(&paired_window_diffs(&rep.runs, "vort", "power-law", far));
+        s += &format!(
+            "- Beyond the paper, VORT (routed orders) against the fixed power law at context \
+             {}: vort − power-law = {}: VORT is **{}**.\n",
+            CONTEXT_BUCKETS[far].0,
+            numbers(d, se, n),
+            match word {
+                "lower" => "lower (routing helps)",
+                "higher" => "higher (routing hurts)",
+                w => w,
+            }
+        );
+    }
     s + "\n"
+}
+
+/// A paired difference as "±" text, or why there is none.
+fn numbers(d: f64, se: f64, n: usize) -> String {
+    if d.is_finite() {
+        format!("{d:+.3} ± {se:.3} bits ({n} windows)")
+    } else {
+        format!("{n} window(s) with per-window scores; rerun with --fresh")
+    }
+}
+
+/// Per window, averaged over the seeds both memories have: (gain of `a`) − (gain of `b`),
+/// where a gain is the window's BPC in the first context bucket minus in bucket `far`.
+pub fn gain_diffs(runs: &[EvalResult], a: &str, b: &str, far: usize) -> Vec<f64> {
+    let near = paired_window_diffs(runs, a, b, 0);
+    let far = paired_window_diffs(runs, a, b, far);
+    near.iter().zip(&far).map(|(n, f)| n - f).collect()
+}
+
+/// The paper's ordering claim for `a` against the exponential at bucket `far`.
+fn claim_line(rep: &BooksReport, a: &str, far: usize) -> String {
+    let (d, se, n, word) = compare_paired(&paired_window_diffs(&rep.runs, a, "exponential", far));
+    format!(
+        "- {a} below the exponential at context {} (paper: 1.56 vs 1.68): {a} − exponential = \
+         {}: **{}**.\n",
+        CONTEXT_BUCKETS[far].0,
+        numbers(d, se, n),
+        loss_claim_verdict(word)
+    )
+}
+
+/// Per run: BPC at the shortest and the longest contexts, the context gain (the first minus
+/// the second: the quantity the paper's claim is about), overall, and per test book beside
+/// bzip2 -9 on the same bytes (when the report has the anchors); then the gains' mean ± sd per
+/// memory.
+fn per_seed_table(rep: &BooksReport) -> String {
+    let far = CONTEXT_BUCKETS.len() - 1;
+    let books: Vec<String> = rep
+        .runs
+        .iter()
+        .find(|r| !r.per_book.is_empty())
+        .map(|r| r.per_book.iter().map(|b| b.label.clone()).collect())
+        .unwrap_or_default();
+    let bzip2 = |book: &str| -> Option<f64> {
+        rep.anchors.as_ref().and_then(|a| {
+            a.measured
+                .books
+                .iter()
+                .find(|t| t.label == book)
+                .and_then(|t| t.rows.iter().find(|r| r.name.starts_with("bzip2")))
+                .and_then(|r| r.bits_per_byte)
+        })
+    };
+    let mut s = format!(
+        "\nPer run: the context gain is BPC at {} minus BPC at {} (positive: later bytes are \
+         predicted better); each test book's BPC is over all its windows and contexts.\n\n\
+         | memory | seed | {} | {} | context gain | overall |",
+        CONTEXT_BUCKETS[0].0, CONTEXT_BUCKETS[far].0, CONTEXT_BUCKETS[0].0, CONTEXT_BUCKETS[far].0
+    );
+    for b in &books {
+        s += &format!(" {b} |");
+    }
+    let with_bzip2 = books.iter().all(|b| bzip2(b).is_some()) && !books.is_empty();
+    if with_bzip2 {
+        s += " below bzip2 -9 on every test book |";
+    }
+    s += "\n|---|---|---|---|---|---|";
+    s += &"---|".repeat(books.len() + usize::from(with_bzip2));
+    s += "\n";
+    let mut gains: Vec<(String, Vec<f64>)> = Vec::new();
+    for memory in crate::reproduce::KINDS {
+        let mut runs: Vec<&EvalResult> = rep.runs.iter().filter(|r| r.memory == memory).collect();
+        runs.sort_by_key(|r| r.seed);
+        for r in runs {
+            let (near, far_bits) = (r.buckets[0].bits(), r.buckets[far].bits());
+            let gain = near - far_bits;
+            match gains.iter_mut().find(|(m, _)| m == memory) {
+                Some((_, g)) => g.push(gain),
+                None => gains.push((memory.to_string(), vec![gain])),
+            }
+            let or_na = |x: f64, signed: bool| match (x.is_finite(), signed) {
+                (false, _) => "n/a".to_string(),
+                (true, true) => format!("{x:+.3}"),
+                (true, false) => format!("{x:.3}"),
+            };
+            s += &format!(
+                "| {memory} | {} | {} | {} | {} | {:.3} |",
+                r.seed,
+                or_na(near, false),
+                or_na(far_bits, false),
+                or_na(gain, true),
+                r.loss / std::f64::consts::LN_2
+            );
+            let mut below = true;
+            for b in &books {
+                match r.per_book.iter().find(|x| &x.label == b) {
+                    Some(x) => {
+                        s += &format!(" {:.3} |", x.bits());
+                        below &= bzip2(b).is_some_and(|z| x.bits() < z);
+                    }
+                    None => {
+                        s += " n/a |";
+                        below = false;
+                    }
+                }
+            }
+            if with_bzip2 {
+                s += if below { " yes |" } else { " no |" };
+            }
+            s += "\n";
+        }
+    }
+    if with_bzip2 {
+        s += "| bzip2 -9 | | | | | |";
+        for b in &books {
+            s += &format!(" {:.3} |", bzip2(b).unwrap_or(f64::NAN));
+        }
+        s += " |\n";
+    }
+    s += "\nContext gain by memory (mean ± sample sd over seeds):";
+    for (m, g) in &gains {
+        let g: Vec<f64> = g.iter().copied().filter(|x| x.is_finite()).collect();
+        if g.is_empty() {
+            s += &format!(" {m} n/a;");
+            continue;
+        }
+        let (mean, sd) = crate::reproduce::mean_sd(&g);
+        s += &if g.len() > 1 {
+            format!(" {m} {mean:+.3} ± {sd:.3} ({} seeds);", g.len())
+        } else {
+            format!(" {m} {mean:+.3} (1 seed);")
+        };
+    }
+    s.pop();
+    s + ".\n"
 }

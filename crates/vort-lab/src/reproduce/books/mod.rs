@@ -11,12 +11,14 @@
 //!
 //! The report is cut by claim, a file per section: BPC by context with the verdicts
 //! (`context.rs`), the compressors on the same bytes and `bpc_vs_compressors.png`
-//! (`anchors.rs`), the learned orders (`alpha.rs`) and the streamed book (`streaming.rs`).
+//! (`anchors.rs`), the learned orders (`alpha.rs`), the streamed book (`streaming.rs`) and
+//! the seed-0 models' samples (`samples.rs`).
 
 mod alpha;
 pub mod anchors;
 mod context;
-mod streaming;
+pub mod samples;
+pub mod streaming;
 
 use std::path::Path;
 
@@ -84,7 +86,7 @@ pub fn plan(scale: Scale, data_dir: &str) -> Result<Vec<RunConfig>, TrainError> 
     Ok(runs)
 }
 
-/// Memory kinds streamed through a whole test book (seed 0): VORT and the exponential
+/// Memory kinds streamed through a whole test book (every seed): VORT and the exponential
 /// memory it is compared with.
 pub const STREAMED: [&str; 2] = ["vort", "exponential"];
 
@@ -99,10 +101,16 @@ pub fn stream_bytes(scale: Scale) -> usize {
 }
 
 /// One streamed book.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StreamRow {
     /// Memory kind.
     pub memory: String,
+    /// Run seed (absent in reports written before every seed was streamed: seed 0).
+    #[serde(default)]
+    pub seed: u64,
+    /// Training steps of the streamed parameters (absent in reports written before: 0).
+    #[serde(default)]
+    pub step: u64,
     /// The book.
     pub book: String,
     /// What the stream measured.
@@ -141,6 +149,9 @@ pub struct BooksReport {
     pub tokens_per_s: Vec<f64>,
     /// Streamed test book per model of [`STREAMED`].
     pub streams: Vec<StreamRow>,
+    /// The seed-0 models' samples ([`samples`]; absent in files written before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<samples::SampleRow>,
     /// Runs reused from an earlier call (finished, same config) rather than trained.
     pub reused: usize,
     /// Runs that diverged (left out of the rows and figures).
@@ -172,7 +183,8 @@ pub fn run(scale: Scale, data_dir: &str, out_dir: &Path) -> Result<BooksReport, 
 }
 
 /// Runs `runs` (books configs) into `out_dir`, then streams up to `stream_bytes` of the first
-/// test book through the seed-0 model of each kind in [`STREAMED`]. With
+/// test book through every model of each kind in [`STREAMED`] and draws a sample from every
+/// seed-0 model. With
 /// [`runner::Mode::report_only`] nothing is trained: the report covers the finished runs and
 /// lists the others.
 ///
@@ -198,11 +210,19 @@ pub fn run_plan(
         record_data(Path::new(&c.task.data_dir), out_dir)?;
     }
     let trained = train_all(runs, out_dir, mode)?;
-    let streams = match &corpus {
-        Some(corpus) => {
-            streaming::measure(&trained.configs, corpus, out_dir, stream_bytes, progress)?
-        }
-        None => Vec::new(),
+    let (streams, samples) = match &corpus {
+        Some(corpus) => (
+            streaming::measure(
+                &trained.configs,
+                &trained.results,
+                corpus,
+                out_dir,
+                stream_bytes,
+                progress,
+            )?,
+            samples::measure(&trained.configs, &trained.results, corpus, out_dir)?,
+        ),
+        None => (Vec::new(), Vec::new()),
     };
     let anchors = match (&corpus, runs.first()) {
         (Some(k), Some(c)) => Some(anchors::measure(
@@ -220,6 +240,7 @@ pub fn run_plan(
         diverged: trained.diverged,
         pending: trained.pending,
         streams,
+        samples,
         anchors,
     };
     write_report(label, runs, measured, t0, out_dir)
@@ -239,6 +260,8 @@ struct Measured {
     pending: Vec<String>,
     /// The streamed test book.
     streams: Vec<StreamRow>,
+    /// The seed-0 models' samples.
+    samples: Vec<samples::SampleRow>,
     /// The compressor anchors.
     anchors: Option<anchors::Anchors>,
 }
@@ -267,6 +290,7 @@ fn write_report(
         runs: stripped,
         tokens_per_s: m.tps,
         streams: m.streams,
+        samples: m.samples,
         reused: m.reused,
         diverged: m.diverged,
         pending: m.pending,
@@ -274,6 +298,7 @@ fn write_report(
         anchors: m.anchors,
     };
     anchors::report_figure(&report, out_dir)?;
+    streaming::diagnostics_figure(&report, out_dir)?;
     runner::write_report(out_dir, &report, &markdown(&report, runs))?;
     Ok(report)
 }
@@ -357,6 +382,7 @@ fn markdown(rep: &BooksReport, runs: &[RunConfig]) -> String {
     s += &anchors::report_markdown(rep);
     s += &alpha::markdown(rep);
     s += &streaming::markdown(rep);
+    s += &samples::markdown(rep);
     s += "Reading: numbers that do not match the paper are reported as measured.\n";
     s
 }

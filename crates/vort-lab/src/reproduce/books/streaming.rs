@@ -1,33 +1,74 @@
-//! A whole test book streamed through the seed-0 models of [`STREAMED`] with the state
-//! carried across pieces: BPC against context far past the training length, and the resident
-//! state (`stream.png`).
+//! A whole test book streamed through every trained model of [`STREAMED`] (each seed) with
+//! the state carried across pieces: BPC against context far past the training length, the
+//! resident state (`stream.png`), and the evidence for why a carried state helps or hurts
+//! against the same book scored window by window with the state reset
+//! (`stream_diagnostics.png`: BPC, the normaliser's mass, α and the share of that mass on
+//! nodes slower than one training window, against position in the book).
+//!
+//! A stream is cached in its run directory (`stream.json`, [`RunDir::stream_path`]) with the
+//! training step of the parameters it streamed, so a report rebuilt from committed runs
+//! (which keep weights for seed 0 only) still has every seed's stream.
 
 use std::path::Path;
 
 use super::{BooksReport, StreamRow, STREAMED};
 use crate::plot::{panels_plot, Panel, Series};
 use crate::tasks::books::BookCorpus;
+use crate::train::eval::EvalResult;
 use crate::train::stream::stream_text;
+use crate::train::RunDir;
 use crate::train::{self, RunConfig, TrainError};
 
-/// Streams the first test book of `corpus` through the seed-0 model of each kind in
-/// [`STREAMED`].
+/// File name of the diagnostics figure.
+pub const DIAGNOSTICS_FIGURE: &str = "stream_diagnostics.png";
+
+/// Streams the first test book of `corpus` (at most `max_bytes` of it) through the finished
+/// run of each config in `runs` whose kind is in [`STREAMED`] (`results` aligned with
+/// `runs`), reusing a run's cached stream when it streamed the same parameters over the same
+/// bytes. A run with neither a cache nor weights is left out with a warning.
+///
+/// # Errors
+/// Model, streaming and I/O errors.
 pub(super) fn measure(
     runs: &[RunConfig],
+    results: &[EvalResult],
     corpus: &BookCorpus,
     out_dir: &Path,
     max_bytes: usize,
     progress: bool,
 ) -> Result<Vec<StreamRow>, TrainError> {
+    let book = &corpus.test_books()[0];
+    let text = &book.bytes[..book.bytes.len().min(max_bytes)];
     let mut rows = Vec::new();
-    for c in runs
-        .iter()
-        .filter(|c| c.seed == 0 && STREAMED.contains(&c.model.mixer.kind()))
-    {
-        let book = &corpus.test_books()[0];
-        let text = &book.bytes[..book.bytes.len().min(max_bytes)];
-        let (_, mut model, _vm) =
-            train::eval::load_model(&out_dir.join(crate::reproduce::run_path(c)))?;
+    for (c, e) in runs.iter().zip(results) {
+        if !STREAMED.contains(&c.model.mixer.kind()) {
+            continue;
+        }
+        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(c)));
+        let want = |r: &StreamRow| {
+            r.memory == c.model.mixer.kind()
+                && r.seed == c.seed
+                && r.step == e.step
+                && r.book == book.title
+                && r.result.bytes == text.len()
+                && r.result.piece == c.task.seq_len
+                && !r.result.pieces.is_empty()
+        };
+        if let Some(cached) = read_cache(&dir).filter(want) {
+            rows.push(cached);
+            continue;
+        }
+        let (_, mut model, _vm, step) = match dir.load_model() {
+            Ok(m) => m,
+            Err(err) => {
+                eprintln!(
+                    "warning: {} is not streamed: no stream.json for these bytes and no model \
+                     to stream ({err})",
+                    dir.path().display()
+                );
+                continue;
+            }
+        };
         // trained at seq_len; streamed with nodes certified to 2^20 lags (the learned
         // parameters do not depend on the nodes)
         model.set_horizon(vort::nodes::STREAM_HORIZON)?;
@@ -37,79 +78,214 @@ pub(super) fn measure(
             indicatif::ProgressBar::hidden()
         };
         bar.set_message(format!(
-            "streaming {} through {}",
-            book.title, c.model.mixer
+            "streaming {} through {} seed {}",
+            book.title, c.model.mixer, c.seed
         ));
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} bytes {msg}")
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} bytes {eta} {msg}")
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         let result = stream_text(&model, text, c.task.seq_len, &train::device(), |done| {
             bar.set_position(done as u64)
         })?;
         bar.finish_and_clear();
-        rows.push(StreamRow {
+        let row = StreamRow {
             memory: c.model.mixer.kind().into(),
+            seed: c.seed,
+            step,
             book: book.title.clone(),
             result,
-        });
+        };
+        let json =
+            serde_json::to_string_pretty(&row).map_err(|e| TrainError::Serialise(e.to_string()))?;
+        train::checkpoint::write_atomic(&dir.stream_path(), json.as_bytes())?;
+        rows.push(row);
     }
     Ok(rows)
 }
 
-/// The streaming section: per streamed model the BPC by context range and overall, the state
-/// at the start and the end, the throughput, and the same book scored window by window with
-/// the state reset; nothing when no book was streamed.
+/// The cached stream of a run, if one was written and parses.
+fn read_cache(dir: &RunDir) -> Option<StreamRow> {
+    std::fs::read_to_string(dir.stream_path())
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+}
+
+/// BPC of each evaluation window of the streamed book with the state reset every window:
+/// (window centre in the book, bits), from the run's per-window scores. The book is the first
+/// test book, so its windows are the evaluation's first ones, tiling it from byte 0 in
+/// windows of `piece + 1` bytes.
+fn reset_windows(rep: &BooksReport, r: &StreamRow) -> Vec<(f64, f64)> {
+    let Some(e) = rep
+        .runs
+        .iter()
+        .find(|e| e.memory == r.memory && e.seed == r.seed)
+    else {
+        return Vec::new();
+    };
+    let Some(book) = e.per_book.iter().find(|b| b.label == r.book) else {
+        return Vec::new();
+    };
+    let piece = r.result.piece;
+    let windows = book.n / piece.max(1);
+    e.per_window
+        .iter()
+        .take(windows)
+        .enumerate()
+        .map(|(w, s)| {
+            let (nll, n) = (s.nll.iter().sum::<f64>(), s.n.iter().sum::<usize>());
+            (
+                ((w as f64 + 0.5) * (piece + 1) as f64),
+                nll / n.max(1) as f64 / std::f64::consts::LN_2,
+            )
+        })
+        .collect()
+}
+
+/// Mean BPC over the streamed pieces whose end lies in [lo, hi) bytes.
+fn pieces_bits(r: &StreamRow, lo: usize, hi: usize) -> Option<f64> {
+    let v: Vec<f64> = r
+        .result
+        .pieces
+        .iter()
+        .filter(|p| p.end > lo && p.end <= hi)
+        .map(|p| p.bits)
+        .collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// Mean of the reset windows whose centre lies in [lo, hi) bytes.
+fn windows_bits(w: &[(f64, f64)], lo: usize, hi: usize) -> Option<f64> {
+    let v: Vec<f64> = w
+        .iter()
+        .filter(|(x, _)| *x >= lo as f64 && *x < hi as f64)
+        .map(|(_, b)| *b)
+        .collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// The diagnosis table: per streamed run, the carried-minus-reset gap in the first window, the
+/// first half and the second half of the book, and the normaliser's mass, its slow share and
+/// the mean α after the first window and at the end.
+fn diagnosis(rep: &BooksReport) -> String {
+    let mut s = String::from(
+        "Why the carried state helps or hurts (`stream_diagnostics.png`). Carried − reset is \
+         the streamed BPC minus the same bytes scored window by window with the state reset \
+         (negative: memory beyond one window helps); the first window is the same context in \
+         both, so its gap is only the pieces' alignment. Mass is the retention state's \
+         normaliser Σ_n Σ_f G_n[f, D] (mean over layers and heads): the denominator of every \
+         read-out. Slow share is the part of it held by nodes whose time constant 1/u_n \
+         exceeds one training window: lags the model was never trained on, when the node \
+         tables are rebuilt for the stream.\n\n\
+         | memory | seed | carried − reset, first window | first half | second half | \
+         mass after one window → end | slow share after one window → end | α after one \
+         window → end |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let f3 = |x: Option<f64>| x.map_or("n/a".into(), |v| format!("{v:+.3}"));
+    let g = |x: Option<f64>| x.map_or("n/a".into(), |v| format!("{v:.3}"));
+    for r in &rep.streams {
+        let w = reset_windows(rep, r);
+        let (piece, len) = (r.result.piece, r.result.bytes);
+        let gap = |lo: usize, hi: usize| match (pieces_bits(r, lo, hi), windows_bits(&w, lo, hi)) {
+            (Some(a), Some(b)) => Some(a - b),
+            _ => None,
+        };
+        let (first, last) = (r.result.pieces.first(), r.result.pieces.last());
+        let pair = |f: &dyn Fn(&crate::train::stream::PieceDiagnostics) -> Option<f64>| match (
+            first.and_then(f),
+            last.and_then(f),
+        ) {
+            (Some(a), Some(b)) => format!("{} → {}", g(Some(a)), g(Some(b))),
+            _ => "n/a".into(),
+        };
+        s += &format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.memory,
+            r.seed,
+            f3(gap(0, piece + 1)),
+            f3(gap(0, len / 2)),
+            f3(gap(len / 2, len + 1)),
+            pair(&|p| p.normaliser),
+            pair(&|p| p.slow_share),
+            pair(&|p| p.alpha),
+        );
+    }
+    s + "\n"
+}
+
+/// The streaming section: per streamed run the BPC by context range and overall, the same
+/// book scored window by window with the state reset and the difference, the state at the
+/// start and the end, and the throughput; then the diagnosis. Nothing when no book was
+/// streamed.
 pub(super) fn markdown(rep: &BooksReport) -> String {
     let mut s = String::new();
-    if let Some(first) = rep.streams.first() {
-        s += &format!(
-            "## Streaming a whole test book\n\nThe first {} bytes of `{}` streamed in \
-             pieces of {} bytes, state carried across pieces (so the context runs far past \
-             the training length), with the memory's node tables rebuilt for 2^20 lags. Context and position in the book \
-             are the same thing here, so the last column scores the same book with the state \
-             reset every window (the evaluation's windows, seed 0): streaming beats it only if \
-             memory beyond one window helps.\n\n| memory | BPC, context 1-4095 \
-             | BPC, 4096-32767 | BPC, >= 32768 | overall | state at start / end (bytes) | \
-             bytes/s | same book, reset every window |\n|---|---|---|---|---|---|---|---|\n",
-            first.result.bytes, first.book, first.result.piece
-        );
-        for r in &rep.streams {
-            let range = |lo: usize, hi: usize| {
-                let (n, s) = r
-                    .result
-                    .bins
-                    .iter()
-                    .filter(|b| b.lo >= lo && b.hi <= hi)
-                    .fold((0usize, 0.0), |a, b| (a.0 + b.n, a.1 + b.bits * b.n as f64));
-                if n == 0 {
-                    "n/a".to_string()
-                } else {
-                    format!("{:.3}", s / n as f64)
-                }
-            };
-            let sb = &r.result.state_bytes;
-            let windowed = rep
-                .runs
+    let Some(first) = rep.streams.first() else {
+        return s;
+    };
+    s += &format!(
+        "## Streaming a whole test book\n\nThe first {} bytes of `{}` streamed in pieces of {} \
+         bytes, state carried across pieces (so the context runs far past the training \
+         length), with the memory's node tables rebuilt for 2^20 lags. Context and position \
+         in the book are the same thing here, so the reset column scores the same book with \
+         the state reset every window (the evaluation's windows, same run): streaming beats \
+         it only if memory beyond one window helps.\n\n| memory | seed | BPC, context \
+         1-4095 | 4096-32767 | >= 32768 | overall, carried | same book, reset every window | \
+         carried − reset | state at start / end (bytes) | bytes/s |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
+        first.result.bytes, first.book, first.result.piece
+    );
+    for r in &rep.streams {
+        let range = |lo: usize, hi: usize| {
+            let (n, s) = r
+                .result
+                .bins
                 .iter()
-                .filter(|e| e.memory == r.memory && e.seed == 0)
-                .flat_map(|e| e.per_book.iter().filter(|b| b.label == r.book))
-                .next()
-                .map_or("n/a".into(), |b| format!("{:.3} ({} bytes)", b.bits(), b.n));
-            s += &format!(
-                "| {} | {} | {} | {} | {:.3} | {} / {} | {:.0} | {} |\n",
-                r.memory,
-                range(1, 4095),
-                range(4096, 32767),
-                range(32768, usize::MAX),
-                r.result.bits,
-                sb.first().map_or(0, |x| x.1),
-                sb.last().map_or(0, |x| x.1),
-                r.result.bytes_per_s,
-                windowed
-            );
-        }
-        s += "\n![streaming](stream.png)\n\n";
+                .filter(|b| b.lo >= lo && b.hi <= hi)
+                .fold((0usize, 0.0), |a, b| (a.0 + b.n, a.1 + b.bits * b.n as f64));
+            if n == 0 {
+                "n/a".to_string()
+            } else {
+                format!("{:.3}", s / n as f64)
+            }
+        };
+        let sb = &r.result.state_bytes;
+        let reset = rep
+            .runs
+            .iter()
+            .filter(|e| e.memory == r.memory && e.seed == r.seed)
+            .flat_map(|e| e.per_book.iter().filter(|b| b.label == r.book))
+            .next();
+        let (windowed, diff) = match reset {
+            // the same bytes only when the stream covered the whole book
+            Some(b) => (
+                format!("{:.3} ({} bytes)", b.bits(), b.n),
+                if r.result.bytes + 1 >= b.n {
+                    format!("{:+.3}", r.result.bits - b.bits())
+                } else {
+                    "n/a (part of the book)".into()
+                },
+            ),
+            None => ("n/a".into(), "n/a".into()),
+        };
+        s += &format!(
+            "| {} | {} | {} | {} | {} | {:.3} | {} | {} | {} / {} | {:.0} |\n",
+            r.memory,
+            r.seed,
+            range(1, 4095),
+            range(4096, 32767),
+            range(32768, usize::MAX),
+            r.result.bits,
+            windowed,
+            diff,
+            sb.first().map_or(0, |x| x.1),
+            sb.last().map_or(0, |x| x.1),
+            r.result.bytes_per_s,
+        );
+    }
+    s += "\n![streaming](stream.png)\n\n";
+    if rep.streams.iter().any(|r| !r.result.pieces.is_empty()) {
+        s += &diagnosis(rep);
+        s += &format!("![stream diagnostics]({DIAGNOSTICS_FIGURE})\n\n");
     }
     s
 }
@@ -120,28 +296,26 @@ pub(super) fn figure(streams: &[StreamRow], out: &Path) -> Result<(), TrainError
     if !streams.is_empty() {
         let bpc = streams
             .iter()
-            .enumerate()
-            .map(|(i, s)| {
+            .map(|s| {
                 let pts = s
                     .result
                     .bins
                     .iter()
                     .map(|b| (((b.lo * b.hi) as f64).sqrt(), b.bits))
                     .collect();
-                Series::line(s.memory.clone(), pts).with_color(i)
+                run_series(s, pts)
             })
             .collect();
         let mem = streams
             .iter()
-            .enumerate()
-            .map(|(i, s)| {
+            .map(|s| {
                 let pts = s
                     .result
                     .state_bytes
                     .iter()
                     .map(|&(at, b)| (at as f64, b as f64 / 1024.0))
                     .collect();
-                Series::line(s.memory.clone(), pts).with_color(i)
+                run_series(s, pts)
             })
             .collect();
         panels_plot(
@@ -169,5 +343,111 @@ pub(super) fn figure(streams: &[StreamRow], out: &Path) -> Result<(), TrainError
             ],
         )?;
     }
+    Ok(())
+}
+
+/// A streamed run's line: named by memory and seed, coloured by memory, seed 0 solid.
+fn run_series(r: &StreamRow, pts: Vec<(f64, f64)>) -> Series {
+    let name = format!("{} seed {}", r.memory, r.seed);
+    let color = STREAMED.iter().position(|m| *m == r.memory).unwrap_or(0);
+    let s = if r.seed == 0 {
+        Series::line(name, pts)
+    } else {
+        Series::dashed(name, pts)
+    };
+    s.with_color(color)
+}
+
+/// `stream_diagnostics.png`: against position in the book, per streamed run, the BPC of each
+/// carried piece minus the same bytes' BPC with the state reset every window, the normaliser's
+/// mass, its slow share and the mean α; nothing without piece diagnostics.
+pub(super) fn diagnostics_figure(rep: &BooksReport, out: &Path) -> Result<(), TrainError> {
+    let runs: Vec<&StreamRow> = rep
+        .streams
+        .iter()
+        .filter(|r| !r.result.pieces.is_empty())
+        .collect();
+    if runs.is_empty() {
+        return Ok(());
+    }
+    let series = |f: &dyn Fn(&StreamRow) -> Vec<(f64, f64)>| -> Vec<Series> {
+        runs.iter()
+            .map(|r| (r, f(r)))
+            .filter(|(_, pts)| !pts.is_empty())
+            .map(|(r, pts)| run_series(r, pts))
+            .collect()
+    };
+    let of = |g: fn(&crate::train::stream::PieceDiagnostics) -> Option<f64>| {
+        move |r: &StreamRow| -> Vec<(f64, f64)> {
+            r.result
+                .pieces
+                .iter()
+                .filter_map(|p| g(p).map(|v| (p.end as f64, v)))
+                .collect()
+        }
+    };
+    // carried minus reset, piece by window: the reset window whose centre is nearest the
+    // piece's centre (pieces of T bytes, windows of T + 1)
+    let gap = |r: &StreamRow| -> Vec<(f64, f64)> {
+        let w = reset_windows(rep, r);
+        let half = r.result.piece as f64 / 2.0;
+        r.result
+            .pieces
+            .iter()
+            .filter_map(|p| {
+                let centre = p.end as f64 - half;
+                w.iter()
+                    .min_by(|a, b| (a.0 - centre).abs().total_cmp(&(b.0 - centre).abs()))
+                    .filter(|(x, _)| (x - centre).abs() <= half)
+                    .map(|(_, b)| (p.end as f64, p.bits - b))
+            })
+            .collect()
+    };
+    let panel = |title: &str, y: &str, log_y: bool, series: Vec<Series>| Panel {
+        title: title.into(),
+        x_label: "position in the book (bytes)".into(),
+        y_label: y.into(),
+        log_x: false,
+        log_y,
+        series,
+    };
+    let mut panels = vec![
+        panel(
+            &format!(
+                "`{}`: BPC carried minus reset every window, per {}-byte piece (< 0: memory \
+                 beyond one window helps)",
+                runs[0].book, runs[0].result.piece
+            ),
+            "Δ bits per character",
+            false,
+            series(&gap),
+        ),
+        panel(
+            "the retention state's normaliser mass Σ_n Σ_f G_n[f, D] (mean over layers, heads)",
+            "mass",
+            true,
+            series(&of(|p| p.normaliser)),
+        ),
+        panel(
+            "share of that mass on nodes slower than one training window (1/u_n > T)",
+            "slow share",
+            false,
+            series(&of(|p| p.slow_share)),
+        ),
+    ];
+    let alpha = series(&of(|p| p.alpha));
+    if !alpha.is_empty() {
+        panels.push(panel(
+            "mean learned α of each piece (all layers and heads)",
+            "α",
+            false,
+            alpha,
+        ));
+    }
+    panels.retain(|p| !p.series.is_empty());
+    if panels.is_empty() {
+        return Ok(());
+    }
+    panels_plot(&out.join(DIAGNOSTICS_FIGURE), &panels)?;
     Ok(())
 }

@@ -609,6 +609,12 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     }
     assert!(md.contains("## Samples") && md.contains(&rep.samples[0].output));
     let (streams, samples) = (rep.streams.clone(), rep.samples.clone());
+    // and their weights are released beside their configs, for `vort eval --run`
+    for m in ["vort", "exponential", "softmax"] {
+        assert!(out
+            .join(format!("runs/books/{m}/seed0/weights.safetensors"))
+            .is_file());
+    }
 
     // the runner recall has: a run whose loss becomes non-finite is a result (recorded,
     // listed, left out of the rows), not the end of the experiment
@@ -663,8 +669,10 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     // a report from runs without weights (committed seeds > 0 keep only their files) takes
     // the streams and samples from the run directories
     for m in ["vort", "exponential", "softmax"] {
-        std::fs::remove_file(out.join(format!("runs/books/{m}/seed0/checkpoint.safetensors")))
-            .unwrap();
+        for f in ["checkpoint", "weights"] {
+            std::fs::remove_file(out.join(format!("runs/books/{m}/seed0/{f}.safetensors")))
+                .unwrap();
+        }
     }
     let rep = books::run_plan("test", &more, &out, 200, Mode::report_only(false)).unwrap();
     assert_eq!((&rep.streams, &rep.samples), (&streams, &samples));

@@ -364,3 +364,56 @@ fn per_seed_table(rep: &BooksReport) -> String {
     s.pop();
     s + ".\n"
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::eval::WindowScore;
+
+    /// A books evaluation with only per-window scores: `bits[w][b]` bits per byte in window
+    /// w, bucket b, one byte each.
+    fn run(memory: &str, seed: u64, bits: &[[f64; 2]]) -> EvalResult {
+        EvalResult {
+            task: "books".into(),
+            memory: memory.into(),
+            seed,
+            step: 1,
+            sequences: bits.len(),
+            accuracy: 0.0,
+            positions: 0,
+            loss: 0.0,
+            buckets: Vec::new(),
+            lag_bins: Vec::new(),
+            alpha: None,
+            per_book: Vec::new(),
+            per_window: bits
+                .iter()
+                .map(|w| WindowScore {
+                    nll: w.iter().map(|b| b * std::f64::consts::LN_2).collect(),
+                    n: vec![1, 1],
+                })
+                .collect(),
+            horizon: None,
+        }
+    }
+
+    /// The gain difference is, window by window and averaged over the shared seeds,
+    /// (a's near − a's far) − (b's near − b's far); a seed only one memory has is left out.
+    #[test]
+    fn gain_diffs_pair_windows_and_seeds() {
+        let runs = [
+            run("vort", 0, &[[3.0, 2.0], [3.0, 2.5]]),
+            run("vort", 1, &[[3.2, 2.0], [3.0, 2.9]]),
+            run("exponential", 0, &[[3.0, 2.8], [2.9, 2.9]]),
+            run("exponential", 1, &[[3.1, 2.7], [3.1, 3.0]]),
+            run("vort", 2, &[[9.0, 0.0], [9.0, 0.0]]),
+        ];
+        let d = gain_diffs(&runs, "vort", "exponential", 1);
+        // window 0: seed 0 (1.0 − 0.2), seed 1 (1.2 − 0.4); window 1: (0.5 − 0.0), (0.1 − 0.1)
+        let want = [(0.8 + 0.8) / 2.0, (0.5 + 0.0) / 2.0];
+        assert_eq!(d.len(), 2);
+        for (x, y) in d.iter().zip(want) {
+            assert!((x - y).abs() < 1e-12, "{d:?}");
+        }
+    }
+}

@@ -182,9 +182,9 @@ pub fn run(scale: Scale, data_dir: &str, out_dir: &Path) -> Result<BooksReport, 
     )
 }
 
-/// Runs `runs` (books configs) into `out_dir`, then streams up to `stream_bytes` of the first
-/// test book through every model of each kind in [`STREAMED`] and draws a sample from every
-/// seed-0 model. With
+/// Runs `runs` (books configs) into `out_dir`, writes the weights of every seed-0 model
+/// (`weights.safetensors`), then streams up to `stream_bytes` of the first test book through
+/// every model of each kind in [`STREAMED`] and draws a sample from every seed-0 model. With
 /// [`runner::Mode::report_only`] nothing is trained: the report covers the finished runs and
 /// lists the others.
 ///
@@ -210,6 +210,14 @@ pub fn run_plan(
         record_data(Path::new(&c.task.data_dir), out_dir)?;
     }
     let trained = train_all(runs, out_dir, mode)?;
+    // the seed-0 models are the report's samples and the weights a reader re-scores
+    // (`vort eval --run DIR` reads weights.safetensors where no checkpoint is kept)
+    for c in trained.configs.iter().filter(|c| c.seed == 0) {
+        let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(c)));
+        if dir.has_checkpoint() {
+            dir.release_weights()?;
+        }
+    }
     let (streams, samples) = match &corpus {
         Some(corpus) => (
             streaming::measure(

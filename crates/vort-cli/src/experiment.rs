@@ -388,9 +388,9 @@ pub struct ReproduceArgs {
     /// seed) at the first learning rate, and a books preset streams the whole first test book).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Recall only: run just this cell of the preset (repeatable; names as in the preset's
-    /// `[[cells]]`). The report then covers these cells only and says so; finished runs are
-    /// shared with the whole preset, whose next run reuses them.
+    /// Run just this cell of the preset (repeatable; names as in the preset's `[[cells]]`).
+    /// The report then covers these cells only and says so; finished runs are shared with the
+    /// whole preset, whose next run reuses them.
     #[arg(long = "cell", value_name = "NAME")]
     cells: Vec<String>,
     /// Train nothing; write the report of the runs finished in DIR, listing the ones still
@@ -433,9 +433,6 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         Experiments::Books => "books",
         Experiments::Recall => "recall",
     };
-    if !a.cells.is_empty() && !matches!(a.what, Experiments::Recall) {
-        return Err(CliError::Usage("--cell is for `reproduce recall`".into()));
-    }
     let mode = if a.report_only {
         reproduce::runner::Mode::report_only(true)
     } else {
@@ -445,7 +442,7 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         .out
         .unwrap_or_else(|| Path::new("runs").join(format!("{name}-{}", scale.name())));
     // the preset is read (and every run config resolved) before anything is deleted
-    let preset = match &a.config {
+    let mut preset = match &a.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| CliError::Usage(format!("--config {}: {e}", path.display())))?;
@@ -453,6 +450,9 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         }
         None => Preset::embedded(name, scale.name())?,
     };
+    if !a.cells.is_empty() {
+        preset.only(&a.cells).map_err(CliError::Usage)?;
+    }
     // a preset of another experiment would fail late, or train the wrong task
     let kinds_ok = |ok: &dyn Fn(TaskKind) -> bool| -> Result<(), CliError> {
         for c in preset.unswept_runs()? {
@@ -476,13 +476,7 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         Experiments::Synthetic => kinds_ok(&|k| TaskKind::SYNTHETIC.contains(&k))?,
         Experiments::Recall => kinds_ok(&|k| k == TaskKind::Mqar)?,
     }
-    let recall_preset = match Some(preset.clone()).filter(|_| a.what == Experiments::Recall) {
-        Some(mut p) if !a.cells.is_empty() => {
-            p.only(&a.cells).map_err(CliError::Usage)?;
-            Some(p)
-        }
-        p => p,
-    };
+    let recall_preset = Some(preset.clone()).filter(|_| a.what == Experiments::Recall);
     if a.fresh {
         // with --cell, only those cells' runs (runs/<cell>) go
         let targets: Vec<PathBuf> = if a.cells.is_empty() {

@@ -243,6 +243,37 @@ fn books_without_data_and_conflicting_scales_are_refused() {
     ]);
     assert_one_line_error(&o, 2);
     assert!(!out.exists(), "nothing may be written");
+    // --cell narrows a books or synthetic preset too: a cell the preset lacks is named with
+    // the preset's cells, and the one it has gets as far as the missing books
+    for (what, cells) in [("books", "books"), ("synthetic", "zipf")] {
+        let o = vort(&[
+            "reproduce",
+            what,
+            "--quick",
+            "--cell",
+            "nosuch",
+            "--data",
+            data.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let err = assert_one_line_error(&o, 2);
+        assert!(err.contains("nosuch") && err.contains(cells), "{err}");
+    }
+    let o = vort(&[
+        "reproduce",
+        "books",
+        "--quick",
+        "--cell",
+        "books",
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&o, 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("vort data fetch books"));
+    assert!(!out.exists(), "nothing may be written");
     assert_one_line_error(&vort(&["reproduce", "--quick", "--full"]), 2);
     assert_one_line_error(&vort(&["reproduce", "--medium", "--full"]), 2);
     assert_one_line_error(&vort(&["reproduce", "everything"]), 2);

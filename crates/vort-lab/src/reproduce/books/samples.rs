@@ -35,7 +35,7 @@ pub struct SampleRow {
     pub step: u64,
     /// The prompt (UTF-8; the books are ASCII).
     pub prompt: String,
-    /// Where the prompt comes from ("<book>, bytes a..b").
+    /// Where the prompt comes from (`"<book>, bytes a..b"`).
     pub source: String,
     /// Sampling temperature.
     pub temperature: f64,

@@ -588,6 +588,13 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
             "{}",
             s.memory
         );
+        // the reset sweep over the 3 whole windows the book has: every 1 and 2 windows, then
+        // never (the carried stream's own first 3 pieces)
+        let every: Vec<usize> = s.resets.iter().map(|p| p.every).collect();
+        assert_eq!(every, [1, 2, 0]);
+        assert!(s.resets.iter().all(|p| p.bytes == 96 && p.bits.is_finite()));
+        let never = p[..3].iter().map(|d| d.bits).sum::<f64>() / 3.0;
+        assert!((s.resets[2].bits - never).abs() < 1e-12);
         // cached in the run directory with the step of the parameters streamed
         assert_eq!(s.step, 3);
         assert!(out
@@ -601,6 +608,10 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
             > 0
     );
     assert!(md.contains("Why the carried state helps or hurts"), "{md}");
+    assert!(
+        md.contains("Is it the lags the model was never trained on?"),
+        "{md}"
+    );
     // every seed-0 model continues the same fixed prompt by 400 bytes
     assert_eq!(rep.samples.len(), 3);
     for r in &rep.samples {

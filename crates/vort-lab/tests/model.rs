@@ -206,6 +206,51 @@ fn stream_text_bpc_equals_one_pass_cross_entropy() {
     assert!(stream_text(&m, &text, 0, &dev, |_| {}).is_err());
 }
 
+/// A stream reset every R pieces scores each run of R pieces as a text of its own (the
+/// context counted from the reset); R = 0, or R past the last piece, is the carried stream.
+#[test]
+fn a_stream_reset_every_r_pieces_is_its_segments_streamed_alone() {
+    use vort_lab::train::stream::{stream_text, stream_text_resetting};
+    let dev = Device::Cpu;
+    let text: Vec<u8> = b"Call me Ishmael. Some years ago, never mind how long precisely; "
+        .iter()
+        .cycle()
+        .take(130)
+        .copied()
+        .collect();
+    for kind in ["vort", "exponential"] {
+        let vm = VarMap::new();
+        let m = Model::seeded(&cfg(kind), 256, 130, 4, &vm, &dev).unwrap();
+        let carried = stream_text(&m, &text, 16, &dev, |_| {}).unwrap();
+        for r in [0, 9, 100] {
+            let same = stream_text_resetting(&m, &text, 16, r, &dev, |_| {}).unwrap();
+            assert!((same.bits - carried.bits).abs() < 1e-9, "{kind} R = {r}");
+        }
+        // R = 2: segments of 32 scored bytes; segment k streams text[32k..=32k+32]
+        let reset = stream_text_resetting(&m, &text, 16, 2, &dev, |_| {}).unwrap();
+        let (mut nats, mut n) = (0.0, 0);
+        for lo in (0..129).step_by(32) {
+            let hi = (lo + 33).min(130);
+            let alone = stream_text(&m, &text[lo..hi], 16, &dev, |_| {}).unwrap();
+            nats += alone.bits * (hi - lo - 1) as f64;
+            n += hi - lo - 1;
+        }
+        assert_eq!(n, 129);
+        let want = nats / n as f64;
+        assert!(
+            (reset.bits - want).abs() < 1e-5,
+            "{kind}: {} vs {want}",
+            reset.bits
+        );
+        assert!(
+            (reset.bits - carried.bits).abs() > 1e-6,
+            "{kind}: the resets change it"
+        );
+        // contexts restart at every reset: none exceeds 32
+        assert!(reset.bins.iter().all(|b| b.lo <= 32), "{:?}", reset.bins);
+    }
+}
+
 /// `Model::step` token by token gives the logits of one training pass, for every memory kind
 /// (the sliding-window softmax too), with a state that does not grow for the retention kinds.
 #[test]

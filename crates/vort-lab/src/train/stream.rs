@@ -75,6 +75,23 @@ pub fn stream_text(
     text: &[u8],
     piece: usize,
     device: &Device,
+    progress: impl FnMut(usize),
+) -> Result<StreamResult, TrainError> {
+    stream_text_resetting(model, text, piece, 0, device, progress)
+}
+
+/// [`stream_text`] with the state reset before every `reset_every`-th piece (0: never), so a
+/// byte's context is the bytes since the last reset (at most `reset_every · piece`); the
+/// context bins count from the last reset. `reset_every = 1` scores every piece on its own.
+///
+/// # Errors
+/// As [`stream_text`].
+pub fn stream_text_resetting(
+    model: &Model,
+    text: &[u8],
+    piece: usize,
+    reset_every: usize,
+    device: &Device,
     mut progress: impl FnMut(usize),
 ) -> Result<StreamResult, TrainError> {
     if piece == 0 || text.len() < 2 {
@@ -105,8 +122,14 @@ pub fn stream_text(
     let mut state = model.new_state();
     let mut state_bytes = Vec::new();
     let mut pieces = Vec::new();
-    let mut start = 0;
+    let (mut start, mut since) = (0, 0); // since: the byte the context starts at
+    let mut pieces_done = 0;
     while start < scored {
+        if reset_every > 0 && pieces_done % reset_every == 0 {
+            state = model.new_state();
+            since = start;
+        }
+        pieces_done += 1;
         let end = (start + piece).min(scored);
         let tokens: Vec<u32> = text[start..end].iter().map(|&b| u32::from(b)).collect();
         let targets: Vec<u32> = text[start + 1..end + 1]
@@ -129,7 +152,7 @@ pub fn stream_text(
         }
         let piece_nats: f64 = picked.iter().map(|&x| -f64::from(x)).sum();
         for (i, &lp) in picked.iter().enumerate() {
-            let context = start + i + 1;
+            let context = start - since + i + 1;
             let bin = (usize::BITS - 1 - context.leading_zeros()) as usize; // floor(log2)
             if sums.len() <= bin {
                 sums.resize(bin + 1, (0, 0.0));

@@ -115,6 +115,10 @@ pub struct StreamRow {
     pub book: String,
     /// What the stream measured.
     pub result: StreamResult,
+    /// The first windows of the book streamed again with the state reset every R windows
+    /// ([`streaming::RESET_PERIODS`]; absent in reports written before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resets: Vec<streaming::ResetPoint>,
 }
 
 /// One memory kind over seeds.

@@ -11,16 +11,70 @@
 
 use std::path::Path;
 
+use serde::{Deserialize, Serialize};
+
 use super::{BooksReport, StreamRow, STREAMED};
 use crate::plot::{panels_plot, Panel, Series};
 use crate::tasks::books::BookCorpus;
 use crate::train::eval::EvalResult;
-use crate::train::stream::stream_text;
+use crate::train::stream::{stream_text, stream_text_resetting, StreamResult};
 use crate::train::RunDir;
 use crate::train::{self, RunConfig, TrainError};
 
 /// File name of the diagnostics figure.
 pub const DIAGNOSTICS_FIGURE: &str = "stream_diagnostics.png";
+
+/// Reset periods of the sweep, in training windows: the state is reset every R windows, so a
+/// byte sees at most R windows of context. R = 1 is the evaluation's window by window.
+pub const RESET_PERIODS: [usize; 4] = [1, 2, 4, 8];
+
+/// Training windows of the book the reset sweep covers (the carried stream's first ones are
+/// its "never" point).
+pub const RESET_SWEEP_WINDOWS: usize = 16;
+
+/// One point of the reset sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResetPoint {
+    /// The state was reset every this many windows (0: never, the carried stream).
+    pub every: usize,
+    /// Scored bytes (the same for every point of a sweep).
+    pub bytes: usize,
+    /// Mean BPC over them.
+    pub bits: f64,
+}
+
+/// The reset sweep over the first [`RESET_SWEEP_WINDOWS`] windows of `text`: BPC with the state
+/// reset every R windows for each R of [`RESET_PERIODS`], then never (the carried stream's
+/// own first pieces, `carried`). Empty when the text is shorter than two windows.
+fn reset_sweep(
+    model: &vort::model::Model,
+    text: &[u8],
+    piece: usize,
+    carried: &StreamResult,
+) -> Result<Vec<ResetPoint>, TrainError> {
+    let windows = RESET_SWEEP_WINDOWS.min((text.len() - 1) / piece);
+    if windows < 2 {
+        return Ok(Vec::new());
+    }
+    let part = &text[..windows * piece + 1];
+    let mut out = Vec::new();
+    for every in RESET_PERIODS.into_iter().filter(|&r| r < windows) {
+        let r = stream_text_resetting(model, part, piece, every, &train::device(), |_| {})?;
+        out.push(ResetPoint {
+            every,
+            bytes: windows * piece,
+            bits: r.bits,
+        });
+    }
+    // never reset: the carried stream's first `windows` pieces (all of `piece` bytes)
+    let first = &carried.pieces[..windows.min(carried.pieces.len())];
+    out.push(ResetPoint {
+        every: 0,
+        bytes: windows * piece,
+        bits: first.iter().map(|p| p.bits).sum::<f64>() / first.len() as f64,
+    });
+    Ok(out)
+}
 
 /// Streams the first test book of `corpus` (at most `max_bytes` of it) through the finished
 /// run of each config in `runs` whose kind is in [`STREAMED`] (`results` aligned with
@@ -53,6 +107,7 @@ pub(super) fn measure(
                 && r.result.bytes == text.len()
                 && r.result.piece == c.task.seq_len
                 && !r.result.pieces.is_empty()
+                && (!r.resets.is_empty() || text.len() <= 2 * c.task.seq_len)
         };
         if let Some(cached) = read_cache(&dir).filter(want) {
             rows.push(cached);
@@ -88,6 +143,11 @@ pub(super) fn measure(
         let result = stream_text(&model, text, c.task.seq_len, &train::device(), |done| {
             bar.set_position(done as u64)
         })?;
+        bar.set_message(format!(
+            "reset sweep over {RESET_SWEEP_WINDOWS} windows through {} seed {}",
+            c.model.mixer, c.seed
+        ));
+        let resets = reset_sweep(&model, text, c.task.seq_len, &result)?;
         bar.finish_and_clear();
         let row = StreamRow {
             memory: c.model.mixer.kind().into(),
@@ -95,6 +155,7 @@ pub(super) fn measure(
             step,
             book: book.title.clone(),
             result,
+            resets,
         };
         let json =
             serde_json::to_string_pretty(&row).map_err(|e| TrainError::Serialise(e.to_string()))?;
@@ -285,6 +346,7 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
     s += "\n![streaming](stream.png)\n\n";
     if rep.streams.iter().any(|r| !r.result.pieces.is_empty()) {
         s += &diagnosis(rep);
+        s += &sweep_table(rep);
         s += &format!("![stream diagnostics]({DIAGNOSTICS_FIGURE})\n\n");
     }
     s
@@ -413,11 +475,7 @@ pub(super) fn diagnostics_figure(rep: &BooksReport, out: &Path) -> Result<(), Tr
     };
     let mut panels = vec![
         panel(
-            &format!(
-                "`{}`: BPC carried minus reset every window, per {}-byte piece (< 0: memory \
-                 beyond one window helps)",
-                runs[0].book, runs[0].result.piece
-            ),
+            "BPC carried minus reset every window, per piece (< 0: memory beyond a window helps)",
             "Δ bits per character",
             false,
             series(&gap),
@@ -444,10 +502,66 @@ pub(super) fn diagnostics_figure(rep: &BooksReport, out: &Path) -> Result<(), Tr
             alpha,
         ));
     }
+    // the sweep, "never" drawn at the sweep's whole length
+    let sweep = series(&|r: &StreamRow| {
+        let windows = r
+            .resets
+            .first()
+            .map_or(0, |p| p.bytes / r.result.piece.max(1));
+        r.resets
+            .iter()
+            .map(|p| {
+                let span = if p.every == 0 { windows } else { p.every };
+                (span as f64, p.bits)
+            })
+            .collect()
+    });
+    panels.push(Panel {
+        title: "the first windows with the state reset every R windows (R = all: never reset)"
+            .into(),
+        x_label: "R, windows of context at most".into(),
+        y_label: "bits per character".into(),
+        log_x: true,
+        log_y: false,
+        series: sweep,
+    });
     panels.retain(|p| !p.series.is_empty());
     if panels.is_empty() {
         return Ok(());
     }
     panels_plot(&out.join(DIAGNOSTICS_FIGURE), &panels)?;
     Ok(())
+}
+
+/// The reset sweep as a table: BPC over the book's first windows with the state reset every R
+/// windows, per streamed run; nothing without a sweep.
+fn sweep_table(rep: &BooksReport) -> String {
+    let Some(first) = rep.streams.iter().find(|r| !r.resets.is_empty()) else {
+        return String::new();
+    };
+    let windows = first.resets[0].bytes / first.result.piece.max(1);
+    let mut s = format!(
+        "Is it the lags the model was never trained on? The first {windows} windows ({} bytes) \
+         streamed with the state reset every R windows, so a byte sees at most R windows of \
+         context (R = 1: window by window; never: the carried stream). If the BPC rises with \
+         R, context beyond the training window hurts.\n\n| memory | seed |",
+        first.resets[0].bytes
+    );
+    for p in &first.resets {
+        s += &match p.every {
+            0 => " never |".to_string(),
+            r => format!(" R = {r} |"),
+        };
+    }
+    s += "\n|---|---|";
+    s += &"---|".repeat(first.resets.len());
+    s += "\n";
+    for r in rep.streams.iter().filter(|r| !r.resets.is_empty()) {
+        s += &format!("| {} | {} |", r.memory, r.seed);
+        for p in &r.resets {
+            s += &format!(" {:.3} |", p.bits);
+        }
+        s += "\n";
+    }
+    s + "\n"
 }

@@ -302,7 +302,8 @@ fn per_seed_table(rep: &BooksReport) -> String {
         let mut runs: Vec<&EvalResult> = rep.runs.iter().filter(|r| r.memory == memory).collect();
         runs.sort_by_key(|r| r.seed);
         for r in runs {
-            let (near, far_bits) = (r.buckets[0].bits(), r.buckets[far].bits());
+            let bucket = |b: usize| r.buckets.get(b).map_or(f64::NAN, LagAccuracy::bits);
+            let (near, far_bits) = (bucket(0), bucket(far));
             let gain = near - far_bits;
             match gains.iter_mut().find(|(m, _)| m == memory) {
                 Some((_, g)) => g.push(gain),

@@ -471,15 +471,20 @@ impl Block {
     /// # Errors
     /// candle errors reading a learned rate.
     pub fn decay_rates(&self) -> Result<Option<Vec<Vec<f64>>>> {
-        let rates = match &self.kind {
+        self.rates()?.map(|r| r.host_rows()).transpose()
+    }
+
+    /// The rates of the memory's nodes (None for softmax): the tables' for the power-law
+    /// kinds, softplus(ρ) for the learned exponential, the fixed ones otherwise.
+    fn rates(&self) -> Result<Option<Rates>> {
+        Ok(Some(match &self.kind {
             KindParams::Vort { tables, .. } | KindParams::PowerLaw { tables } => {
                 Rates::of_tables(tables)?
             }
             KindParams::Exponential { decay_rho } => Rates::Learned(softplus(decay_rho)?),
             KindParams::Retnet { rates } | KindParams::Mixture { rates, .. } => rates.clone(),
             KindParams::Softmax => return Ok(None),
-        };
-        Ok(Some(rates.host_rows()?))
+        }))
     }
 
     /// The certified horizon of the memory's node tables (None for memories without a
@@ -735,36 +740,36 @@ impl Block {
         device: &Device,
     ) -> Result<(Tensor, Rates)> {
         let h = self.cfg.heads;
-        match (&self.kind, &self.cfg.mixer) {
+        let cw = match (&self.kind, &self.cfg.mixer) {
             (KindParams::Vort { tables, .. }, _) => {
                 let a = alpha.ok_or_else(|| VortError::InvalidArgument("no orders".into()))?;
-                Ok((node_weights(a, tables)?, Rates::of_tables(tables)?))
+                node_weights(a, tables)?
             }
             (KindParams::PowerLaw { tables }, Mixer::PowerLaw { alpha, .. }) => {
                 let a = Tensor::full(*alpha as f32, (b, h, t), device)?;
-                Ok((node_weights(&a, tables)?, Rates::of_tables(tables)?))
+                node_weights(&a, tables)?
             }
-            (KindParams::Exponential { decay_rho }, _) => Ok((
-                Tensor::ones((b, h, t, 1), DType::F32, device)?,
-                Rates::Learned(softplus(decay_rho)?),
-            )),
-            (KindParams::Retnet { rates }, _) => Ok((
-                Tensor::ones((b, h, t, 1), DType::F32, device)?,
-                rates.clone(),
-            )),
-            (KindParams::Mixture { logits, rates }, _) => {
+            (KindParams::Exponential { .. } | KindParams::Retnet { .. }, _) => {
+                Tensor::ones((b, h, t, 1), DType::F32, device)?
+            }
+            (KindParams::Mixture { logits, .. }, _) => {
                 let m = logits.dim(1)?;
                 let w = candle_nn::ops::softmax(logits, 1)?;
-                let cw = w
-                    .reshape((1, h, 1, m))?
+                w.reshape((1, h, 1, m))?
                     .broadcast_as((b, h, t, m))?
-                    .contiguous()?;
-                Ok((cw, rates.clone()))
+                    .contiguous()?
             }
-            (KindParams::PowerLaw { .. } | KindParams::Softmax, _) => Err(
-                VortError::InvalidArgument(format!("{} has no node weights", self.cfg.mixer)),
-            ),
-        }
+            (KindParams::PowerLaw { .. } | KindParams::Softmax, _) => {
+                return Err(VortError::InvalidArgument(format!(
+                    "{} has no node weights",
+                    self.cfg.mixer
+                )))
+            }
+        };
+        let rates = self.rates()?.ok_or_else(|| {
+            VortError::InvalidArgument(format!("{} has no node weights", self.cfg.mixer))
+        })?;
+        Ok((cw, rates))
     }
 
     /// Causal softmax attention (full or sliding-window) with a KV cache: q, k (normalised),

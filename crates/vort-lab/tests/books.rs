@@ -619,6 +619,79 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         assert!(r.output.len() >= 400 && r.prompt == rep.samples[0].prompt);
     }
     assert!(md.contains("## Samples") && md.contains(&rep.samples[0].output));
+    // a memory with node tables is streamed again with the tables it was trained with (T = 32
+    // lags, not 2^20): the same pieces, and on the first piece (lags < T) both tables compute
+    // the same kernel to the SOE's ε = 1e-3, so the BPC agrees closely
+    for s in &rep.streams {
+        let Some(t) = &s.at_trained_horizon else {
+            assert_eq!(s.memory, "exponential", "VORT has node tables");
+            continue;
+        };
+        assert_eq!(s.memory, "vort");
+        assert_eq!(
+            (t.bytes, t.piece, t.pieces.len()),
+            (s.result.bytes, 32, s.result.pieces.len())
+        );
+        let (a, b) = (t.pieces[0].bits, s.result.pieces[0].bits);
+        assert!((a - b).abs() < 0.01, "first piece {a} vs {b}");
+        let (mut bits, mut prev) = (0.0, 0);
+        for d in &t.pieces {
+            bits += d.bits * (d.end - prev) as f64;
+            prev = d.end;
+            assert!(d.normaliser.unwrap() > 0.0 && d.alpha.is_some());
+        }
+        assert!((bits / (t.bytes - 1) as f64 - t.bits).abs() < 1e-6);
+        // and tempered by e^(-j/T): every node decays faster from the same inputs (one layer),
+        // with positive node weights and features, so the normaliser's mass is never larger
+        let temp = s.tempered.as_ref().expect("VORT is streamed tempered too");
+        assert_eq!((temp.tau, temp.result.pieces.len()), (32.0, t.pieces.len()));
+        for (a, b) in temp.result.pieces.iter().zip(&t.pieces) {
+            let (ma, mb) = (a.normaliser.unwrap(), b.normaliser.unwrap());
+            assert!(
+                ma > 0.0 && ma <= mb * (1.0 + 1e-6),
+                "piece {}: {ma} > {mb}",
+                a.end
+            );
+        }
+    }
+    assert!(
+        md.contains("Can the stream be fixed without training?"),
+        "{md}"
+    );
+    assert!(md.contains("| vort | 0 | tempered, e^(-j/32) |"), "{md}");
+    // a stream cached before those streams existed is completed, its own numbers kept
+    let cache = out.join("runs/books/vort/seed0/stream.json");
+    let mut old: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cache).unwrap()).unwrap();
+    for variant in ["at_trained_horizon", "tempered"] {
+        old.as_object_mut().unwrap().remove(variant);
+    }
+    std::fs::write(&cache, old.to_string()).unwrap();
+    let again = books::run_plan("test", &runs, &out, 200, Mode::train(false)).unwrap();
+    let (before, after) = (&rep.streams[0], &again.streams[0]);
+    assert_eq!(
+        (&after.result, &after.resets),
+        (&before.result, &before.resets)
+    );
+    let (t0, t1) = (
+        before.at_trained_horizon.as_ref().unwrap(),
+        after.at_trained_horizon.as_ref().unwrap(),
+    );
+    assert_eq!(
+        (&t1.pieces, &t1.bins),
+        (&t0.pieces, &t0.bins),
+        "re-streamed bit for bit"
+    );
+    let (t0, t1) = (
+        &before.tempered.as_ref().unwrap().result,
+        &after.tempered.as_ref().unwrap().result,
+    );
+    assert_eq!(
+        (&t1.pieces, &t1.bins),
+        (&t0.pieces, &t0.bins),
+        "re-streamed bit for bit"
+    );
+    let rep = again;
     let (streams, samples) = (rep.streams.clone(), rep.samples.clone());
     // and their weights are released beside their configs, for `vort eval --run`
     for m in ["vort", "exponential", "softmax"] {

@@ -139,6 +139,27 @@ enum Pass {
     Decode,
 }
 
+/// What a memory with node tables does with a context past its tables' certified horizon.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum PastHorizon {
+    /// Refuse it ([`VortError::BeyondHorizon`]): the SOE approximates the power law only on
+    /// lags 1..=horizon. Rebuild the tables for the stream instead ([`Block::set_horizon`]).
+    #[default]
+    Refuse,
+    /// Weigh those lags by the tables' own tail Σ_n c_n(α) e^(-u_n j): the power law up to the
+    /// horizon, then an exponential fall-off at the slowest node's rate (a tempered power
+    /// law). Its slowest nodes outlast the horizon (a near-flat kernel of α ≈ 1 needs them),
+    /// so this does not bound a carried state's mass.
+    SoeTail,
+    /// Temper the whole kernel by e^(-j/τ), u_n → u_n + 1/τ on every node: K(j) e^(-j/τ) at
+    /// every lag j, bounding the weight of lags far past τ. Changes the kernel within a
+    /// window too (by a factor e^(-j/τ)), so it is another model than the one trained.
+    Tempered {
+        /// The e-folding lag τ > 0.
+        tau: f64,
+    },
+}
+
 /// One VORT (or baseline) block: its parameters come from a [`VarBuilder`] ([`Block::new`]),
 /// seeded ones from [`Block::init`] / [`Block::seeded`].
 pub struct Block {
@@ -152,6 +173,7 @@ pub struct Block {
     scale_k: Tensor, // [H]
     features: Features,
     kind: KindParams,
+    past_horizon: PastHorizon,
 }
 
 /// What each mixer kind adds to the shared projections: its parameters and fixed tables.
@@ -432,6 +454,7 @@ impl Block {
             scale_k,
             features,
             kind,
+            past_horizon: PastHorizon::Refuse,
         })
     }
 
@@ -479,7 +502,20 @@ impl Block {
     fn rates(&self) -> Result<Option<Rates>> {
         Ok(Some(match &self.kind {
             KindParams::Vort { tables, .. } | KindParams::PowerLaw { tables } => {
-                Rates::of_tables(tables)?
+                match (self.past_horizon, Rates::of_tables(tables)?) {
+                    // the same rates, with no horizon for the forms to refuse
+                    (PastHorizon::SoeTail, Rates::Fixed { u, .. }) => {
+                        Rates::Fixed { u, horizon: None }
+                    }
+                    // Σ_n c_n e^(-(u_n + 1/τ) j) = e^(-j/τ) Σ_n c_n e^(-u_n j)
+                    (PastHorizon::Tempered { tau }, Rates::Fixed { u, .. }) => Rates::Fixed {
+                        u: u.iter()
+                            .map(|row| row.iter().map(|&x| x + 1.0 / tau).collect())
+                            .collect(),
+                        horizon: None,
+                    },
+                    (_, rates) => rates,
+                }
             }
             KindParams::Exponential { decay_rho } => Rates::Learned(softplus(decay_rho)?),
             KindParams::Retnet { rates } | KindParams::Mixture { rates, .. } => rates.clone(),
@@ -491,6 +527,21 @@ impl Block {
     /// certified kernel: the exponentials and softmax).
     pub fn horizon(&self) -> Option<u64> {
         self.tables().iter().map(|t| t.horizon).min()
+    }
+
+    /// The longest context the block accepts: its tables' horizon, unless it weighs lags past
+    /// it by the tables' tail ([`PastHorizon::SoeTail`]); None for no limit.
+    pub fn context_limit(&self) -> Option<u64> {
+        match self.past_horizon {
+            PastHorizon::Refuse => self.horizon(),
+            PastHorizon::SoeTail | PastHorizon::Tempered { .. } => None,
+        }
+    }
+
+    /// Sets what the block does with a context past its tables' horizon (default
+    /// [`PastHorizon::Refuse`]); no effect on memories without node tables.
+    pub fn set_past_horizon(&mut self, past: PastHorizon) {
+        self.past_horizon = past;
     }
 
     /// Rebuilds the node tables for another horizon, e.g. [`crate::nodes::STREAM_HORIZON`] to

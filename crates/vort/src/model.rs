@@ -9,7 +9,7 @@
 //! token, in units of ln V (so H_i ∈ [0, 1]); it is trained on next-token prediction of every
 //! position and enters the router as a constant (stop-gradient).
 
-use crate::block::{Block, BlockConfig, BlockState};
+use crate::block::{Block, BlockConfig, BlockState, PastHorizon};
 use crate::features::FeatureMap;
 use crate::mixer::{Mixer, Routing};
 use crate::nodes::{NodeMode, NodeSpec};
@@ -723,6 +723,21 @@ impl Model {
     /// memories without node tables: exponentials, softmax).
     pub fn horizon(&self) -> Option<u64> {
         self.blocks.iter().filter_map(Block::horizon).min()
+    }
+
+    /// The longest context the model accepts (the least of its blocks'
+    /// [`Block::context_limit`]); None for no limit.
+    pub fn context_limit(&self) -> Option<u64> {
+        self.blocks.iter().filter_map(Block::context_limit).min()
+    }
+
+    /// Sets what every block does with a context past its node tables' horizon: refuse it (the
+    /// default) or weigh it by the tables' exponential tail ([`PastHorizon::SoeTail`], to
+    /// stream a model with the tables it was trained with).
+    pub fn set_past_horizon(&mut self, past: PastHorizon) {
+        for blk in &mut self.blocks {
+            blk.set_past_horizon(past);
+        }
     }
 
     /// Rebuilds every block's node tables for `horizon` (e.g. `crate::nodes::STREAM_HORIZON`

@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 use common::*;
 use vort::attention::{causal_softmax, sliding_softmax};
-use vort::block::{Block, BlockConfig, BlockState};
+use vort::block::{Block, BlockConfig, BlockState, PastHorizon};
 use vort::features::{orthogonal_gaussian, FeatureMap, Features};
 use vort::retention::State;
 use vort::retention::{normalise, with_ones};
@@ -778,6 +778,22 @@ fn block_streams_refuse_the_horizon_until_retargeted() {
             ),
             "{e}"
         );
+        // or weighs the lags past it by the tables' own exponential tail: the first piece is
+        // the refusing block's bit for bit, and the stream in two pieces is one 24-token pass
+        assert_eq!(blk.context_limit(), Some(16));
+        let refusing = blk.forward_with_state(&x, None, None).unwrap().y;
+        blk.set_past_horizon(PastHorizon::SoeTail);
+        assert_eq!((blk.horizon(), blk.context_limit()), (Some(16), None));
+        let a = blk.forward_with_state(&x, None, None).unwrap();
+        assert_eq!(to_f64(&a.y), to_f64(&refusing), "{mode:?}");
+        let b = blk.forward_with_state(&x, None, a.state.as_ref()).unwrap();
+        let whole = blk
+            .forward(&Tensor::cat(&[&x, &x], 1).unwrap(), None)
+            .unwrap();
+        let e = rel_rms_tensor(&whole.y, &Tensor::cat(&[&a.y, &b.y], 1).unwrap()).unwrap();
+        assert!(e <= STREAMING_F32_REL, "{mode:?}: pieces vs one pass {e:e}");
+        blk.set_past_horizon(PastHorizon::Refuse);
+        assert!(blk.forward(&long, None).is_err());
         blk.set_horizon(1 << 20).unwrap();
         assert_eq!(blk.horizon(), Some(1 << 20));
         let s1 = blk.forward_with_state(&x, None, None).unwrap().state;

@@ -104,7 +104,7 @@ pub fn stream_text_resetting(
         });
     }
     // refuse up front rather than after hours of streaming (the blocks check it too)
-    if let Some(h) = model.horizon() {
+    if let Some(h) = model.context_limit() {
         let context = (text.len() - 1) as u64;
         if context > h {
             return Err(

@@ -119,6 +119,25 @@ pub struct StreamRow {
     /// ([`streaming::RESET_PERIODS`]; absent in reports written before).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resets: Vec<streaming::ResetPoint>,
+    /// The same book streamed with the node tables the model was trained with, certified to
+    /// the training length only: lags past it fall in the SOE's exponential tail, so the
+    /// state's mass stays bounded. Memories with node tables only (absent for the others and
+    /// in reports written before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_trained_horizon: Option<StreamResult>,
+    /// The same book streamed with every kernel tempered by e^(-j/τ), τ the training length
+    /// ([`vort::block::PastHorizon::Tempered`]). Memories with node tables only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tempered: Option<TemperedStream>,
+}
+
+/// A book streamed with tempered kernels.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TemperedStream {
+    /// The e-folding lag τ.
+    pub tau: f64,
+    /// What the stream measured.
+    pub result: StreamResult,
 }
 
 /// One memory kind over seeds.

@@ -3,7 +3,10 @@
 //! resident state (`stream.png`), and the evidence for why a carried state helps or hurts
 //! against the same book scored window by window with the state reset
 //! (`stream_diagnostics.png`: BPC, the normaliser's mass, α and the share of that mass on
-//! nodes slower than one training window, against position in the book).
+//! nodes slower than one training window, against position in the book). VORT is streamed
+//! twice: with node tables rebuilt for 2^20 lags, and with the tables it was trained with,
+//! whose exponential tail bounds the weight of lags past the training length
+//! ([`vort::block::PastHorizon::SoeTail`]).
 //!
 //! A stream is cached in its run directory (`stream.json`, [`RunDir::stream_path`]) with the
 //! training step of the parameters it streamed, so a report rebuilt from committed runs
@@ -13,7 +16,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{BooksReport, StreamRow, STREAMED};
+use super::{BooksReport, StreamRow, TemperedStream, STREAMED};
 use crate::plot::{panels_plot, Panel, Series};
 use crate::tasks::books::BookCorpus;
 use crate::train::eval::EvalResult;
@@ -99,6 +102,9 @@ pub(super) fn measure(
             continue;
         }
         let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(c)));
+        // a memory with node tables is streamed twice: with its trained tables and with
+        // tables rebuilt for STREAM_HORIZON lags
+        let tabled = c.model.mixer.horizon().is_some();
         let want = |r: &StreamRow| {
             r.memory == c.model.mixer.kind()
                 && r.seed == c.seed
@@ -109,40 +115,85 @@ pub(super) fn measure(
                 && !r.result.pieces.is_empty()
                 && (!r.resets.is_empty() || text.len() <= 2 * c.task.seq_len)
         };
-        if let Some(cached) = read_cache(&dir).filter(want) {
-            rows.push(cached);
+        let cached = read_cache(&dir).filter(want);
+        // a memory with node tables is also streamed with its trained tables and tempered
+        let tau = c.task.seq_len as f64;
+        let complete = |r: &StreamRow| {
+            !tabled
+                || (r.at_trained_horizon.is_some()
+                    && r.tempered.as_ref().is_some_and(|t| t.tau == tau))
+        };
+        if let Some(row) = cached.clone().filter(complete) {
+            rows.push(row);
             continue;
         }
         let (_, mut model, _vm, step) = match dir.load_model() {
             Ok(m) => m,
             Err(err) => {
-                eprintln!(
-                    "warning: {} is not streamed: no stream.json for these bytes and no model \
-                     to stream ({err})",
-                    dir.path().display()
-                );
+                match cached {
+                    Some(row) => rows.push(row),
+                    None => eprintln!(
+                        "warning: {} is not streamed: no stream.json for these bytes and no \
+                         model to stream ({err})",
+                        dir.path().display()
+                    ),
+                }
                 continue;
             }
         };
-        // trained at seq_len; streamed with nodes certified to 2^20 lags (the learned
-        // parameters do not depend on the nodes)
-        model.set_horizon(vort::nodes::STREAM_HORIZON)?;
         let bar = if progress {
             indicatif::ProgressBar::new(text.len() as u64)
         } else {
             indicatif::ProgressBar::hidden()
         };
-        bar.set_message(format!(
-            "streaming {} through {} seed {}",
-            book.title, c.model.mixer, c.seed
-        ));
         bar.set_style(
             indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} bytes {eta} {msg}")
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
-        let result = stream_text(&model, text, c.task.seq_len, &train::device(), |done| {
-            bar.set_position(done as u64)
-        })?;
+        let stream = |model: &vort::model::Model, kernel: &str| {
+            bar.reset();
+            bar.set_message(format!(
+                "streaming {} through {} seed {} ({kernel})",
+                book.title, c.model.mixer, c.seed
+            ));
+            stream_text(model, text, c.task.seq_len, &train::device(), |done| {
+                bar.set_position(done as u64)
+            })
+        };
+        // what a cache of the same parameters already has is kept, bit for bit
+        let have = cached.filter(|r| r.step == step);
+        let mut at_trained_horizon = have.as_ref().and_then(|r| r.at_trained_horizon.clone());
+        let mut tempered = have
+            .as_ref()
+            .and_then(|r| r.tempered.clone())
+            .filter(|t| t.tau == tau);
+        if tabled {
+            use vort::block::PastHorizon;
+            if at_trained_horizon.is_none() {
+                // the tables it was trained with (the config's horizon, resolved to seq_len),
+                // their own tail weighing the lags past it
+                model.set_past_horizon(PastHorizon::SoeTail);
+                at_trained_horizon = Some(stream(&model, "trained node tables")?);
+            }
+            if tempered.is_none() {
+                model.set_past_horizon(PastHorizon::Tempered { tau });
+                let result = stream(&model, "tempered kernels")?;
+                tempered = Some(TemperedStream { tau, result });
+            }
+            model.set_past_horizon(PastHorizon::Refuse);
+        }
+        if let Some(mut row) = have {
+            bar.finish_and_clear();
+            row.at_trained_horizon = at_trained_horizon;
+            row.tempered = tempered;
+            write_cache(&dir, &row)?;
+            rows.push(row);
+            continue;
+        }
+        // trained at seq_len; streamed with nodes certified to 2^20 lags (the learned
+        // parameters do not depend on the nodes)
+        model.set_horizon(vort::nodes::STREAM_HORIZON)?;
+        let result = stream(&model, "2^20-lag node tables")?;
         bar.set_message(format!(
             "reset sweep over {RESET_SWEEP_WINDOWS} windows through {} seed {}",
             c.model.mixer, c.seed
@@ -156,13 +207,20 @@ pub(super) fn measure(
             book: book.title.clone(),
             result,
             resets,
+            at_trained_horizon,
+            tempered,
         };
-        let json =
-            serde_json::to_string_pretty(&row).map_err(|e| TrainError::Serialise(e.to_string()))?;
-        train::checkpoint::write_atomic(&dir.stream_path(), json.as_bytes())?;
+        write_cache(&dir, &row)?;
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// Writes a run's stream cache (`stream.json`) through the atomic writer.
+fn write_cache(dir: &RunDir, row: &StreamRow) -> Result<(), TrainError> {
+    let json =
+        serde_json::to_string_pretty(row).map_err(|e| TrainError::Serialise(e.to_string()))?;
+    train::checkpoint::write_atomic(&dir.stream_path(), json.as_bytes())
 }
 
 /// The cached stream of a run, if one was written and parses.
@@ -310,24 +368,7 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
             }
         };
         let sb = &r.result.state_bytes;
-        let reset = rep
-            .runs
-            .iter()
-            .filter(|e| e.memory == r.memory && e.seed == r.seed)
-            .flat_map(|e| e.per_book.iter().filter(|b| b.label == r.book))
-            .next();
-        let (windowed, diff) = match reset {
-            // the same bytes only when the stream covered the whole book
-            Some(b) => (
-                format!("{:.3} ({} bytes)", b.bits(), b.n),
-                if r.result.bytes + 1 >= b.n {
-                    format!("{:+.3}", r.result.bits - b.bits())
-                } else {
-                    "n/a (part of the book)".into()
-                },
-            ),
-            None => ("n/a".into(), "n/a".into()),
-        };
+        let (windowed, diff) = reset_columns(rep, r, &r.result);
         s += &format!(
             "| {} | {} | {} | {} | {} | {:.3} | {} | {} | {} / {} | {:.0} |\n",
             r.memory,
@@ -344,12 +385,97 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
         );
     }
     s += "\n![streaming](stream.png)\n\n";
+    s += &kernel_variants_table(rep);
     if rep.streams.iter().any(|r| !r.result.pieces.is_empty()) {
         s += &diagnosis(rep);
         s += &sweep_table(rep);
         s += &format!("![stream diagnostics]({DIAGNOSTICS_FIGURE})\n\n");
     }
     s
+}
+
+/// The "reset every window" and "carried − reset" cells of a stream of `r`'s run: its BPC on
+/// the streamed book scored window by window, and `carried`'s BPC minus it (only when the
+/// stream covered the whole book, else the bytes differ).
+fn reset_columns(rep: &BooksReport, r: &StreamRow, carried: &StreamResult) -> (String, String) {
+    let reset = rep
+        .runs
+        .iter()
+        .filter(|e| e.memory == r.memory && e.seed == r.seed)
+        .flat_map(|e| e.per_book.iter().filter(|b| b.label == r.book))
+        .next();
+    match reset {
+        Some(b) => (
+            format!("{:.3} ({} bytes)", b.bits(), b.n),
+            if carried.bytes + 1 >= b.n {
+                format!("{:+.3}", carried.bits - b.bits())
+            } else {
+                "n/a (part of the book)".into()
+            },
+        ),
+        None => ("n/a".into(), "n/a".into()),
+    }
+}
+
+/// The streams of a run with another kernel past the training length, labelled: the trained
+/// node tables' own tail, then the tempered kernel (empty for memories without node tables).
+fn kernel_variants(r: &StreamRow) -> Vec<(String, &StreamResult)> {
+    let mut v = Vec::new();
+    if let Some(t) = &r.at_trained_horizon {
+        v.push(("trained node tables' tail".to_string(), t));
+    }
+    if let Some(t) = &r.tempered {
+        v.push((format!("tempered, e^(-j/{})", t.tau), &t.result));
+    }
+    v
+}
+
+/// The book streamed with the kernel changed past the training length, beside the 2^20-lag
+/// stream and the reset windows; nothing when no stream has such a variant.
+fn kernel_variants_table(rep: &BooksReport) -> String {
+    let runs: Vec<&StreamRow> = rep
+        .streams
+        .iter()
+        .filter(|r| !kernel_variants(r).is_empty())
+        .collect();
+    let Some(first) = runs.first() else {
+        return String::new();
+    };
+    let mut s = format!(
+        "Can the stream be fixed without training? The same book streamed again by the same \
+         parameters with two other kernels past the training length T = {}: (a) the node \
+         tables the model was trained with, not rebuilt for 2^20 lags, their own tail Σ_n \
+         c_n e^(-u_n j) weighing the lags past T (its slowest nodes outlast T, since a \
+         near-flat kernel of α ≈ 1 needs them); (b) every kernel tempered by e^(-j/T), which \
+         bounds the weight of lags far past T but also lowers the in-window weights (by up \
+         to e^(-1) at lag T), so it is another model than the one trained and scored. Reset \
+         is the evaluation's window-by-window score of the trained model.\n\n| memory | seed \
+         | kernel | carried | same book, reset every window | carried − reset | mass after \
+         one window → end |\n|---|---|---|---|---|---|---|\n",
+        first.result.piece
+    );
+    let mass = |x: &StreamResult| match (x.pieces.first(), x.pieces.last()) {
+        (Some(a), Some(b)) => match (a.normaliser, b.normaliser) {
+            (Some(a), Some(b)) => format!("{a:.1} → {b:.1}"),
+            _ => "n/a".into(),
+        },
+        _ => "n/a".into(),
+    };
+    for r in runs {
+        let all = std::iter::once(("power law, 2^20-lag node tables".to_string(), &r.result))
+            .chain(kernel_variants(r));
+        for (label, x) in all {
+            let (windowed, diff) = reset_columns(rep, r, x);
+            s += &format!(
+                "| {} | {} | {label} | {:.3} | {windowed} | {diff} | {} |\n",
+                r.memory,
+                r.seed,
+                x.bits,
+                mass(x),
+            );
+        }
+    }
+    s + "\n"
 }
 
 /// `stream.png`: BPC against context and the resident state while streaming, a line per
@@ -420,6 +546,23 @@ fn run_series(r: &StreamRow, pts: Vec<(f64, f64)>) -> Series {
     s.with_color(color)
 }
 
+/// The points one panel draws for one stream of a run.
+type PointsOf<'a> = &'a dyn Fn(&StreamRow, &StreamResult) -> Vec<(f64, f64)>;
+
+/// The `i`-th kernel variant of a run's stream: named by its label, in a colour after the
+/// memories' own.
+fn variant_series(r: &StreamRow, i: usize, label: &str, pts: Vec<(f64, f64)>) -> Series {
+    let name = format!("{} seed {}, {label}", r.memory, r.seed);
+    let color =
+        STREAMED.len() * (i + 1) + STREAMED.iter().position(|m| *m == r.memory).unwrap_or(0);
+    let s = if r.seed == 0 {
+        Series::line(name, pts)
+    } else {
+        Series::dashed(name, pts)
+    };
+    s.with_color(color)
+}
+
 /// `stream_diagnostics.png`: against position in the book, per streamed run, the BPC of each
 /// carried piece minus the same bytes' BPC with the state reset every window, the normaliser's
 /// mass, its slow share and the mean α; nothing without piece diagnostics.
@@ -450,10 +593,10 @@ pub(super) fn diagnostics_figure(rep: &BooksReport, out: &Path) -> Result<(), Tr
     };
     // carried minus reset, piece by window: the reset window whose centre is nearest the
     // piece's centre (pieces of T bytes, windows of T + 1)
-    let gap = |r: &StreamRow| -> Vec<(f64, f64)> {
+    let gap_of = |r: &StreamRow, stream: &StreamResult| -> Vec<(f64, f64)> {
         let w = reset_windows(rep, r);
-        let half = r.result.piece as f64 / 2.0;
-        r.result
+        let half = stream.piece as f64 / 2.0;
+        stream
             .pieces
             .iter()
             .filter_map(|p| {
@@ -463,6 +606,26 @@ pub(super) fn diagnostics_figure(rep: &BooksReport, out: &Path) -> Result<(), Tr
                     .filter(|(x, _)| (x - centre).abs() <= half)
                     .map(|(_, b)| (p.end as f64, p.bits - b))
             })
+            .collect()
+    };
+    let gap = |r: &StreamRow| gap_of(r, &r.result);
+    // the streams with other kernels past the training length, beside the 2^20-lag ones
+    let variants = |f: PointsOf| -> Vec<Series> {
+        runs.iter()
+            .flat_map(|r| {
+                kernel_variants(r)
+                    .into_iter()
+                    .enumerate()
+                    .map(move |(i, (label, x))| (r, i, label, f(r, x)))
+            })
+            .filter(|(_, _, _, pts)| !pts.is_empty())
+            .map(|(r, i, label, pts)| variant_series(r, i, &label, pts))
+            .collect()
+    };
+    let mass_of = |_: &StreamRow, t: &StreamResult| -> Vec<(f64, f64)> {
+        t.pieces
+            .iter()
+            .filter_map(|p| p.normaliser.map(|v| (p.end as f64, v)))
             .collect()
     };
     let panel = |title: &str, y: &str, log_y: bool, series: Vec<Series>| Panel {
@@ -478,13 +641,13 @@ pub(super) fn diagnostics_figure(rep: &BooksReport, out: &Path) -> Result<(), Tr
             "BPC carried minus reset every window, per piece (< 0: memory beyond a window helps)",
             "Δ bits per character",
             false,
-            series(&gap),
+            [series(&gap), variants(&gap_of)].concat(),
         ),
         panel(
             "the retention state's normaliser mass Σ_n Σ_f G_n[f, D] (mean over layers, heads)",
             "mass",
             true,
-            series(&of(|p| p.normaliser)),
+            [series(&of(|p| p.normaliser)), variants(&mass_of)].concat(),
         ),
         panel(
             "share of that mass on nodes slower than one training window (1/u_n > T)",

@@ -396,7 +396,8 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
 
 /// The "reset every window" and "carried − reset" cells of a stream of `r`'s run: its BPC on
 /// the streamed book scored window by window, and `carried`'s BPC minus it (only when the
-/// stream covered the whole book, else the bytes differ).
+/// stream spans the scored windows, to within one window's tail the windows do not tile;
+/// else the bytes differ).
 fn reset_columns(rep: &BooksReport, r: &StreamRow, carried: &StreamResult) -> (String, String) {
     let reset = rep
         .runs
@@ -407,10 +408,14 @@ fn reset_columns(rep: &BooksReport, r: &StreamRow, carried: &StreamResult) -> (S
     match reset {
         Some(b) => (
             format!("{:.3} ({} bytes)", b.bits(), b.n),
-            if carried.bytes + 1 >= b.n {
+            if carried
+                .bytes
+                .abs_diff(b.n / carried.piece.max(1) * (carried.piece + 1))
+                <= carried.piece
+            {
                 format!("{:+.3}", carried.bits - b.bits())
             } else {
-                "n/a (part of the book)".into()
+                "n/a (other bytes)".into()
             },
         ),
         None => ("n/a".into(), "n/a".into()),

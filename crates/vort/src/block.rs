@@ -530,7 +530,7 @@ impl Block {
     }
 
     /// The longest context the block accepts: its tables' horizon, unless it weighs lags past
-    /// it by the tables' tail ([`PastHorizon::SoeTail`]); None for no limit.
+    /// it by the tables' tail or tempers its kernel ([`PastHorizon`]); None for no limit.
     pub fn context_limit(&self) -> Option<u64> {
         match self.past_horizon {
             PastHorizon::Refuse => self.horizon(),
@@ -540,8 +540,19 @@ impl Block {
 
     /// Sets what the block does with a context past its tables' horizon (default
     /// [`PastHorizon::Refuse`]); no effect on memories without node tables.
-    pub fn set_past_horizon(&mut self, past: PastHorizon) {
+    ///
+    /// # Errors
+    /// [`VortError::InvalidArgument`] for a τ that is not finite and > 0.
+    pub fn set_past_horizon(&mut self, past: PastHorizon) -> Result<()> {
+        if let PastHorizon::Tempered { tau } = past {
+            if !(tau.is_finite() && tau > 0.0) {
+                return Err(VortError::InvalidArgument(format!(
+                    "tempering lag τ = {tau}: must be finite and > 0"
+                )));
+            }
+        }
         self.past_horizon = past;
+        Ok(())
     }
 
     /// Rebuilds the node tables for another horizon, e.g. [`crate::nodes::STREAM_HORIZON`] to

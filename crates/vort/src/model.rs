@@ -732,12 +732,17 @@ impl Model {
     }
 
     /// Sets what every block does with a context past its node tables' horizon: refuse it (the
-    /// default) or weigh it by the tables' exponential tail ([`PastHorizon::SoeTail`], to
-    /// stream a model with the tables it was trained with).
-    pub fn set_past_horizon(&mut self, past: PastHorizon) {
+    /// default), weigh it by the tables' exponential tail ([`PastHorizon::SoeTail`], to
+    /// stream a model with the tables it was trained with), or temper every kernel by
+    /// e^(-j/τ) ([`PastHorizon::Tempered`]).
+    ///
+    /// # Errors
+    /// A τ that is not finite and > 0 (no block is changed).
+    pub fn set_past_horizon(&mut self, past: PastHorizon) -> Result<(), ModelError> {
         for blk in &mut self.blocks {
-            blk.set_past_horizon(past);
+            blk.set_past_horizon(past)?;
         }
+        Ok(())
     }
 
     /// Rebuilds every block's node tables for `horizon` (e.g. `crate::nodes::STREAM_HORIZON`

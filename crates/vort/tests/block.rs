@@ -782,7 +782,7 @@ fn block_streams_refuse_the_horizon_until_retargeted() {
         // the refusing block's bit for bit, and the stream in two pieces is one 24-token pass
         assert_eq!(blk.context_limit(), Some(16));
         let refusing = blk.forward_with_state(&x, None, None).unwrap().y;
-        blk.set_past_horizon(PastHorizon::SoeTail);
+        blk.set_past_horizon(PastHorizon::SoeTail).unwrap();
         assert_eq!((blk.horizon(), blk.context_limit()), (Some(16), None));
         let a = blk.forward_with_state(&x, None, None).unwrap();
         assert_eq!(to_f64(&a.y), to_f64(&refusing), "{mode:?}");
@@ -792,7 +792,13 @@ fn block_streams_refuse_the_horizon_until_retargeted() {
             .unwrap();
         let e = rel_rms_tensor(&whole.y, &Tensor::cat(&[&a.y, &b.y], 1).unwrap()).unwrap();
         assert!(e <= STREAMING_F32_REL, "{mode:?}: pieces vs one pass {e:e}");
-        blk.set_past_horizon(PastHorizon::Refuse);
+        for tau in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(matches!(
+                blk.set_past_horizon(PastHorizon::Tempered { tau }),
+                Err(VortError::InvalidArgument(_))
+            ));
+        }
+        blk.set_past_horizon(PastHorizon::Refuse).unwrap();
         assert!(blk.forward(&long, None).is_err());
         blk.set_horizon(1 << 20).unwrap();
         assert_eq!(blk.horizon(), Some(1 << 20));

@@ -172,15 +172,15 @@ pub(super) fn measure(
             if at_trained_horizon.is_none() {
                 // the tables it was trained with (the config's horizon, resolved to seq_len),
                 // their own tail weighing the lags past it
-                model.set_past_horizon(PastHorizon::SoeTail);
+                model.set_past_horizon(PastHorizon::SoeTail)?;
                 at_trained_horizon = Some(stream(&model, "trained node tables")?);
             }
             if tempered.is_none() {
-                model.set_past_horizon(PastHorizon::Tempered { tau });
+                model.set_past_horizon(PastHorizon::Tempered { tau })?;
                 let result = stream(&model, "tempered kernels")?;
                 tempered = Some(TemperedStream { tau, result });
             }
-            model.set_past_horizon(PastHorizon::Refuse);
+            model.set_past_horizon(PastHorizon::Refuse)?;
         }
         if let Some(mut row) = have {
             bar.finish_and_clear();

@@ -3,10 +3,11 @@
 //! resident state (`stream.png`), and the evidence for why a carried state helps or hurts
 //! against the same book scored window by window with the state reset
 //! (`stream_diagnostics.png`: BPC, the normaliser's mass, α and the share of that mass on
-//! nodes slower than one training window, against position in the book). VORT is streamed
-//! twice: with node tables rebuilt for 2^20 lags, and with the tables it was trained with,
-//! whose exponential tail bounds the weight of lags past the training length
-//! ([`vort::block::PastHorizon::SoeTail`]).
+//! nodes slower than one training window, against position in the book). A memory with node
+//! tables (VORT) is streamed three ways: with tables rebuilt for 2^20 lags, with the tables it
+//! was trained with and their own tail past the training length
+//! ([`vort::block::PastHorizon::SoeTail`]), and with every kernel tempered by e^(-j/T)
+//! ([`vort::block::PastHorizon::Tempered`]).
 //!
 //! A stream is cached in its run directory (`stream.json`, [`RunDir::stream_path`]) with the
 //! training step of the parameters it streamed, so a report rebuilt from committed runs
@@ -102,8 +103,6 @@ pub(super) fn measure(
             continue;
         }
         let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(c)));
-        // a memory with node tables is streamed twice: with its trained tables and with
-        // tables rebuilt for STREAM_HORIZON lags
         let tabled = c.model.mixer.horizon().is_some();
         let want = |r: &StreamRow| {
             r.memory == c.model.mixer.kind()
@@ -116,7 +115,8 @@ pub(super) fn measure(
                 && (!r.resets.is_empty() || text.len() <= 2 * c.task.seq_len)
         };
         let cached = read_cache(&dir).filter(want);
-        // a memory with node tables is also streamed with its trained tables and tempered
+        // a memory with node tables is also streamed with its trained tables, and tempered at
+        // τ = the training length
         let tau = c.task.seq_len as f64;
         let complete = |r: &StreamRow| {
             !tabled

@@ -491,6 +491,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
                 *window = 8;
             }
             c.train.steps = 3;
+            c.train.log_every = 1;
             c.train.eval_sequences = 2;
             c
         })
@@ -505,6 +506,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         "alpha_by_class_books.png",
         "stream.png",
         "bpc_vs_compressors.png",
+        "training_curves.png",
         "manifest.json",
         "lexicon_sources.json",
     ] {
@@ -526,6 +528,21 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     ] {
         assert!(md.contains(m), "{m}: {md}");
     }
+    // every run's training curve is its own metrics: 3 steps, a tenth each, in bits per byte
+    assert_eq!(rep.curves.len(), 3);
+    for (c, r) in runs.iter().zip(&rep.curves) {
+        assert_eq!((r.memory.as_str(), r.steps), (c.model.mixer.kind(), 3));
+        let logged =
+            vort_lab::train::RunDir::new(out.join(format!("runs/books/{}/seed0", r.memory)))
+                .metrics();
+        let bits: Vec<(u64, f64)> = logged
+            .iter()
+            .map(|m| (m.step, m.task_loss / std::f64::consts::LN_2))
+            .collect();
+        assert_eq!(r.tenths, bits, "{}", r.memory);
+        assert!(r.late_slope.is_none(), "one step in the last 30% of 3");
+    }
+    assert!(md.contains("## Training curves"), "{md}");
     // every window is also scored on its own, and the windows add up to the buckets
     for r in &rep.runs {
         assert_eq!(r.per_window.len(), 2, "{}", r.memory);

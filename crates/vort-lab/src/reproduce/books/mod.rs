@@ -3,20 +3,22 @@
 //! against context, and the learned orders α on entity, function-word and other bytes.
 //!
 //! Output directory: `report.md`, `results.json`, `manifest.json` and `lexicon_sources.json`
-//! (the data measured on), `bpc_vs_context.png`, `alpha_by_class_books.png`, `stream.png` (a
-//! test book streamed with the state carried across pieces: BPC against context far beyond the
-//! training length, and the resident state), and `runs/books/<memory>/seed<k>/` (config,
-//! metrics, checkpoint, eval). Finished runs are reused and interrupted ones resumed, as for
-//! the synthetic reproduction.
+//! (the data measured on), `bpc_vs_context.png`, `alpha_by_class_books.png`,
+//! `training_curves.png`, `stream.png` (a test book streamed with the state carried across
+//! pieces: BPC against context far beyond the training length, and the resident state), and
+//! `runs/books/<memory>/seed<k>/` (config, metrics, checkpoint, eval). Finished runs are
+//! reused and interrupted ones resumed, as for the synthetic reproduction.
 //!
 //! The report is cut by claim, a file per section: BPC by context with the verdicts
 //! (`context.rs`), the compressors on the same bytes and `bpc_vs_compressors.png`
-//! (`anchors.rs`), the learned orders (`alpha.rs`), the streamed book (`streaming.rs`) and
-//! the seed-0 models' samples (`samples.rs`).
+//! (`anchors.rs`), the training curves and `training_curves.png` (`curves.rs`), the learned
+//! orders (`alpha.rs`), the streamed book (`streaming.rs`) and the seed-0 models' samples
+//! (`samples.rs`).
 
 mod alpha;
 pub mod anchors;
 mod context;
+pub mod curves;
 pub mod samples;
 pub mod streaming;
 
@@ -188,6 +190,9 @@ pub struct BooksReport {
     /// Compressors on the scored test bytes ([`anchors`]; absent in files written before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anchors: Option<anchors::Anchors>,
+    /// Every finished run's training curve ([`curves`]; absent in files written before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub curves: Vec<curves::CurveRow>,
 }
 
 /// Runs the books reproduction of `scale` on `data_dir` into `out_dir`.
@@ -264,6 +269,7 @@ pub fn run_plan(
         )?),
         _ => None,
     };
+    let curves = curves::measure(&trained.configs, out_dir);
     let measured = Measured {
         results: trained.results,
         tps: trained.tokens_per_s,
@@ -273,6 +279,7 @@ pub fn run_plan(
         streams,
         samples,
         anchors,
+        curves,
     };
     write_report(label, runs, measured, t0, out_dir)
 }
@@ -295,6 +302,8 @@ struct Measured {
     samples: Vec<samples::SampleRow>,
     /// The compressor anchors.
     anchors: Option<anchors::Anchors>,
+    /// Every finished run's training curve.
+    curves: Vec<curves::CurveRow>,
 }
 
 /// Writes the figures, results.json and report.md of what `runs` measured into `out_dir`
@@ -310,6 +319,7 @@ fn write_report(
     context::figure(&m.results, out_dir)?;
     streaming::figure(&m.streams, out_dir)?;
     alpha::figure(&m.results, out_dir)?;
+    curves::figure(&m.curves, out_dir)?;
     let stripped = m
         .results
         .into_iter()
@@ -327,6 +337,7 @@ fn write_report(
         pending: m.pending,
         wall_s: t0.elapsed().as_secs_f64(),
         anchors: m.anchors,
+        curves: m.curves,
     };
     anchors::report_figure(&report, out_dir)?;
     streaming::diagnostics_figure(&report, out_dir)?;
@@ -411,6 +422,7 @@ fn markdown(rep: &BooksReport, runs: &[RunConfig]) -> String {
     let mut s = intro(rep, runs);
     s += &context::markdown(rep);
     s += &anchors::report_markdown(rep);
+    s += &curves::markdown(rep);
     s += &alpha::markdown(rep);
     s += &streaming::markdown(rep);
     s += &samples::markdown(rep);

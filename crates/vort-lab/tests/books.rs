@@ -433,8 +433,21 @@ fn a_tiny_books_run_trains_and_reports_bpc_by_context() {
     c.train.warmup_steps = 5;
     c.train.checkpoint_every = 60;
     c.train.eval_sequences = 4;
+    // held-out BPC during training, on the validation books (never the test books)
+    c.train.eval_every = 30;
+    c.train.val_sequences = 1_000_000;
     let run = fresh_dir("run");
     let s = train::run_with(&c, &run, false, &RunOptions::default()).unwrap();
+    let checks: Vec<(u64, f64)> = train::RunDir::new(&run)
+        .metrics()
+        .iter()
+        .filter_map(|m| Some((m.step, m.val_loss?)))
+        .collect();
+    assert_eq!(checks.iter().map(|c| c.0).collect::<Vec<_>>(), [30, 60]);
+    assert!(
+        checks.iter().all(|c| c.1.is_finite() && c.1 > 0.0) && checks[1].1 < checks[0].1,
+        "validation loss should fall between steps 30 and 60: {checks:?}"
+    );
     let e = s.eval.unwrap();
     assert_eq!(e.task, "books");
     let labels: Vec<&str> = e.buckets.iter().map(|b| b.label.as_str()).collect();
@@ -493,6 +506,11 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
             c.train.steps = 3;
             c.train.log_every = 1;
             c.train.eval_sequences = 2;
+            // VORT is validated at every step: its held-out curve joins the report
+            if m == "vort" {
+                c.train.eval_every = 1;
+                c.train.val_sequences = 2;
+            }
             c
         })
         .collect();
@@ -541,8 +559,19 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
             .collect();
         assert_eq!(r.tenths, bits, "{}", r.memory);
         assert!(r.late_slope.is_none(), "one step in the last 30% of 3");
+        let held_out: Vec<(u64, f64)> = logged
+            .iter()
+            .filter_map(|m| Some((m.step, m.val_loss? / std::f64::consts::LN_2)))
+            .collect();
+        let checks = if r.memory == "vort" { 3 } else { 0 };
+        assert_eq!(held_out.len(), checks, "{}", r.memory);
+        assert_eq!(r.held_out, held_out, "{}", r.memory);
     }
     assert!(md.contains("## Training curves"), "{md}");
+    assert!(
+        md.contains("Held-out curve") && md.contains("| vort | 0 | ") && md.contains(" step 3 |"),
+        "{md}"
+    );
     // every window is also scored on its own, and the windows add up to the buckets
     for r in &rep.runs {
         assert_eq!(r.per_window.len(), 2, "{}", r.memory);

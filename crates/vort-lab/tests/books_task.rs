@@ -26,6 +26,10 @@ fn corpus(t: usize) -> BookCorpus {
             TaggedBook::new("b".into(), text(1000, 2), &lex),
         ],
         vec![
+            TaggedBook::new("v".into(), text(250, 5), &lex),
+            TaggedBook::new("w".into(), text(400, 6), &lex),
+        ],
+        vec![
             TaggedBook::new("c".into(), text(700, 3), &lex),
             TaggedBook::new("d".into(), text(300, 4), &lex),
         ],
@@ -38,7 +42,7 @@ fn corpus(t: usize) -> BookCorpus {
 fn windows_are_next_byte_prediction_with_context_lags() {
     let t = 64;
     let c = corpus(t);
-    for stream in [Stream::Train, Stream::Eval] {
+    for stream in [Stream::Train, Stream::Eval, Stream::Valid] {
         for i in 0..20 {
             let s = c.sample(t, 7, stream, i);
             assert_eq!(s.tokens.len(), t);
@@ -118,15 +122,44 @@ fn training_windows_are_uniform_over_window_starts() {
 #[test]
 fn a_split_without_a_long_enough_book_is_refused() {
     let lex = lexicon();
-    let err = BookCorpus::from_books(
-        vec![TaggedBook::new("a".into(), text(3000, 1), &lex)],
-        vec![TaggedBook::new("c".into(), text(100, 3), &lex)],
-        128,
-    )
-    .unwrap_err();
+    let book = |name: &str, n: usize| vec![TaggedBook::new(name.into(), text(n, 1), &lex)];
+    let err =
+        BookCorpus::from_books(book("a", 3000), book("v", 300), book("c", 100), 128).unwrap_err();
     assert!(
         matches!(err, TaskError::Data(ref m) if m.contains("test")),
         "{err}"
+    );
+    let err =
+        BookCorpus::from_books(book("a", 3000), book("v", 100), book("c", 300), 128).unwrap_err();
+    assert!(
+        matches!(err, TaskError::Data(ref m) if m.contains("validation")),
+        "{err}"
+    );
+}
+
+#[test]
+fn validation_windows_tile_the_validation_books_and_never_a_test_byte() {
+    let t = 99; // windows of 100 bytes: 2 in book v (250 B), 4 in book w (400 B)
+    let c = corpus(t);
+    assert_eq!(c.valid_windows(t), 6);
+    let books = [text(250, 5), text(400, 6)];
+    for i in 0..6u64 {
+        let s = c.sample(t, 0, Stream::Valid, i);
+        let (b, k) = if i < 2 { (0, i) } else { (1, i - 2) };
+        let start = k as usize * (t + 1);
+        let want: Vec<u32> = books[b][start..start + t]
+            .iter()
+            .map(|&x| u32::from(x))
+            .collect();
+        assert_eq!(s.tokens, want, "window {i}");
+        assert_eq!(c.valid_book(t, i), ["v", "w"][b]);
+        // the books differ in their salt digit: a validation window holds no test book's
+        let bytes: Vec<u8> = s.tokens.iter().map(|&x| x as u8).collect();
+        assert!(!bytes.windows(5).any(|w| w == b"day 3" || w == b"day 4"));
+    }
+    assert_eq!(
+        c.sample(t, 0, Stream::Valid, 6),
+        c.sample(t, 0, Stream::Valid, 0)
     );
 }
 
@@ -154,7 +187,7 @@ fn evaluation_scores_each_test_window_once_and_by_book() {
     cfg.model.features = 8;
     cfg.model.chunk = 16;
     let source = Source::Books(cfg.task.clone(), Arc::new(corpus(t)));
-    assert_eq!(source.eval_len(), Some(10));
+    assert_eq!((source.eval_len(), source.valid_len()), (Some(10), Some(6)));
     let dev = candle_core::Device::Cpu;
     let vm = candle_nn::VarMap::new();
     let model = Model::seeded(&cfg.model, 256, t, 0, &vm, &dev).unwrap();
@@ -179,6 +212,10 @@ fn evaluation_scores_each_test_window_once_and_by_book() {
         let pooled: f64 = r.per_book.iter().map(|b| b.nll * b.n as f64).sum::<f64>() / bytes as f64;
         assert!((pooled - r.loss).abs() < 1e-9, "{pooled} vs {}", r.loss);
     }
+    // validation (`train.eval_every`) scores the validation books' windows, by their titles
+    let r = eval::evaluate_stream(&model, &source, &cfg, 0, Stream::Valid, 6, None, &dev).unwrap();
+    let by_book: Vec<(&str, usize)> = r.per_book.iter().map(|b| (b.label.as_str(), b.n)).collect();
+    assert_eq!(by_book, vec![("v", 2 * t), ("w", 4 * t)]);
 }
 
 #[test]

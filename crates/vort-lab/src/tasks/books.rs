@@ -11,6 +11,8 @@
 //!   function of (seed, index) like the synthetic tasks, so resume stays exact.
 //! - Evaluation windows: the test books cut into consecutive non-overlapping windows, in
 //!   manifest order; index i is window i (mod their number).
+//! - Validation windows (`train.eval_every`): the validation books, cut the same way, so a
+//!   held-out score during training never reads a test byte.
 //!
 //! Each byte carries the class of the word it belongs to (entity, function word, other; see
 //! [`crate::data::lexicon`]): entities feed the router's entity-probe loss and the α analysis.
@@ -45,15 +47,16 @@ impl TaggedBook {
     }
 }
 
-/// Training and test books, loaded and tagged once per run.
+/// Training, validation and test books, loaded and tagged once per run.
 #[derive(Debug, Clone)]
 pub struct BookCorpus {
     train: Vec<TaggedBook>,
+    valid: Vec<TaggedBook>,
     test: Vec<TaggedBook>,
 }
 
 impl BookCorpus {
-    /// Loads the train and test splits written by `vort data fetch books` into
+    /// Loads the three splits written by `vort data fetch books` into
     /// `cfg.data_dir` (verified against its manifest) and tags them with its lexicon.
     ///
     /// # Errors
@@ -70,7 +73,12 @@ impl BookCorpus {
                 .map(|b| TaggedBook::new(b.title, b.bytes, &lex))
                 .collect())
         };
-        BookCorpus::from_books(load(Split::Train)?, load(Split::Test)?, cfg.seq_len)
+        BookCorpus::from_books(
+            load(Split::Train)?,
+            load(Split::Validation)?,
+            load(Split::Test)?,
+            cfg.seq_len,
+        )
     }
 
     /// A corpus from tagged books; every split needs at least one book of T + 1 bytes.
@@ -79,17 +87,18 @@ impl BookCorpus {
     /// [`TaskError::Data`] when a split has no book long enough for one window.
     pub fn from_books(
         train: Vec<TaggedBook>,
+        valid: Vec<TaggedBook>,
         test: Vec<TaggedBook>,
         seq_len: usize,
     ) -> Result<BookCorpus, TaskError> {
-        for (name, books) in [("train", &train), ("test", &test)] {
+        for (name, books) in [("train", &train), ("validation", &valid), ("test", &test)] {
             if !books.iter().any(|b| b.bytes.len() > seq_len) {
                 return Err(TaskError::Data(format!(
                     "no {name} book has more than seq_len = {seq_len} bytes"
                 )));
             }
         }
-        Ok(BookCorpus { train, test })
+        Ok(BookCorpus { train, valid, test })
     }
 
     /// The test books, in manifest order.
@@ -117,6 +126,20 @@ impl BookCorpus {
         eval_window(&lens, seq_len, index)
     }
 
+    /// (validation book, start byte) of validation window `index` (wrapping around).
+    fn valid_window(&self, seq_len: usize, index: u64) -> (usize, usize) {
+        let lens: Vec<usize> = self.valid.iter().map(|b| b.bytes.len()).collect();
+        eval_window(&lens, seq_len, index)
+    }
+
+    /// Number of non-overlapping validation windows of `seq_len + 1` bytes.
+    pub fn valid_windows(&self, seq_len: usize) -> usize {
+        self.valid
+            .iter()
+            .map(|b| b.bytes.len() / (seq_len + 1))
+            .sum()
+    }
+
     /// What the evaluation of `n_seq` windows scores ([`scored_bytes`]) on these test books.
     pub fn scored_bytes(&self, seq_len: usize, n_seq: usize) -> Vec<(String, Vec<u8>)> {
         let books: Vec<(&str, &[u8])> = self
@@ -130,6 +153,11 @@ impl BookCorpus {
     /// Title of the test book that evaluation window `index` comes from.
     pub fn eval_book(&self, seq_len: usize, index: u64) -> &str {
         &self.test[self.eval_window(seq_len, index).0].title
+    }
+
+    /// Title of the validation book that validation window `index` comes from.
+    pub fn valid_book(&self, seq_len: usize, index: u64) -> &str {
+        &self.valid[self.valid_window(seq_len, index).0].title
     }
 
     /// Window `index` of `stream` (T = `seq_len`) under `seed`.
@@ -152,10 +180,15 @@ impl BookCorpus {
                 }
                 (&self.train[k], r as usize)
             }
-            // books have no validation split of their own: validation reads test windows
-            Stream::Eval | Stream::Valid => {
+            Stream::Eval => {
                 let (k, start) = self.eval_window(seq_len, index);
                 (&self.test[k], start)
+            }
+            // the validation books, tiled as the test books are: model selection and early
+            // stopping never see a test byte
+            Stream::Valid => {
+                let (k, start) = self.valid_window(seq_len, index);
+                (&self.valid[k], start)
             }
         };
         let win = &book.bytes[start..start + w];

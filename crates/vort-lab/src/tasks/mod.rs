@@ -645,12 +645,23 @@ impl Source {
         }
     }
 
-    /// Which part of the held-out data sequence `index` belongs to: the test book's title,
-    /// `None` for the synthetic tasks.
-    pub fn eval_group(&self, index: u64) -> Option<&str> {
+    /// How many distinct validation sequences there are: the books' validation windows;
+    /// `None` for the synthetic tasks (generated without end, or a test file's sequences,
+    /// Zoology's convention, taken as `train.val_sequences` asks).
+    pub fn valid_len(&self) -> Option<usize> {
         match self {
             Source::Synthetic { .. } => None,
-            Source::Books(c, corpus) => Some(corpus.eval_book(c.seq_len, index)),
+            Source::Books(c, corpus) => Some(corpus.valid_windows(c.seq_len)),
+        }
+    }
+
+    /// Which part of the held-out data sequence `index` of `stream` belongs to: the test or
+    /// validation book's title, `None` for the synthetic tasks (and for training sequences).
+    pub fn eval_group(&self, stream: Stream, index: u64) -> Option<&str> {
+        match (self, stream) {
+            (Source::Books(c, corpus), Stream::Eval) => Some(corpus.eval_book(c.seq_len, index)),
+            (Source::Books(c, corpus), Stream::Valid) => Some(corpus.valid_book(c.seq_len, index)),
+            _ => None,
         }
     }
 

@@ -406,10 +406,10 @@ pub fn evaluate_stream(
                 nll[k]
             )));
         }
-        // the group (test book) of each sequence of the batch
+        // the group (test or validation book) of each sequence of the batch
         let groups: Vec<Option<usize>> = (0..b)
             .map(|i| {
-                source.eval_group((done + i) as u64).map(|g| {
+                source.eval_group(stream, (done + i) as u64).map(|g| {
                     match group_tally.iter().position(|(name, _)| name == g) {
                         Some(j) => j,
                         None => {

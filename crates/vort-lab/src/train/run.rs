@@ -62,6 +62,19 @@ pub struct Metrics {
     /// Accuracy on the validation stream (steps where it was scored, `train.eval_every`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_acc: Option<f64>,
+    /// Mean cross-entropy (nats) over the validation stream's answer positions, at the same
+    /// steps as `val_acc`; books: / ln 2 = held-out bits per byte on the validation books.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_loss: Option<f64>,
+}
+
+/// The validation part of a progress line: " val ACC loss NATS" at the steps it was scored.
+fn val_text(m: &Metrics) -> String {
+    match (m.val_acc, m.val_loss) {
+        (Some(a), Some(l)) => format!(" val {a:.3} loss {l:.4}"),
+        (Some(a), None) => format!(" val {a:.3}"),
+        _ => String::new(),
+    }
 }
 
 /// Trains the run in `run_dir` (created if needed) with default options (progress bar on,
@@ -310,17 +323,23 @@ fn run_locked(
         let mut m = tr.train_step(&dev)?;
         m.tokens_per_s = tokens_per_step / ts.elapsed().as_secs_f64();
         if t.eval_every > 0 && tr.step % t.eval_every == 0 {
+            // books: the validation books' windows, each scored once however many are asked
+            let n_val = tr
+                .source
+                .valid_len()
+                .map_or(t.val_sequences, |n| n.min(t.val_sequences));
             let v = eval::evaluate_stream(
                 &tr.model,
                 &tr.source,
                 config,
                 tr.step,
                 Stream::Valid,
-                t.val_sequences,
+                n_val,
                 None,
                 &dev,
             )?;
             m.val_acc = Some(v.accuracy);
+            m.val_loss = Some(v.loss);
             if t.early_stop_accuracy > 0.0 && v.accuracy >= t.early_stop_accuracy {
                 // Zoology's rule: the run is finished at this step (the cosine schedule is
                 // the one of the full run, cut short)
@@ -335,7 +354,7 @@ fn run_locked(
             "loss {:.4} acc {:.3}{} {:.0} tok/s",
             m.loss,
             m.acc,
-            m.val_acc.map_or(String::new(), |v| format!(" val {v:.3}")),
+            val_text(&m),
             m.tokens_per_s
         ));
         if plain_log && (tr.step % config.train.log_every == 0 || tr.step == end) {
@@ -349,7 +368,7 @@ fn run_locked(
                 end,
                 m.loss,
                 m.acc,
-                m.val_acc.map_or(String::new(), |v| format!(" val {v:.3}")),
+                val_text(&m),
                 m.tokens_per_s,
                 eta
             );

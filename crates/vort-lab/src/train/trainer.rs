@@ -216,6 +216,7 @@ pub fn optimizer_step(
         tokens_per_s: 0.0,
         elapsed_s: 0.0,
         val_acc: None,
+        val_loss: None,
     })
 }
 

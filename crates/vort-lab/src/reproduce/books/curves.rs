@@ -5,6 +5,9 @@
 //!
 //! The slope is what says whether a longer run would help: under the cosine schedule the rate
 //! is near its floor there, so a slope still well below zero means the run stopped early.
+//! At batch 1 it is noisy (which windows came last), so a run with `train.eval_every` also
+//! gets its held-out curve: BPC on the validation books at each check (`val_loss`), a table
+//! and a second panel.
 
 use std::path::Path;
 
@@ -18,6 +21,8 @@ use crate::train::{self, RunConfig, TrainError};
 const PARTS: u64 = 10;
 /// Parts of a run per point of the figure.
 const FIGURE_PARTS: u64 = 50;
+/// Most held-out checks shown as table columns (the last always among them).
+const HELD_OUT_COLUMNS: usize = 10;
 /// The share of the run at its end over which the late slope is fitted.
 const LATE_SHARE: f64 = 0.3;
 
@@ -38,6 +43,10 @@ pub struct CurveRow {
     pub late_slope: Option<f64>,
     /// Finer means for the figure: (last step of the part, bits), per fiftieth of the run.
     pub fine: Vec<(u64, f64)>,
+    /// Held-out curve: (step, bits per byte on the validation books) at every validation
+    /// check of the run (`train.eval_every`); empty without checks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_out: Vec<(u64, f64)>,
 }
 
 /// Reads the curve of every run in `configs` (finished runs, in plan order) from its
@@ -47,13 +56,18 @@ pub(super) fn measure(configs: &[RunConfig], out_dir: &Path) -> Vec<CurveRow> {
         .iter()
         .filter_map(|c| {
             let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(c)));
+            let metrics = dir.metrics();
             // (step, bits per byte) of every logged step
-            let pts: Vec<(u64, f64)> = dir
-                .metrics()
+            let pts: Vec<(u64, f64)> = metrics
                 .iter()
                 .map(|m| (m.step, m.task_loss / std::f64::consts::LN_2))
                 .collect();
+            let held_out: Vec<(u64, f64)> = metrics
+                .iter()
+                .filter_map(|m| Some((m.step, m.val_loss? / std::f64::consts::LN_2)))
+                .collect();
             curve(c.model.mixer.kind(), c.seed, c.train.steps, &pts)
+                .map(|r| CurveRow { held_out, ..r })
         })
         .collect()
 }
@@ -77,6 +91,7 @@ pub fn curve(memory: &str, seed: u64, steps: u64, pts: &[(u64, f64)]) -> Option<
         tenths: part_means(steps, PARTS, pts),
         late_slope: slope(&late).map(|s| 100.0 * s),
         fine: part_means(steps, FIGURE_PARTS, pts),
+        held_out: Vec::new(),
     })
 }
 
@@ -154,7 +169,48 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
             r.late_slope.map_or("n/a".into(), |v| format!("{v:+.3}"))
         );
     }
-    s + "\n![training curves](training_curves.png)\n\n"
+    s + &held_out_markdown(&rep.curves) + "\n![training curves](training_curves.png)\n\n"
+}
+
+/// The held-out table: a row per run with checks, its validation BPC at (at most
+/// [`HELD_OUT_COLUMNS`] of) the check steps of the first such run, the last included; empty
+/// when no run was validated during training.
+fn held_out_markdown(curves: &[CurveRow]) -> String {
+    let Some(first) = curves.iter().find(|r| !r.held_out.is_empty()) else {
+        return String::new();
+    };
+    let n = first.held_out.len();
+    let every = n.div_ceil(HELD_OUT_COLUMNS).max(1);
+    // every k-th check counted back from the last, so the last check is always shown
+    let mut cols: Vec<u64> = (0..n)
+        .rev()
+        .step_by(every)
+        .map(|i| first.held_out[i].0)
+        .collect();
+    cols.reverse();
+    let mut s = String::from(
+        "\nHeld-out curve: bits per byte on the validation books (never a test byte), scored \
+         during training at the steps below (`val_loss` in `metrics.jsonl`, / ln 2), each \
+         validation window once. Unlike the training loss it is the same bytes at every \
+         check, so it shows whether a longer run would still gain.\n\n| memory | seed |",
+    );
+    for c in &cols {
+        s += &format!(" step {c} |");
+    }
+    s += "\n|---|---|";
+    s += &"---|".repeat(cols.len());
+    s += "\n";
+    for r in curves.iter().filter(|r| !r.held_out.is_empty()) {
+        s += &format!("| {} | {} |", r.memory, r.seed);
+        for c in &cols {
+            match r.held_out.iter().find(|p| p.0 == *c) {
+                Some(p) => s += &format!(" {:.3} |", p.1),
+                None => s += " |",
+            }
+        }
+        s += "\n";
+    }
+    s
 }
 
 /// `training_curves.png`: every run's training loss against step (per fiftieth of the run,
@@ -164,6 +220,20 @@ pub(super) fn figure(curves: &[CurveRow], out: &Path) -> Result<(), TrainError> 
     if curves.is_empty() {
         return Ok(());
     }
+    // one series per run: memory by colour, seed 0 solid
+    let series_of = |r: &CurveRow, pts: Vec<(f64, f64)>| {
+        let name = format!("{} seed {}", r.memory, r.seed);
+        let color = crate::reproduce::KINDS
+            .iter()
+            .position(|m| *m == r.memory)
+            .unwrap_or(0);
+        let s = if r.seed == 0 {
+            Series::line(name, pts)
+        } else {
+            Series::dashed(name, pts)
+        };
+        s.with_color(color)
+    };
     let series = curves
         .iter()
         .map(|r| {
@@ -174,32 +244,38 @@ pub(super) fn figure(curves: &[CurveRow], out: &Path) -> Result<(), TrainError> 
                 .filter(|p| p.0 > from)
                 .map(|&(s, b)| (s as f64, b))
                 .collect();
-            let name = format!("{} seed {}", r.memory, r.seed);
-            let color = crate::reproduce::KINDS
-                .iter()
-                .position(|m| *m == r.memory)
-                .unwrap_or(0);
-            let s = if r.seed == 0 {
-                Series::line(name, pts)
-            } else {
-                Series::dashed(name, pts)
-            };
-            s.with_color(color)
+            series_of(r, pts)
         })
         .collect();
-    panels_plot(
-        &out.join("training_curves.png"),
-        &[Panel {
-            title: "books: training loss (task cross-entropy on the training windows), \
-                    mean per fiftieth of the run"
-                .into(),
+    let mut panels = vec![Panel {
+        title: "books: training loss (task cross-entropy on the training windows), \
+                mean per fiftieth of the run"
+            .into(),
+        x_label: "step".into(),
+        y_label: "bits per byte".into(),
+        log_x: false,
+        log_y: false,
+        series,
+    }];
+    let held_out: Vec<Series> = curves
+        .iter()
+        .filter(|r| !r.held_out.is_empty())
+        .map(|r| {
+            let pts = r.held_out.iter().map(|&(s, b)| (s as f64, b)).collect();
+            series_of(r, pts)
+        })
+        .collect();
+    if !held_out.is_empty() {
+        panels.push(Panel {
+            title: "books: held-out BPC on the validation books, at each check".into(),
             x_label: "step".into(),
             y_label: "bits per byte".into(),
             log_x: false,
             log_y: false,
-            series,
-        }],
-    )?;
+            series: held_out,
+        });
+    }
+    panels_plot(&out.join("training_curves.png"), &panels)?;
     Ok(())
 }
 
@@ -227,5 +303,32 @@ mod tests {
             .unwrap()
             .late_slope
             .is_none());
+    }
+
+    #[test]
+    fn the_held_out_table_shows_at_most_ten_checks_and_always_the_last() {
+        let row = |memory: &str, checks: u64| CurveRow {
+            held_out: (1..=checks)
+                .map(|i| (10 * i, 3.0 - 0.01 * i as f64))
+                .collect(),
+            ..curve(memory, 0, 250, &[(1, 3.0)]).unwrap()
+        };
+        // no run validated: no section, so reports of such runs are unchanged
+        assert_eq!(held_out_markdown(&[row("vort", 0)]), "");
+        // 25 checks: every 3rd counted back from the last, steps 10..250
+        let md = held_out_markdown(&[row("exponential", 0), row("vort", 25)]);
+        let header = md.lines().find(|l| l.starts_with("| memory")).unwrap();
+        let steps: Vec<&str> = header.split(" step ").skip(1).collect();
+        assert_eq!(steps.len(), 9, "{header}");
+        assert!(
+            header.ends_with(" step 250 |") && header.contains(" step 10 |"),
+            "{header}"
+        );
+        // the row of the validated run only, its last check at 3 - 0.25
+        assert!(
+            md.contains("| vort | 0 |") && !md.contains("| exponential |"),
+            "{md}"
+        );
+        assert!(md.trim_end().ends_with(" 2.750 |"), "{md}");
     }
 }

@@ -211,3 +211,35 @@ fn the_d256_preset_contains_the_standalone_d256_run() {
     exp.model.mixer = single.model.mixer.clone();
     assert_eq!(exp, single);
 }
+
+/// The d256-long preset is the d256 preset's VORT and exponential seed 0 trained for 3000
+/// steps with validation checks, and nothing else changed (so its runs compare with d256's).
+#[test]
+fn the_d256_long_preset_is_d256_for_longer_with_validation() {
+    use vort_lab::reproduce::preset::Preset;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/books");
+    let runs = |file: &str| {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        Preset::from_toml(&text, file)
+            .unwrap()
+            .unswept_runs()
+            .unwrap()
+    };
+    let (short, long) = (runs("d256.toml"), runs("d256-long.toml"));
+    let kinds: Vec<(&str, u64)> = long
+        .iter()
+        .map(|c| (c.model.mixer.kind(), c.seed))
+        .collect();
+    assert_eq!(kinds, [("vort", 0), ("exponential", 0)]);
+    for (l, s) in long.iter().zip([&short[0], &short[3]]) {
+        assert_eq!(
+            (l.train.steps, l.train.eval_every, l.train.val_sequences),
+            (3000, 250, 32)
+        );
+        let mut l = l.clone();
+        l.train.steps = s.train.steps;
+        l.train.eval_every = s.train.eval_every;
+        l.train.val_sequences = s.train.val_sequences;
+        assert_eq!(&l, s, "{}", s.model.mixer.kind());
+    }
+}

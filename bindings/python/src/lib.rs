@@ -816,6 +816,36 @@ impl PyModel {
         guarded(py, move || Ok(lock(model).set_horizon(h)?))
     }
 
+    /// set_past_horizon(mode, tau=None): what the memory does with a context past its node
+    /// tables' horizon, as `Model::set_past_horizon` in Rust: "refuse" (the default), "soe-tail"
+    /// (the tables' own exponential tail weighs those lags) or "tempered" (every kernel times
+    /// e^(-j/tau), u_n -> u_n + 1/tau, within the horizon too: the books report's stream that
+    /// beats the reset, at tau = the training length). Start new states afterwards. A no-op
+    /// without node tables.
+    #[pyo3(signature = (mode, tau = None))]
+    fn set_past_horizon(&self, py: Python<'_>, mode: &str, tau: Option<f64>) -> PyResult<()> {
+        use vort::block::PastHorizon;
+        let past = match (mode, tau) {
+            ("refuse", None) => PastHorizon::Refuse,
+            ("soe-tail", None) => PastHorizon::SoeTail,
+            ("tempered", Some(tau)) => PastHorizon::Tempered { tau },
+            ("tempered", None) => {
+                return Err(input("set_past_horizon(\"tempered\") needs tau > 0").into())
+            }
+            ("refuse" | "soe-tail", Some(_)) => {
+                return Err(input(format!("tau is for \"tempered\" only, not {mode:?}")).into())
+            }
+            (other, _) => {
+                return Err(input(format!(
+                    "past-horizon mode {other:?} is not one of refuse, soe-tail, tempered"
+                ))
+                .into())
+            }
+        };
+        let model = &self.model;
+        guarded(py, move || Ok(lock(model).set_past_horizon(past)?))
+    }
+
     /// generate(prompt, n, temperature=1.0, seed=0) -> bytes
     ///
     /// Samples n bytes after `prompt` from a books model, as `vort generate` does (the same

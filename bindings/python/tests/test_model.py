@@ -95,3 +95,46 @@ def test_load_errors_are_value_errors_with_the_cli_message(cli, runs, tmp_path):
     with pytest.raises(ValueError) as e:
         m.generate(b"It was", 10)
     assert "generate needs a books model" in str(e.value)
+
+
+def test_past_horizon_modes_stream_past_the_tables(runs):
+    """set_past_horizon: the tiny VORT run's tables end at 32 lags. Refused past them by
+    default; the tables' own tail continues the trained kernel; tempering by e^(-j/tau) tends
+    to that tail as tau grows, and changes the in-window logits at a small tau."""
+    m = vort.load(runs("vort-shared-full"))
+    assert m.horizon == 32
+    tokens = (np.arange(40) * 7) % 48
+
+    def stream():
+        state, out = m.state(), []
+        for tok in tokens:
+            lg, state = m.step(int(tok), state)
+            out.append(lg)
+        return np.stack(out)
+
+    with pytest.raises(ValueError, match="horizon"):
+        stream()
+    m.set_past_horizon("soe-tail")
+    tail = stream()
+    assert tail.shape == (40, 48) and np.isfinite(tail).all()
+    # within the horizon it is the trained model: the training forward's logits
+    full = m.logits(tokens[:32])
+    assert float(np.abs(tail[:32] - full).max() / np.abs(full).max()) < 1e-4
+    m.set_past_horizon("tempered", tau=1e9)
+    np.testing.assert_allclose(stream(), tail, rtol=1e-4, atol=1e-4)
+    m.set_past_horizon("tempered", tau=4.0)
+    tempered = stream()
+    assert np.isfinite(tempered).all()
+    assert float(np.abs(tempered[8:32] - full[8:32]).max()) > 1e-3
+    m.set_past_horizon("refuse")
+    with pytest.raises(ValueError, match="horizon"):
+        stream()
+    for args, kw, msg in [
+        (("tempered",), {}, "needs tau"),
+        (("refuse",), {"tau": 8.0}, "tempered"),
+        (("forever",), {}, "not one of"),
+        (("tempered",), {"tau": 0.0}, "finite and > 0"),
+        (("tempered",), {"tau": float("nan")}, "finite and > 0"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            m.set_past_horizon(*args, **kw)

@@ -111,6 +111,8 @@ class Model:
         """Logits [V] after feeding ``token``, and the new state (``state`` is unchanged)."""
     def set_horizon(self, horizon: _Count) -> None:
         """Rebuilds the node tables for lags 1..=horizon."""
+    def set_past_horizon(self, mode: str, tau: Optional[float] = None) -> None:
+        """Past the tables' horizon: "refuse" (default), "soe-tail", or "tempered" (needs tau)."""
     def generate(
         self, prompt: bytes, n: int, temperature: float = 1.0, seed: int = 0
     ) -> bytes:

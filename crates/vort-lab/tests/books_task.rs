@@ -18,6 +18,15 @@ fn text(n: usize, salt: u8) -> Vec<u8> {
     base.bytes().cycle().take(n).collect()
 }
 
+/// The tokens of window `k` of `book` cut into consecutive windows of `t + 1` bytes.
+fn window_tokens(book: &[u8], k: u64, t: usize) -> Vec<u32> {
+    let start = k as usize * (t + 1);
+    book[start..start + t]
+        .iter()
+        .map(|&x| u32::from(x))
+        .collect()
+}
+
 fn corpus(t: usize) -> BookCorpus {
     let lex = lexicon();
     BookCorpus::from_books(
@@ -73,27 +82,26 @@ fn class_flags_follow_the_lexicon() {
     assert!(s.entity.iter().any(|&e| e) && s.function.iter().any(|&f| f));
 }
 
+/// Window i of `stream` is the i-th window of `t + 1` bytes of `books`, book by book, and the
+/// index wraps around after the last.
+fn assert_windows_tile(c: &BookCorpus, stream: Stream, books: &[Vec<u8>], t: usize) {
+    let windows: Vec<Vec<u32>> = books
+        .iter()
+        .flat_map(|b| (0..(b.len() / (t + 1)) as u64).map(move |k| window_tokens(b, k, t)))
+        .collect();
+    for (i, want) in windows.iter().enumerate() {
+        assert_eq!(&c.sample(t, 0, stream, i as u64).tokens, want, "window {i}");
+    }
+    let n = windows.len() as u64;
+    assert_eq!(c.sample(t, 0, stream, n), c.sample(t, 0, stream, 0));
+}
+
 #[test]
 fn eval_windows_tile_the_test_books_without_overlap() {
     let t = 99; // windows of 100 bytes: 7 in book c (700 B), 3 in book d (300 B)
     let c = corpus(t);
     assert_eq!(c.test_windows(t), 10);
-    let books = [text(700, 3), text(300, 4)];
-    for i in 0..10u64 {
-        let s = c.sample(t, 0, Stream::Eval, i);
-        let (b, k) = if i < 7 { (0, i) } else { (1, i - 7) };
-        let start = k as usize * (t + 1);
-        let want: Vec<u32> = books[b][start..start + t]
-            .iter()
-            .map(|&x| u32::from(x))
-            .collect();
-        assert_eq!(s.tokens, want, "window {i}");
-    }
-    // index wraps around
-    assert_eq!(
-        c.sample(t, 0, Stream::Eval, 10),
-        c.sample(t, 0, Stream::Eval, 0)
-    );
+    assert_windows_tile(&c, Stream::Eval, &[text(700, 3), text(300, 4)], t);
 }
 
 #[test]
@@ -142,25 +150,14 @@ fn validation_windows_tile_the_validation_books_and_never_a_test_byte() {
     let t = 99; // windows of 100 bytes: 2 in book v (250 B), 4 in book w (400 B)
     let c = corpus(t);
     assert_eq!(c.valid_windows(t), 6);
-    let books = [text(250, 5), text(400, 6)];
+    assert_windows_tile(&c, Stream::Valid, &[text(250, 5), text(400, 6)], t);
     for i in 0..6u64 {
-        let s = c.sample(t, 0, Stream::Valid, i);
-        let (b, k) = if i < 2 { (0, i) } else { (1, i - 2) };
-        let start = k as usize * (t + 1);
-        let want: Vec<u32> = books[b][start..start + t]
-            .iter()
-            .map(|&x| u32::from(x))
-            .collect();
-        assert_eq!(s.tokens, want, "window {i}");
-        assert_eq!(c.valid_book(t, i), ["v", "w"][b]);
+        assert_eq!(c.valid_book(t, i), if i < 2 { "v" } else { "w" });
         // the books differ in their salt digit: a validation window holds no test book's
+        let s = c.sample(t, 0, Stream::Valid, i);
         let bytes: Vec<u8> = s.tokens.iter().map(|&x| x as u8).collect();
         assert!(!bytes.windows(5).any(|w| w == b"day 3" || w == b"day 4"));
     }
-    assert_eq!(
-        c.sample(t, 0, Stream::Valid, 6),
-        c.sample(t, 0, Stream::Valid, 0)
-    );
 }
 
 #[test]

@@ -128,6 +128,7 @@ MIXERS = {
         mlp_mult=0,
     ),
     "vort-fixed": dict(mixer='kind = "vort"\nrouting = { fixed = { alpha = 0.6 } }', token_shift="true", short_conv=3, mlp_mult=1),
+    "vort-learned": dict(mixer='kind = "vort"\nrouting = "learned"\nrouter_bias_init = 0.5', token_shift="false", short_conv=4, mlp_mult=0),
     "vort-entropy-elu": dict(mixer='kind = "vort"\nrouting = "entropy-only"', token_shift="true", short_conv=0, mlp_mult=1, feature_map="elu"),
     "power-law-taylor": dict(mixer='kind = "power-law"\nalpha = 0.7', token_shift="false", short_conv=2, mlp_mult=1, feature_map="taylor"),
     "exponential": dict(mixer='kind = "exponential"', token_shift="true", short_conv=4, mlp_mult=0),

@@ -118,19 +118,26 @@ pub struct BlockOutput {
     pub state: Option<BlockState>,
 }
 
+/// The learned router: α = δ + (1-δ) σ(z) with z = c (a learned order per head) plus, for the
+/// per-token routings, the terms of [`TokenSignals`].
 struct Router {
-    probe: Tensor, // [Dm, 1]
-    g: Tensor,     // [Dm, H]
-    a: Tensor,     // [H]
-    b: Tensor,     // [H]
-    c: Tensor,     // [H]
+    signals: Option<TokenSignals>, // None: Routing::Learned
+    c: Tensor,                     // [H]
     delta: f64,
     routing: Routing,
 }
 
+/// The per-token terms of the router, a·e - b·H + g·h (docs/DESIGN.md §2).
+struct TokenSignals {
+    probe: Tensor, // [Dm, 1]
+    g: Tensor,     // [Dm, H]
+    a: Tensor,     // [H]
+    b: Tensor,     // [H]
+}
+
 /// Which pass [`Block::run`] makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Pass {
+pub(crate) enum Pass {
     /// Training forward from an empty state (no state returned).
     Train,
     /// Streaming pieces, state carried (fused or chunked form).
@@ -305,10 +312,12 @@ impl Block {
                 router_bias_init,
                 ..
             } if routing.learned() => {
-                init_param(vm, &p("router.probe"), probe_init)?;
-                init_param(vm, &p("router.g"), g_init)?;
-                init_param(vm, &p("router.a"), full(1.0, h)?)?;
-                init_param(vm, &p("router.b"), full(1.0, h)?)?;
+                if *routing != Routing::Learned {
+                    init_param(vm, &p("router.probe"), probe_init)?;
+                    init_param(vm, &p("router.g"), g_init)?;
+                    init_param(vm, &p("router.a"), full(1.0, h)?)?;
+                    init_param(vm, &p("router.b"), full(1.0, h)?)?;
+                }
                 init_param(vm, &p("router.c"), full(*router_bias_init, h)?)?;
             }
             Mixer::Exponential => {
@@ -378,25 +387,34 @@ impl Block {
         let kind = match &cfg.mixer {
             Mixer::Vort { nodes, routing, .. } => {
                 let tables = vec![nodes.build()?];
-                let delta = &nodes.delta;
-                let mut router = None;
-                if let Routing::Fixed { alpha } = routing {
-                    if !(*delta..=1.0).contains(alpha) {
+                let delta = nodes.delta;
+                for (name, alpha) in routing.rule_orders() {
+                    if !(delta..=1.0).contains(&alpha) {
                         return Err(VortError::InvalidArgument(format!(
-                            "fixed order {alpha} is outside [δ = {delta}, 1]"
+                            "{name} {alpha} is outside [δ = {delta}, 1]"
                         )));
                     }
-                } else {
-                    router = Some(Router {
-                        probe: get(&[dm, 1], "router.probe")?,
-                        g: get(&[dm, h], "router.g")?,
-                        a: get(&[h], "router.a")?,
-                        b: get(&[h], "router.b")?,
-                        c: get(&[h], "router.c")?,
-                        delta: *delta,
-                        routing: *routing,
-                    });
                 }
+                let router = if routing.learned() {
+                    let signals = if *routing == Routing::Learned {
+                        None
+                    } else {
+                        Some(TokenSignals {
+                            probe: get(&[dm, 1], "router.probe")?,
+                            g: get(&[dm, h], "router.g")?,
+                            a: get(&[h], "router.a")?,
+                            b: get(&[h], "router.b")?,
+                        })
+                    };
+                    Some(Router {
+                        signals,
+                        c: get(&[h], "router.c")?,
+                        delta,
+                        routing: *routing,
+                    })
+                } else {
+                    None
+                };
                 KindParams::Vort { tables, router }
             }
             Mixer::PowerLaw {
@@ -610,23 +628,70 @@ impl Block {
         crate::ops::qk_norm(z, scale)
     }
 
-    /// Orders α [B, H, T] and entity logits [B, T] from x [B, T, Dm] and entropy [B, T].
+    /// The oracle's orders α [B, H, T]: `entity` where `marks` [B, T] is >= 0.5, `other`
+    /// elsewhere ([`Routing::Oracle`]).
+    fn oracle_orders(
+        &self,
+        marks: Option<&Tensor>,
+        (b, t): (usize, usize),
+        entity: f64,
+        other: f64,
+    ) -> Result<Tensor> {
+        let m = marks.ok_or_else(|| {
+            VortError::InvalidArgument(
+                "oracle routing needs the memorable marks [B, T] of every token \
+                 (Model::forward_marked); this call has none"
+                    .into(),
+            )
+        })?;
+        if m.dims() != [b, t] {
+            return Err(VortError::Shape {
+                name: "marks".into(),
+                got: m.dims().to_vec(),
+                expected: format!("[{b}, {t}]"),
+            });
+        }
+        let h = self.cfg.heads;
+        let dev = m.device();
+        let marked = m
+            .to_dtype(DType::F32)?
+            .ge(0.5)?
+            .reshape((b, 1, t))?
+            .broadcast_as((b, h, t))?;
+        let full = |v: f64| Tensor::full(v as f32, (b, h, t), dev);
+        Ok(marked.where_cond(&full(entity)?, &full(other)?)?)
+    }
+
+    /// Orders α [B, H, T] and entity logits [B, T] from x [B, T, Dm], entropy [B, T] and the
+    /// memorable marks [B, T] (read by oracle routing only).
     fn route(
         &self,
         x: &Tensor,
         entropy: Option<&Tensor>,
+        marks: Option<&Tensor>,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let (b, t, dm) = x.dims3()?;
         let h = self.cfg.heads;
-        if let Mixer::Vort {
-            routing: Routing::Fixed { alpha },
-            ..
-        } = &self.cfg.mixer
-        {
-            return Ok((
-                Some(Tensor::full(*alpha as f32, (b, h, t), x.device())?),
-                None,
-            ));
+        match &self.cfg.mixer {
+            Mixer::Vort {
+                routing: Routing::Fixed { alpha },
+                ..
+            } => {
+                return Ok((
+                    Some(Tensor::full(*alpha as f32, (b, h, t), x.device())?),
+                    None,
+                ))
+            }
+            Mixer::Vort {
+                routing: Routing::Oracle { entity, other },
+                ..
+            } => {
+                return Ok((
+                    Some(self.oracle_orders(marks, (b, t), *entity, *other)?),
+                    None,
+                ))
+            }
+            _ => {}
         }
         let KindParams::Vort {
             router: Some(r), ..
@@ -634,15 +699,25 @@ impl Block {
         else {
             return Ok((None, None));
         };
+        let mut z = r.c.reshape((1, 1, h))?.broadcast_as((b, t, h))?;
+        let Some(s) = &r.signals else {
+            // a learned order per head, the same at every token
+            let alpha = ((sigmoid(&z)? * (1.0 - r.delta))? + r.delta)?
+                .transpose(1, 2)?
+                .contiguous()?;
+            return Ok((Some(alpha), None));
+        };
         let x2 = x.reshape((b * t, dm))?;
-        let logit_e = x2.matmul(&r.probe)?.reshape((b, t, 1))?;
-        let mut z = x2.matmul(&r.g)?.reshape((b, t, h))?;
-        z = z.broadcast_add(&r.c.reshape((1, 1, h))?)?;
-        if matches!(r.routing, Routing::Full | Routing::EntityOnly) {
+        let logit_e = x2.matmul(&s.probe)?.reshape((b, t, 1))?;
+        z = x2
+            .matmul(&s.g)?
+            .reshape((b, t, h))?
+            .broadcast_add(&r.c.reshape((1, 1, h))?)?;
+        if r.routing.uses_probe() {
             let e = sigmoid(&logit_e)?;
-            z = (z + e.broadcast_mul(&r.a.reshape((1, 1, h))?)?)?;
+            z = (z + e.broadcast_mul(&s.a.reshape((1, 1, h))?)?)?;
         }
-        if matches!(r.routing, Routing::Full | Routing::EntropyOnly) {
+        if r.routing.uses_entropy() {
             if let Some(ent) = entropy {
                 if ent.dims() != [b, t] {
                     return Err(VortError::Shape {
@@ -652,7 +727,7 @@ impl Block {
                     });
                 }
                 let ent = ent.detach().to_dtype(x.dtype())?.reshape((b, t, 1))?;
-                z = (z - ent.broadcast_mul(&r.b.reshape((1, 1, h))?)?)?;
+                z = (z - ent.broadcast_mul(&s.b.reshape((1, 1, h))?)?)?;
             }
         }
         let alpha = ((sigmoid(&z)? * (1.0 - r.delta))? + r.delta)?
@@ -667,7 +742,7 @@ impl Block {
     /// # Errors
     /// Shape mismatches.
     pub fn forward(&self, x: &Tensor, entropy: Option<&Tensor>) -> Result<BlockOutput> {
-        self.run(x, entropy, None, Pass::Train)
+        self.run(x, entropy, None, None, Pass::Train)
     }
 
     /// Streaming forward over T tokens continuing from `state` (the fused op with a carried
@@ -684,7 +759,7 @@ impl Block {
         entropy: Option<&Tensor>,
         state: Option<&BlockState>,
     ) -> Result<BlockOutput> {
-        self.run(x, entropy, state, Pass::Stream)
+        self.run(x, entropy, None, state, Pass::Stream)
     }
 
     /// Decodes one step: like [`Block::forward_with_state`] on x [B, 1, d_model], through the
@@ -706,13 +781,16 @@ impl Block {
                 expected: "[B, 1, d_model] (one token)".into(),
             });
         }
-        self.run(x, entropy, state, Pass::Decode)
+        self.run(x, entropy, None, state, Pass::Decode)
     }
 
-    fn run(
+    /// The pass `pass` over x [B, T, d_model] with the router's inputs (entropy [B, T] and the
+    /// memorable marks [B, T] of oracle routing), from `state`.
+    pub(crate) fn run(
         &self,
         x: &Tensor,
         entropy: Option<&Tensor>,
+        marks: Option<&Tensor>,
         state: Option<&BlockState>,
         pass: Pass,
     ) -> Result<BlockOutput> {
@@ -736,7 +814,7 @@ impl Block {
         let q = Self::normalise_qk(&proj(&self.wq)?, &self.scale_q)?;
         let k = Self::normalise_qk(&proj(&self.wk)?, &self.scale_k)?;
         let v = proj(&self.wv)?;
-        let (alpha, entity_logit) = self.route(x, entropy)?;
+        let (alpha, entity_logit) = self.route(x, entropy, marks)?;
         let attention = matches!(self.kind, KindParams::Softmax);
         let (y, new_state) = if attention {
             self.softmax(&q, &k, &v, state)?

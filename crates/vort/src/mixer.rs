@@ -6,7 +6,8 @@
 //! ```toml
 //! [model.mixer]
 //! kind = "vort"              # vort | power-law | exponential | retnet | mixture | softmax
-//! routing = "entity-only"    # full | entity-only | entropy-only | { fixed = { alpha = 0.5 } }
+//! routing = "entity-only"    # full | entity-only | entropy-only | learned
+//!                            # | { fixed = { alpha = 0.5 } } | { oracle = { entity = 0.8, other = 0.35 } }
 //! nodes = { mode = "shared", banks = 4, delta = 0.1, horizon = 0, eps = 1e-3 }
 //! ```
 //!
@@ -34,6 +35,19 @@ pub enum Routing {
         /// The order.
         alpha: f64,
     },
+    /// One trainable order per head (and block), the same for every token:
+    /// α_h = δ + (1-δ) σ(c_h), through the same node weights c_n(α). The ladder's "learned
+    /// order" rung: the order is learned, but not per token.
+    Learned,
+    /// The paper's claimed assignment given by a rule, not learned: α = `entity` at the
+    /// tokens the task marks memorable (MQAR's keys and values, books' entity bytes), `other`
+    /// everywhere else. Needs those marks at every forward ([`crate::Model::forward_marked`]).
+    Oracle {
+        /// α of a marked token (the paper: 0.80 for entities).
+        entity: f64,
+        /// α of every other token (the paper: 0.35 for function words).
+        other: f64,
+    },
 }
 
 impl Routing {
@@ -42,9 +56,33 @@ impl Routing {
         matches!(self, Routing::Full | Routing::EntropyOnly)
     }
 
-    /// Whether there is a router with parameters (every routing but [`Routing::Fixed`]).
+    /// Whether there is a router with parameters (every routing but [`Routing::Fixed`] and
+    /// [`Routing::Oracle`]).
     pub fn learned(self) -> bool {
-        !matches!(self, Routing::Fixed { .. })
+        !matches!(self, Routing::Fixed { .. } | Routing::Oracle { .. })
+    }
+
+    /// Whether the router reads the entity probe (and returns its logits for the auxiliary
+    /// loss).
+    pub fn uses_probe(self) -> bool {
+        matches!(self, Routing::Full | Routing::EntityOnly)
+    }
+
+    /// Whether α depends on the task's memorable marks ([`Routing::Oracle`]).
+    pub fn needs_marks(self) -> bool {
+        matches!(self, Routing::Oracle { .. })
+    }
+
+    /// The orders a rule fixes ([`Routing::Fixed`]: one; [`Routing::Oracle`]: two), to be
+    /// checked against [δ, 1].
+    pub fn rule_orders(self) -> Vec<(&'static str, f64)> {
+        match self {
+            Routing::Fixed { alpha } => vec![("fixed alpha", alpha)],
+            Routing::Oracle { entity, other } => {
+                vec![("oracle entity", entity), ("oracle other", other)]
+            }
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -204,6 +242,11 @@ impl Mixer {
         self.routing().is_some_and(Routing::uses_entropy)
     }
 
+    /// Whether every forward needs the task's memorable marks (oracle routing).
+    pub fn needs_marks(&self) -> bool {
+        self.routing().is_some_and(Routing::needs_marks)
+    }
+
     /// The SOE horizon of a power-law mixer's node table (None for the others).
     pub fn horizon(&self) -> Option<u64> {
         match self {
@@ -260,11 +303,9 @@ impl Mixer {
                         "router_bias_init = {router_bias_init:?} must be finite"
                     ));
                 }
-                if let Routing::Fixed { alpha } = routing {
-                    if !(*alpha > 0.0 && *alpha <= 1.0) {
-                        return bad(format!(
-                            "routing's fixed alpha = {alpha:?} must be in (0, 1]"
-                        ));
+                for (name, alpha) in routing.rule_orders() {
+                    if !(alpha > 0.0 && alpha <= 1.0) {
+                        return bad(format!("routing's {name} = {alpha:?} must be in (0, 1]"));
                     }
                 }
             }

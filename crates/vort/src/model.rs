@@ -9,7 +9,7 @@
 //! token, in units of ln V (so H_i ∈ [0, 1]); it is trained on next-token prediction of every
 //! position and enters the router as a constant (stop-gradient).
 
-use crate::block::{Block, BlockConfig, BlockState, PastHorizon};
+use crate::block::{Block, BlockConfig, BlockState, Pass, PastHorizon};
 use crate::features::FeatureMap;
 use crate::mixer::{Mixer, Routing};
 use crate::nodes::{NodeMode, NodeSpec};
@@ -615,7 +615,23 @@ impl Model {
     /// # Errors
     /// Shape errors; tokens outside the vocabulary.
     pub fn forward(&self, tokens: &Tensor) -> Result<ModelOutput, ModelError> {
-        self.run(tokens, None, false)
+        self.run(tokens, None, None, false)
+    }
+
+    /// Forward over tokens [B, T] with the task's memorable marks [B, T] (1 at a token to
+    /// remember, 0 elsewhere; any dtype), which oracle routing ([`crate::Routing::Oracle`])
+    /// reads and every other mixer ignores. With `state` it streams as
+    /// [`Model::forward_with_state`], else it is the training pass of [`Model::forward`].
+    ///
+    /// # Errors
+    /// As [`Model::forward`]; marks of another shape.
+    pub fn forward_marked(
+        &self,
+        tokens: &Tensor,
+        marks: Option<&Tensor>,
+        state: Option<&mut ModelState>,
+    ) -> Result<ModelOutput, ModelError> {
+        self.run(tokens, marks, state, false)
     }
 
     /// Streaming forward: tokens [B, T] continuing the stream in `state` (which is updated).
@@ -630,12 +646,13 @@ impl Model {
         tokens: &Tensor,
         state: &mut ModelState,
     ) -> Result<ModelOutput, ModelError> {
-        self.run(tokens, Some(state), false)
+        self.run(tokens, None, Some(state), false)
     }
 
     fn run(
         &self,
         tokens: &Tensor,
+        marks: Option<&Tensor>,
         mut state: Option<&mut ModelState>,
         decode: bool,
     ) -> Result<ModelOutput, ModelError> {
@@ -682,17 +699,15 @@ impl Model {
                 }
                 xn = y;
             }
+            let ent = entropy.as_ref();
             let out = match state.as_deref_mut() {
                 Some(st) => {
-                    let o = if decode {
-                        blk.step(&xn, entropy.as_ref(), st.blocks[l].as_ref())?
-                    } else {
-                        blk.forward_with_state(&xn, entropy.as_ref(), st.blocks[l].as_ref())?
-                    };
+                    let pass = if decode { Pass::Decode } else { Pass::Stream };
+                    let o = blk.run(&xn, ent, marks, st.blocks[l].as_ref(), pass)?;
                     st.blocks[l] = o.state.clone();
                     o
                 }
-                None => blk.forward(&xn, entropy.as_ref())?,
+                None => blk.run(&xn, ent, marks, None, Pass::Train)?,
             };
             x = (x + out.y)?;
             if let Some(a) = out.alpha {
@@ -775,7 +790,7 @@ impl Model {
             )));
         }
         let tokens = Tensor::from_vec(vec![token], (1, 1), self.device())?;
-        let out = self.run(&tokens, Some(state), true)?;
+        let out = self.run(&tokens, None, Some(state), true)?;
         Ok(self.logits_at(&out.hidden, &[0])?.squeeze(0)?)
     }
 

@@ -11,8 +11,8 @@ use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    checkpoint, tokens_tensor, RunConfig, TrainError, Trainer, CHECKPOINT_FILE, CONFIG_FILE,
-    EVAL_FILE,
+    checkpoint, marks_tensor, tokens_tensor, RunConfig, TrainError, Trainer, CHECKPOINT_FILE,
+    CONFIG_FILE, EVAL_FILE,
 };
 use crate::tasks::{bucket_in, Source, Stream};
 use vort::model::Model;
@@ -87,6 +87,18 @@ pub struct AlphaSample {
 
 /// Roles of MQAR tokens for the α table: pair keys, pair values, queries, filler.
 pub const MQAR_ROLES: [&str; 4] = ["key", "value", "query", "filler"];
+
+/// The role of the MQAR token at position `j` of its sequence (an index into [`MQAR_ROLES`]):
+/// the first `pairs` (2K) positions alternate key and value, an answer position (`answer`)
+/// past them is a query, and the rest is filler.
+pub fn mqar_role(j: usize, pairs: usize, answer: bool) -> usize {
+    match (j < pairs, j % 2 == 0, answer) {
+        (true, true, _) => 0,
+        (true, false, _) => 1,
+        (false, _, true) => 2,
+        (false, _, false) => 3,
+    }
+}
 
 /// Result of [`evaluate`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -288,13 +300,19 @@ pub fn evaluate(
     step: u64,
     device: &Device,
 ) -> Result<EvalResult, TrainError> {
-    // MQAR scores its own test-set size (Zoology's num_test_examples)
+    let n_seq = eval_count(source, cfg);
+    evaluate_stream(model, source, cfg, step, Stream::Eval, n_seq, None, device)
+}
+
+/// How many held-out sequences [`evaluate`] scores: MQAR its own test-set size (Zoology's
+/// num_test_examples), the other tasks `train.eval_sequences`, at most the source's distinct
+/// ones.
+pub fn eval_count(source: &Source, cfg: &RunConfig) -> usize {
     let wanted = match cfg.task.kind {
         crate::tasks::TaskKind::Mqar => cfg.task.test_examples,
         _ => cfg.train.eval_sequences,
     };
-    let n_seq = source.eval_len().map_or(wanted, |n| n.min(wanted));
-    evaluate_stream(model, source, cfg, step, Stream::Eval, n_seq, None, device)
+    source.eval_len().map_or(wanted, |n| n.min(wanted))
 }
 
 /// Logits [P, V] at the flat answer positions `pos` of `tokens` [B, T], computed by
@@ -302,7 +320,7 @@ pub fn evaluate(
 /// ([`Model::forward_with_state`]): memory flat in T for the retention memories.
 fn streamed_logits(
     model: &Model,
-    tokens: &Tensor,
+    (tokens, marks): (&Tensor, &Tensor),
     pos: &[usize],
     piece: usize,
 ) -> Result<Tensor, TrainError> {
@@ -313,7 +331,11 @@ fn streamed_logits(
     let mut lo = 0;
     while lo < t {
         let len = piece.min(t - lo);
-        let out = model.forward_with_state(&tokens.narrow(1, lo, len)?, &mut state)?;
+        let out = model.forward_marked(
+            &tokens.narrow(1, lo, len)?,
+            Some(&marks.narrow(1, lo, len)?),
+            Some(&mut state),
+        )?;
         let mut local = Vec::new();
         for (k, &p) in pos.iter().enumerate() {
             let (i, j) = (p / t, p % t);
@@ -387,13 +409,17 @@ pub fn evaluate_stream(
             .collect();
         let batch = crate::tasks::Batch::from_samples(&samples);
         let tokens = tokens_tensor(&batch, device)?;
+        let marks = marks_tensor(&batch, device)?;
         let pos = batch.answer_positions();
         let (logits, alphas) = match piece {
             None => {
-                let out = model.forward(&tokens)?;
+                let out = model.forward_marked(&tokens, Some(&marks), None)?;
                 (model.logits_at(&out.hidden, &pos)?, out.alphas)
             }
-            Some(len) => (streamed_logits(model, &tokens, &pos, len)?, Vec::new()),
+            Some(len) => (
+                streamed_logits(model, (&tokens, &marks), &pos, len)?,
+                Vec::new(),
+            ),
         };
         let pred: Vec<u32> = logits.argmax(D::Minus1)?.to_vec1()?;
         let targets: Vec<u32> = pos.iter().map(|&p| batch.targets[p]).collect();
@@ -463,12 +489,7 @@ pub fn evaluate_stream(
                         // keep a spread-out subset of the (many) frequent-class tokens
                         let spread = (j + 7 * hh) % 16 == 0;
                         if let Some(pairs) = mqar_pairs {
-                            let role = match (j < pairs, j % 2 == 0, batch.mask[f]) {
-                                (true, true, _) => 0,
-                                (true, false, _) => 1,
-                                (false, _, true) => 2,
-                                (false, _, false) => 3,
-                            };
+                            let role = mqar_role(j, pairs, batch.mask[f]);
                             roles[role].0 += f64::from(x);
                             roles[role].1 += 1;
                         }

@@ -100,6 +100,20 @@ pub fn losses(
     })
 }
 
+/// The memorable marks of a batch as a [B, T] f32 tensor (1 at a token to remember): what
+/// oracle routing reads ([`vort::Routing::Oracle`]); the other mixers ignore it.
+///
+/// # Errors
+/// candle errors.
+pub fn marks_tensor(batch: &Batch, device: &Device) -> Result<Tensor, TrainError> {
+    let m: Vec<f32> = batch
+        .memorable
+        .iter()
+        .map(|&e| f32::from(u8::from(e)))
+        .collect();
+    Ok(Tensor::from_vec(m, (batch.b, batch.t), device)?)
+}
+
 /// Tokens of a batch as a [B, T] u32 tensor.
 ///
 /// # Errors
@@ -178,7 +192,8 @@ pub fn optimizer_step(
     step: u64,
     device: &Device,
 ) -> Result<Metrics, TrainError> {
-    let out = model.forward(&tokens_tensor(batch, device)?)?;
+    let marks = marks_tensor(batch, device)?;
+    let out = model.forward_marked(&tokens_tensor(batch, device)?, Some(&marks), None)?;
     let l = losses(model, c, batch, &out, device)?;
     let loss = scalar(&l.total)?;
     if !loss.is_finite() {

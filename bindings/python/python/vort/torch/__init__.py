@@ -401,14 +401,18 @@ class _Features(nn.Module):
 class _Router(nn.Module):
     def __init__(self, dm: int, h: int, delta: float, routing: str):
         super().__init__()
-        self.probe = nn.Parameter(torch.zeros(dm, 1))
-        self.g = nn.Parameter(torch.zeros(dm, h))
-        self.a = nn.Parameter(torch.zeros(h))
-        self.b = nn.Parameter(torch.zeros(h))
+        if routing != "learned":  # "learned": one order per head, c only
+            self.probe = nn.Parameter(torch.zeros(dm, 1))
+            self.g = nn.Parameter(torch.zeros(dm, h))
+            self.a = nn.Parameter(torch.zeros(h))
+            self.b = nn.Parameter(torch.zeros(h))
         self.c = nn.Parameter(torch.zeros(h))
         self.delta, self.routing = delta, routing
 
     def forward(self, x: Tensor, entropy: Optional[Tensor]) -> Tensor:
+        if self.routing == "learned":
+            z = self.c.expand(x.shape[0], x.shape[1], -1)
+            return (torch.sigmoid(z) * (1.0 - self.delta) + self.delta).transpose(1, 2)
         logit_e = x @ self.probe  # [B, T, 1]
         z = x @ self.g + self.c
         if self.routing in ("full", "entity-only"):
@@ -443,6 +447,11 @@ class _Mixer(nn.Module):
         if self.kind == "vort":
             self.nodes = NodeWeights(buf["tables"][0])
             routing = mixer.get("routing", "full")
+            if isinstance(routing, dict) and "oracle" in routing:
+                raise ValueError(
+                    "oracle routing reads the task's memorable marks at every token; the torch "
+                    "twin does not take them (use the Rust model's forward_marked)"
+                )
             if isinstance(routing, dict):
                 self.fixed_alpha = float(routing["fixed"]["alpha"])
             else:

@@ -568,6 +568,16 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         assert_eq!(r.held_out, held_out, "{}", r.memory);
     }
     assert!(md.contains("## Training curves"), "{md}");
+    // the routed VORT run: α by byte class and its router's inputs, measured from its weights
+    // and cached in its run directory
+    assert!(out.join("runs/books/vort/seed0/router.json").is_file());
+    assert!(md.contains("| vort | full | 0 |"), "{md}");
+    assert!(
+        md.contains("| vort s0 | full | entity (memorable) |")
+            && md.contains("| vort s0 | full | function word |")
+            && md.contains("**Does α separate the roles?**"),
+        "{md}"
+    );
     assert!(
         md.contains("Held-out curve") && md.contains("| vort | 0 | ") && md.contains(" step 3 |"),
         "{md}"

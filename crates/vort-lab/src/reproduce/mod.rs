@@ -12,6 +12,7 @@ pub mod books;
 pub mod paper;
 pub mod preset;
 pub mod recall;
+pub mod router;
 pub mod runner;
 pub mod stats;
 mod synthetic;

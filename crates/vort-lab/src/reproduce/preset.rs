@@ -159,6 +159,11 @@ pub struct CellSpec {
     /// beside its config, for release: `vort eval --run DIR --data F` re-scores them.
     #[serde(default)]
     pub release_weights: bool,
+    /// An ablation ladder (recall, issue #39): the report ranks this cell's mixers by
+    /// accuracy at lags > 1000, pairs each with the claim, and draws the size trend over the
+    /// cells of the same task at other widths.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ladder: bool,
 }
 
 fn default_extrapolate_examples() -> usize {

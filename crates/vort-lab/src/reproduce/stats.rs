@@ -1,6 +1,8 @@
 //! What every reproduction report states about an accuracy, shared by the synthetic, recall
 //! and books reports: counts pooled over seeds, a Wilson 95% interval, whether a run learned,
-//! and the rule that turns two accuracies into a verdict.
+//! the rule that turns two pooled accuracies into a verdict, and the paired rule
+//! ([`compare_pairs`]: seed k of one memory against seed k of the other) of the recall and
+//! books verdicts.
 
 use crate::train::eval::LagAccuracy;
 
@@ -70,74 +72,195 @@ pub fn compare(a: (usize, usize), b: (usize, usize)) -> (f64, f64, &'static str)
     (pa - pb, se, word)
 }
 
-/// A comparison of two memories run over seeds ([`compare_seeds`]).
+/// One run's test scores, for a paired comparison ([`compare_pairs`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct SeedComparison {
-    /// Pooled accuracy of a minus that of b.
+pub enum Scores {
+    /// One score per test unit (books: a window's BPC in a context bucket), the same units in
+    /// the same order in every run compared; NaN where a unit has nothing scored.
+    Units(Vec<f64>),
+    /// Only the run's aggregate accuracy, as (correct, answers) (recall: a run's eval.json
+    /// keeps counts per lag bucket, not per sequence). A run without answers has no result.
+    Counts(usize, usize),
+}
+
+/// What the standard error of a [`Paired`] comparison is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairBasis {
+    /// Units (windows): each unit's difference averaged over the pairs.
+    Units,
+    /// The per-pair differences (at least two pairs of counts).
+    Pairs,
+    /// One pair of counts: the binomial SE of the difference of its two accuracies.
+    Binomial,
+    /// Nothing: no pair, or fewer than two units with a difference.
+    None,
+}
+
+/// A paired comparison of memories a and b ([`compare_pairs`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Paired {
+    /// The mean difference a − b (NaN when there is none).
     pub diff: f64,
-    /// The standard error the rule used.
+    /// Its standard error (NaN when there is none).
     pub se: f64,
-    /// Seeds with answers, of a and of b.
-    pub seeds: (usize, usize),
-    /// Whether `se` includes the spread across seeds (both sides have >= 2 seeds).
-    pub over_seeds: bool,
-    /// "higher" | "lower" | "not distinguishable" | "inconclusive (no answers)".
+    /// The differences the SE is over: one per unit (NaN where one is unscored) or one per
+    /// pair.
+    pub diffs: Vec<f64>,
+    /// The seeds both memories have: the pairs, n = `pairs.len()`.
+    pub pairs: Vec<u64>,
+    /// Seeds of a without a result of b at the same seed, and of b without a's: left out.
+    pub missing: (Vec<u64>, Vec<u64>),
+    /// What the SE is over.
+    pub basis: PairBasis,
+    /// "higher" | "lower" (a than b) | "not distinguishable" | "inconclusive (...)".
     pub word: &'static str,
 }
 
-impl SeedComparison {
-    /// How the SE was obtained, for a report line.
-    pub fn basis(&self) -> String {
-        if self.over_seeds {
-            format!("SE over seeds, {} and {} seeds", self.seeds.0, self.seeds.1)
-        } else {
-            "binomial SE; one seed, so the spread across seeds is not measured".into()
+impl Paired {
+    /// n, what the SE is over and the missing pairs, for a verdict line comparing memories
+    /// named `a` and `b`, e.g. "n = 3 pairs; SE over the 3 paired seed differences".
+    pub fn describe(&self, a: &str, b: &str) -> String {
+        let n = self.pairs.len();
+        let units = self.diffs.iter().filter(|x| x.is_finite()).count();
+        let mut s = format!("n = {n} pair{}", if n == 1 { "" } else { "s" });
+        s += &match (self.basis, n) {
+            (PairBasis::Units, 1) => format!(
+                "; SE over {units} windows; one pair, so the spread across seeds is not measured"
+            ),
+            (PairBasis::Units, _) => {
+                format!("; SE over {units} windows, each averaged over the pairs")
+            }
+            (PairBasis::Pairs, _) => format!("; SE over the {n} paired seed differences"),
+            (PairBasis::Binomial, _) => "; binomial SE of the difference of the two \
+                                         accuracies, as one pair does not measure the spread \
+                                         across seeds"
+                .into(),
+            (PairBasis::None, _) => String::new(),
+        };
+        let seeds = |v: &[u64]| {
+            let v: Vec<String> = v.iter().map(u64::to_string).collect();
+            format!(
+                "seed{} {}",
+                if v.len() == 1 { "" } else { "s" },
+                v.join(", ")
+            )
+        };
+        let mut missing = Vec::new();
+        if !self.missing.0.is_empty() {
+            missing.push(format!("{a} {} without {b}", seeds(&self.missing.0)));
         }
+        if !self.missing.1.is_empty() {
+            missing.push(format!("{b} {} without {a}", seeds(&self.missing.1)));
+        }
+        if !missing.is_empty() {
+            s += &format!("; missing pairs, left out: {}", missing.join(", "));
+        }
+        s
     }
 }
 
-/// The rule of a comparison of two memories, each given as (correct, answers) per seed: the
-/// difference of the pooled accuracies against twice its standard error. The SE is the larger
-/// of the binomial SE of the pooled answers ([`compare`]) and, when both sides have at least
-/// two seeds, Welch's SE of the per-seed accuracies, sqrt(s_a²/n_a + s_b²/n_b): a seed draws
-/// the initialisation and the training data, and seeds of one memory differ by far more than
-/// their test answers' binomial noise (MQAR: 15.9% to 38.7% for one cell). Seeds without
-/// answers are left out.
-pub fn compare_seeds(a: &[(usize, usize)], b: &[(usize, usize)]) -> SeedComparison {
-    let pool = |s: &[(usize, usize)]| s.iter().fold((0, 0), |(k, n), &(c, m)| (k + c, n + m));
-    let (diff, binomial, word) = compare(pool(a), pool(b));
-    let rates = |s: &[(usize, usize)]| -> Vec<f64> {
-        s.iter()
-            .filter(|r| r.1 > 0)
-            .map(|&(k, n)| k as f64 / n as f64)
-            .collect()
-    };
-    let (ra, rb) = (rates(a), rates(b));
-    let var_of_mean = |r: &[f64]| {
-        let n = r.len() as f64;
-        let mean = r.iter().sum::<f64>() / n;
-        r.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0) / n
-    };
-    let over_seeds = ra.len() >= 2 && rb.len() >= 2;
-    let se = if over_seeds {
-        binomial.max((var_of_mean(&ra) + var_of_mean(&rb)).sqrt())
+/// The rule of a comparison of memories a and b, each given as (seed, [`Scores`]) per run.
+/// Seed k of a is paired with seed k of b (the same training data order and the same test
+/// set); a seed that one side lacks (or whose counts have no answers) is missing its pair and
+/// is left out, and [`Paired::missing`] names it. With n pairs:
+///
+/// - every run has `Units` (per-window scores): W = the fewest units of any run in a pair;
+///   per unit w < W, d_w = (1/n) Σ_k (a_k[w] − b_k[w]) (units with a NaN are skipped); diff =
+///   mean_w d_w and SE = sd_w(d) / √W' over the W' finite d_w (sample sd, W' − 1); W' < 2 is
+///   inconclusive;
+/// - every run has `Counts` (aggregates only): per pair d_k = c_a,k / m_a,k − c_b,k / m_b,k;
+///   with n >= 2, diff = mean_k d_k and SE = sd_k(d) / √n (sample sd, n − 1); with n = 1 the
+///   spread across seeds is not measured and SE = √(p_a(1−p_a)/m_a + p_b(1−p_b)/m_b), the
+///   binomial SE of the difference of the two accuracies;
+/// - no pair, or `Units` against `Counts`: inconclusive.
+///
+/// The word: "higher" when diff > 2 SE, "lower" when diff < −2 SE, else "not
+/// distinguishable" (a higher accuracy is better, a higher loss worse: the caller reads it).
+pub fn compare_pairs(a: &[(u64, Scores)], b: &[(u64, Scores)]) -> Paired {
+    let has = |s: &Scores| !matches!(s, Scores::Counts(_, 0));
+    fn find(runs: &[(u64, Scores)], seed: u64) -> Option<&Scores> {
+        runs.iter()
+            .find(|(k, s)| *k == seed && !matches!(s, Scores::Counts(_, 0)))
+            .map(|(_, s)| s)
+    }
+    let (mut pairs, mut both, mut missing) = (Vec::new(), Vec::new(), (Vec::new(), Vec::new()));
+    for (seed, sa) in a.iter().filter(|(_, s)| has(s)) {
+        match find(b, *seed) {
+            Some(sb) if !pairs.contains(seed) => {
+                pairs.push(*seed);
+                both.push((sa, sb));
+            }
+            Some(_) => {}
+            None => missing.0.push(*seed),
+        }
+    }
+    for (seed, _) in b.iter().filter(|(_, s)| has(s)) {
+        if find(a, *seed).is_none() && !missing.1.contains(seed) {
+            missing.1.push(*seed);
+        }
+    }
+    let counts: Vec<_> = both
+        .iter()
+        .filter_map(|p| match p {
+            (Scores::Counts(ca, ma), Scores::Counts(cb, mb)) => Some((*ca, *ma, *cb, *mb)),
+            _ => None,
+        })
+        .collect();
+    let units: Vec<_> = both
+        .iter()
+        .filter_map(|p| match p {
+            (Scores::Units(ua), Scores::Units(ub)) => Some((ua, ub)),
+            _ => None,
+        })
+        .collect();
+    let (diffs, basis, se) = if both.is_empty() || (counts.len() + units.len() < both.len()) {
+        (Vec::new(), PairBasis::None, f64::NAN)
+    } else if units.len() == both.len() {
+        let w = units.iter().map(|(x, y)| x.len().min(y.len())).min();
+        let d: Vec<f64> = (0..w.unwrap_or(0))
+            .map(|w| units.iter().map(|(x, y)| x[w] - y[w]).sum::<f64>() / units.len() as f64)
+            .collect();
+        (d, PairBasis::Units, f64::NAN)
+    } else if let [(ca, ma, cb, mb)] = counts[..] {
+        let (pa, pb) = (ca as f64 / ma as f64, cb as f64 / mb as f64);
+        let se = (pa * (1.0 - pa) / ma as f64 + pb * (1.0 - pb) / mb as f64).sqrt();
+        (vec![pa - pb], PairBasis::Binomial, se)
     } else {
-        binomial
+        let d = counts
+            .iter()
+            .map(|&(ca, ma, cb, mb)| ca as f64 / ma as f64 - cb as f64 / mb as f64)
+            .collect();
+        (d, PairBasis::Pairs, f64::NAN)
     };
-    let word = if word.starts_with("inconclusive") {
-        word
+    let finite: Vec<f64> = diffs.iter().copied().filter(|x| x.is_finite()).collect();
+    let (diff, se, basis) = match basis {
+        PairBasis::Binomial => (finite[0], se, basis),
+        _ if finite.len() < 2 => (f64::NAN, f64::NAN, PairBasis::None),
+        _ => {
+            let n = finite.len() as f64;
+            let mean = finite.iter().sum::<f64>() / n;
+            let var = finite.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+            (mean, (var / n).sqrt(), basis)
+        }
+    };
+    let word = if pairs.is_empty() {
+        "inconclusive (no pairs)"
+    } else if basis == PairBasis::None {
+        "inconclusive (fewer than 2 differences)"
     } else if diff > 2.0 * se {
         "higher"
-    } else if -diff > 2.0 * se {
+    } else if diff < -2.0 * se {
         "lower"
     } else {
         "not distinguishable"
     };
-    SeedComparison {
+    Paired {
         diff,
         se,
-        seeds: (ra.len(), rb.len()),
-        over_seeds,
+        diffs,
+        pairs,
+        missing,
+        basis,
         word,
     }
 }
@@ -184,30 +307,7 @@ pub fn claim_verdict(word: &str) -> &'static str {
     }
 }
 
-/// The rule of a paired comparison of a loss (lower is better) on the same units (test
-/// windows): the mean of the differences `a − b` against twice its standard error (sample sd
-/// over units / √units). Returns (mean difference, SE, units, "lower" | "higher" | "not
-/// distinguishable" | "inconclusive (fewer than 2 windows)"); NaN differences are skipped.
-pub fn compare_paired(diffs: &[f64]) -> (f64, f64, usize, &'static str) {
-    let d: Vec<f64> = diffs.iter().copied().filter(|x| x.is_finite()).collect();
-    let n = d.len();
-    if n < 2 {
-        return (f64::NAN, f64::NAN, n, "inconclusive (fewer than 2 windows)");
-    }
-    let mean = d.iter().sum::<f64>() / n as f64;
-    let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-    let se = (var / n as f64).sqrt();
-    let word = if mean < -2.0 * se {
-        "lower"
-    } else if mean > 2.0 * se {
-        "higher"
-    } else {
-        "not distinguishable"
-    };
-    (mean, se, n, word)
-}
-
-/// The verdict on a paper claim "a has the lower loss than b" from [`compare_paired`]'s word.
+/// The verdict on a paper claim "a has the lower loss than b" from [`compare_pairs`]'s word.
 pub fn loss_claim_verdict(word: &str) -> &'static str {
     match word {
         "lower" => "reproduced",
@@ -221,32 +321,134 @@ pub fn loss_claim_verdict(word: &str) -> &'static str {
 mod tests {
     use super::*;
 
-    /// Paired differences: the SE is over units, so a small but steady gap counts and a
-    /// larger but noisy one does not.
+    /// Seeds given as per-seed counts (recall), paired seed by seed. By hand: a has 30%,
+    /// 50%, 40% at seeds 0, 1, 2 and b 20%, 30%, 30%, so d = 0.10, 0.20, 0.10; mean 0.4 / 3 =
+    /// 0.1333; deviations −1/30, +2/30, −1/30, squares summing to 6/900, sample variance
+    /// 3/900, SE = √(3/900 / 3) = 1/30 = 0.0333; 0.1333 > 2 × 0.0333: "higher". Pairs are
+    /// found by seed, not by position.
     #[test]
-    fn paired_comparisons_follow_the_two_standard_error_rule() {
-        // steady: -0.02 ± 0.001 on 8 windows
-        let steady: Vec<f64> = (0..8).map(|i| -0.02 + 0.001 * (i % 2) as f64).collect();
-        let (m, se, n, w) = compare_paired(&steady);
-        assert_eq!((n, w), (8, "lower"));
-        assert!(
-            (m + 0.0195).abs() < 1e-12 && se > 0.0 && se < 0.001,
-            "{m} {se}"
-        );
-        assert_eq!(loss_claim_verdict(w), "reproduced");
-        // noisy: mean -0.05 with ±0.5 swings
-        let noisy = [0.45, -0.55, 0.45, -0.55];
-        assert_eq!(compare_paired(&noisy).3, "not distinguishable");
-        assert_eq!(compare_paired(&[0.3, 0.31, 0.29]).3, "higher");
+    fn paired_se_over_three_pairs_of_counts() {
+        let a = [
+            (0, Scores::Counts(30, 100)),
+            (1, Scores::Counts(50, 100)),
+            (2, Scores::Counts(40, 100)),
+        ];
+        let b = [
+            (2, Scores::Counts(30, 100)),
+            (0, Scores::Counts(20, 100)),
+            (1, Scores::Counts(30, 100)),
+        ];
+        let c = compare_pairs(&a, &b);
+        assert_eq!(c.pairs, vec![0, 1, 2]);
+        assert_eq!(c.missing, (vec![], vec![]));
+        assert_eq!(c.basis, PairBasis::Pairs);
+        assert!((c.diff - 0.4 / 3.0).abs() < 1e-12, "{c:?}");
+        assert!((c.se - 1.0 / 30.0).abs() < 1e-12, "{c:?}");
+        assert_eq!(c.word, "higher");
+        assert_eq!(claim_verdict(c.word), "reproduced");
         assert_eq!(
-            loss_claim_verdict("higher"),
-            "not reproduced (the opposite)"
+            c.describe("vort", "exponential"),
+            "n = 3 pairs; SE over the 3 paired seed differences"
         );
-        // NaN windows (nothing scored in the bucket) are skipped; one window is not enough
-        let (_, _, n, w) = compare_paired(&[f64::NAN, 0.1]);
-        assert_eq!(n, 1);
-        assert!(w.starts_with("inconclusive"));
-        assert_eq!(loss_claim_verdict(w), "inconclusive");
+        let r = compare_pairs(&b, &a);
+        assert_eq!(r.word, "lower");
+        assert!((r.diff + 0.4 / 3.0).abs() < 1e-12 && (r.se - c.se).abs() < 1e-15);
+        // The MQAR Zipf d64 cell's far buckets (VORT 206/1260, 183/1283, 303/1251 against the
+        // exponential 163/1260, 82/1283, 178/1251): d = 43/1260, 101/1283, 125/1251 = 0.0341,
+        // 0.0787, 0.0999, mean 0.0709, SE 0.0194, half the unpaired (Welch) SE of 0.0386.
+        let vort = [(206, 1260), (183, 1283), (303, 1251)];
+        let exp = [(163, 1260), (82, 1283), (178, 1251)];
+        let seeded = |s: &[(usize, usize)]| -> Vec<(u64, Scores)> {
+            (0..)
+                .zip(s.iter().map(|&(k, n)| Scores::Counts(k, n)))
+                .collect()
+        };
+        let c = compare_pairs(&seeded(&vort), &seeded(&exp));
+        assert!((c.diff - 0.070923).abs() < 1e-6, "{c:?}");
+        assert!((c.se - 0.019389).abs() < 1e-6, "{c:?}");
+        assert_eq!(c.word, "higher");
+    }
+
+    /// Seeds given as per-window scores (books): each window's difference is averaged over
+    /// the pairs, and the SE is over windows. By hand, 2 pairs of 3 windows: seed 0 gives
+    /// differences 0.1, 0.0, 0.2 and seed 1 0.3, 0.1, NaN; per window d = 0.2, 0.05 (the
+    /// third has a NaN and is skipped); mean 0.125, deviations ±0.075, sample variance
+    /// 2 × 0.075² / 1 = 0.01125, SE = √(0.01125 / 2) = 0.075; 0.125 < 2 × 0.075: "not
+    /// distinguishable".
+    #[test]
+    fn paired_se_over_windows_pools_the_pairs() {
+        let run = |seed: u64, v: &[f64]| (seed, Scores::Units(v.to_vec()));
+        let a = [run(0, &[1.0, 2.0, 3.0]), run(1, &[1.0, 2.1, f64::NAN])];
+        let b = [run(0, &[0.9, 2.0, 2.8]), run(1, &[0.7, 2.0, 2.9])];
+        let c = compare_pairs(&a, &b);
+        assert_eq!(
+            (c.pairs.as_slice(), c.basis),
+            (&[0, 1][..], PairBasis::Units)
+        );
+        assert_eq!(c.diffs.len(), 3);
+        assert!((c.diffs[0] - 0.2).abs() < 1e-12 && (c.diffs[1] - 0.05).abs() < 1e-12);
+        assert!(c.diffs[2].is_nan());
+        assert!((c.diff - 0.125).abs() < 1e-12, "{c:?}");
+        assert!((c.se - 0.075).abs() < 1e-12, "{c:?}");
+        assert_eq!(c.word, "not distinguishable");
+        assert_eq!(loss_claim_verdict(c.word), "not reproduced (no difference)");
+        assert_eq!(
+            c.describe("vort", "exponential"),
+            "n = 2 pairs; SE over 2 windows, each averaged over the pairs"
+        );
+        // a steady gap over windows counts: -0.02 and -0.019 alternating on 8 windows
+        let steady: Vec<f64> = (0..8).map(|i| -0.02 + 0.001 * (i % 2) as f64).collect();
+        let c = compare_pairs(&[run(0, &steady)], &[run(0, &[0.0; 8])]);
+        assert_eq!(c.word, "lower");
+        assert!((c.diff + 0.0195).abs() < 1e-12, "{c:?}");
+        // sd = 0.0005 · √(8/7), SE = sd / √8 = 0.0005 / √7
+        assert!((c.se - 0.0005 / 7f64.sqrt()).abs() < 1e-12, "{c:?}");
+        assert!(c.describe("a", "b").contains("one pair, so the spread"));
+        // one window with a difference is not enough
+        let c = compare_pairs(&[run(0, &[f64::NAN, 0.1])], &[run(0, &[0.0, 0.0])]);
+        assert_eq!(c.word, "inconclusive (fewer than 2 differences)");
+        assert!(c.diff.is_nan() && c.se.is_nan());
+    }
+
+    /// A seed of one memory without the same seed of the other is left out and named; a run
+    /// without answers has no result. One pair of counts falls back to the binomial SE:
+    /// 60% against 50% of 1000 answers, SE = √(0.24/1000 + 0.25/1000) = 0.02214.
+    #[test]
+    fn missing_pairs_are_reported_and_one_pair_is_binomial() {
+        let a = [
+            (0, Scores::Counts(600, 1000)),
+            (1, Scores::Counts(10, 20)),
+            (2, Scores::Counts(300, 1000)),
+        ];
+        let b = [
+            (0, Scores::Counts(500, 1000)),
+            (1, Scores::Counts(0, 0)),
+            (3, Scores::Counts(500, 1000)),
+        ];
+        let c = compare_pairs(&a, &b);
+        assert_eq!(c.pairs, vec![0]);
+        assert_eq!(c.missing, (vec![1, 2], vec![3]));
+        assert_eq!(c.basis, PairBasis::Binomial);
+        assert!((c.diff - 0.1).abs() < 1e-12, "{c:?}");
+        assert!((c.se - 0.00049f64.sqrt()).abs() < 1e-12, "{c:?}");
+        assert_eq!(c.word, "higher");
+        assert_eq!(
+            c.describe("vort", "exponential"),
+            "n = 1 pair; binomial SE of the difference of the two accuracies, as one pair does \
+             not measure the spread across seeds; missing pairs, left out: vort seeds 1, 2 \
+             without exponential, exponential seed 3 without vort"
+        );
+        // no seed in common: nothing to compare, and every seed is named
+        let c = compare_pairs(&a[2..], &b[2..]);
+        assert_eq!(c.word, "inconclusive (no pairs)");
+        assert_eq!(claim_verdict(c.word), "inconclusive");
+        assert_eq!(
+            c.describe("a", "b"),
+            "n = 0 pairs; missing pairs, left out: a seed 2 without b, b seed 3 without a"
+        );
+        // per-window scores against counts do not compare
+        let c = compare_pairs(&[(0, Scores::Units(vec![1.0, 2.0]))], &b[..1]);
+        assert!(c.word.starts_with("inconclusive"), "{c:?}");
     }
 
     /// The verdict rule: a difference counts beyond twice its standard error.
@@ -261,38 +463,6 @@ mod tests {
         let (d, se, _) = compare((600, 1000), (500, 1000));
         assert!((d - 0.1).abs() < 1e-12);
         assert!((se - (0.24f64 / 1000.0 + 0.25 / 1000.0).sqrt()).abs() < 1e-12);
-    }
-
-    /// With several seeds the rule uses their spread: the Zipf lag cell's far buckets (VORT
-    /// 206/1260, 183/1283, 303/1251 against the exponential 163/1260, 82/1283, 178/1251) are
-    /// 7.1 points apart, "higher" on the pooled binomial SE (0.8) but not across seeds (SE
-    /// 3.9); one seed falls back to the binomial SE and says so.
-    #[test]
-    fn seed_comparisons_count_the_spread_across_seeds() {
-        let vort = [(206, 1260), (183, 1283), (303, 1251)];
-        let exp = [(163, 1260), (82, 1283), (178, 1251)];
-        let pool = |s: &[(usize, usize)]| s.iter().fold((0, 0), |(k, n), r| (k + r.0, n + r.1));
-        assert_eq!(compare(pool(&vort), pool(&exp)).2, "higher");
-        let c = compare_seeds(&vort, &exp);
-        assert_eq!((c.seeds, c.over_seeds), ((3, 3), true));
-        assert!((c.diff - 0.0709).abs() < 1e-3, "{c:?}");
-        assert!((c.se - 0.0386).abs() < 1e-3, "{c:?}");
-        assert_eq!(c.word, "not distinguishable");
-        assert!(c.basis().contains("3 and 3 seeds"));
-        // steady seeds: the binomial SE is the larger, and a clear gap counts
-        let a = [(600, 1000), (601, 1000), (599, 1000)];
-        let b = [(500, 1000), (500, 1000), (501, 1000)];
-        let c = compare_seeds(&a, &b);
-        assert_eq!(c.word, "higher");
-        assert_eq!(c.se, compare(pool(&a), pool(&b)).1);
-        assert_eq!(compare_seeds(&b, &a).word, "lower");
-        // one seed a side: binomial only; a seed without answers does not count
-        let c = compare_seeds(&[(600, 1000)], &[(500, 1000), (0, 0)]);
-        assert_eq!((c.seeds, c.over_seeds, c.word), ((1, 1), false, "higher"));
-        assert!(c.basis().contains("not measured"));
-        assert!(compare_seeds(&[(1, 2)], &[])
-            .word
-            .starts_with("inconclusive"));
     }
 
     #[test]

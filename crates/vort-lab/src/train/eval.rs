@@ -92,7 +92,7 @@ pub const MQAR_ROLES: [&str; 4] = ["key", "value", "query", "filler"];
 /// the first `pairs` (2K) positions alternate key and value, an answer position (`answer`)
 /// past them is a query, and the rest is filler.
 pub fn mqar_role(j: usize, pairs: usize, answer: bool) -> usize {
-    match (j < pairs, j % 2 == 0, answer) {
+    match (j < pairs, j.is_multiple_of(2), answer) {
         (true, true, _) => 0,
         (true, false, _) => 1,
         (false, _, true) => 2,
@@ -881,7 +881,8 @@ mod tests {
             let toks: Vec<u32> = (0..80).map(|i| (i * 7 % 50) as u32).collect();
             let t = Tensor::from_vec(toks, (2, 40), &dev).unwrap();
             let pos = [3, 17, 39, 45, 79];
-            let streamed = streamed_logits(&model, &t, &pos, 16).unwrap();
+            let marks = Tensor::zeros((2, 40), DType::F32, &dev).unwrap();
+            let streamed = streamed_logits(&model, (&t, &marks), &pos, 16).unwrap();
             assert!(!streamed.track_op(), "{}", model.cfg.mixer);
             // and they are the one-pass logits, in the order of `pos`
             let once = model

@@ -33,6 +33,9 @@ pub const STREAM_FILE: &str = "stream.json";
 /// The cached sample drawn from the trained model (books).
 pub const SAMPLE_FILE: &str = "sample.json";
 
+/// The router's inputs of a routed run's model (a cache; see [`RunDir::router_path`]).
+pub const ROUTER_FILE: &str = "router.json";
+
 /// What `diverged.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Diverged {
@@ -101,6 +104,12 @@ impl RunDir {
     /// The cached score of the run's model at length `seq_len` (`extrapolate-L<len>.json`).
     pub fn extrapolation_path(&self, seq_len: usize) -> PathBuf {
         self.path.join(format!("extrapolate-L{seq_len}.json"))
+    }
+
+    /// `router.json`: the router's inputs measured from the trained model
+    /// ([`crate::reproduce::router::diagnose`]; a cache, as the extrapolation scores).
+    pub fn router_path(&self) -> PathBuf {
+        self.path.join(ROUTER_FILE)
     }
 
     /// `stream.json`: a test book streamed through the trained model (a cache: the books
@@ -260,6 +269,7 @@ impl RunDir {
             self.weights_path(),
             self.stream_path(),
             self.sample_path(),
+            self.router_path(),
         ];
         if let Ok(entries) = std::fs::read_dir(&self.path) {
             stale.extend(entries.flatten().map(|e| e.path()).filter(|p| {

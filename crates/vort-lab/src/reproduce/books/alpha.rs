@@ -1,16 +1,88 @@
-//! The learned orders α of VORT on books: means on entity, function-word and other bytes
-//! beside the paper's (`alpha_by_class_books.png`).
+//! The orders α of the routed VORT runs on books (any routing whose α varies): means on
+//! entity, function-word and other bytes beside the paper's, the router's inputs measured
+//! from the weights where a run kept them ([`crate::reproduce::router`]), and the densities
+//! by class (`alpha_by_class_books.png`, one panel per routed mixer).
 
 use std::path::Path;
 
 use super::BooksReport;
 use crate::plot::{panels_plot, Panel, Series};
-use crate::reproduce::{density, with_paper_alpha};
+use crate::reproduce::router::{self, Diagnosis, RoutedRun};
+use crate::reproduce::{density, run_path, with_paper_alpha};
 use crate::train::eval::{AlphaSample, EvalResult};
-use crate::train::TrainError;
+use crate::train::{RunConfig, RunDir, TrainError};
 
-/// The α section: the mean α by byte class of each memory kind with α samples, and the figure.
-pub(super) fn markdown(rep: &BooksReport) -> String {
+/// A routed books run: its evaluation (with its α samples) and the router's inputs.
+#[derive(Debug, Clone)]
+pub(super) struct Routed {
+    /// The run as the router section lists it.
+    pub run: RoutedRun,
+    /// Its α samples by class (from its evaluation).
+    pub alpha: Option<AlphaSample>,
+}
+
+impl Routed {
+    /// The mixer of the run: its kind and routing ("vort full"), which groups its seeds.
+    fn mixer(&self) -> String {
+        format!(
+            "{} {}",
+            self.run.name,
+            router::routing_label(self.run.routing)
+        )
+    }
+}
+
+/// The routed runs among the finished `configs` (aligned with their `results`), with the
+/// router's inputs measured from their weights or read from their `router.json` (in their
+/// run directories under `out_dir`).
+pub(super) fn measure(
+    configs: &[RunConfig],
+    results: &[EvalResult],
+    out_dir: &Path,
+    progress: bool,
+) -> Vec<Routed> {
+    let routed: Vec<(&RunConfig, &EvalResult, vort::Routing)> = configs
+        .iter()
+        .zip(results)
+        .filter_map(|(c, e)| Some((c, e, router::varying(&c.model.mixer)?)))
+        .collect();
+    let runs = router::routed_runs(
+        routed
+            .iter()
+            .map(|(c, e, routing)| router::RunToMeasure {
+                name: c.model.mixer.kind().to_string(),
+                seed: c.seed,
+                routing: *routing,
+                dir: RunDir::new(out_dir.join(run_path(c))),
+                means: means(e.alpha.as_ref()),
+            })
+            .collect(),
+        progress,
+    );
+    runs.into_iter()
+        .zip(routed)
+        .map(|(run, (_, e, _))| Routed {
+            run,
+            alpha: e.alpha.clone(),
+        })
+        .collect()
+}
+
+/// The evaluation's mean α by class ((class, memorable, mean)).
+fn means(a: Option<&AlphaSample>) -> Vec<(String, bool, f64)> {
+    a.map_or(Vec::new(), |a| {
+        let mut v = vec![("entity".to_string(), true, a.mean_memorable)];
+        if let Some(f) = a.mean_function {
+            v.push(("function word".into(), false, f));
+        }
+        v.push(("other".into(), false, a.mean_other));
+        v
+    })
+}
+
+/// The α section: the mean α by byte class of each memory kind with α samples (over seeds),
+/// then every routed run's, its router's inputs, and the figure.
+pub(super) fn markdown(rep: &BooksReport, routed: &[Routed]) -> String {
     let mut s = String::new();
     for r in &rep.rows {
         if let Some((e, f, o)) = r.alpha_means {
@@ -22,28 +94,63 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
             );
         }
     }
+    if !routed.is_empty() {
+        s += "**α by byte class, every routed run** (test windows, mean over layers and heads; \
+              from each run's evaluation). The memorable bytes are the lexicon's entity \
+              bytes.\n\n\
+              | memory | routing | seed | entity | function word | other | router inputs |\n\
+              |---|---|---|---|---|---|---|\n";
+        for r in routed {
+            let f = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.3}"));
+            let a = r.alpha.as_ref();
+            s += &format!(
+                "| {} | {} | {} | {} | {} | {} | {} |\n",
+                r.run.name,
+                router::routing_label(r.run.routing),
+                r.run.seed,
+                f(a.map(|a| a.mean_memorable)),
+                f(a.and_then(|a| a.mean_function)),
+                f(a.map(|a| a.mean_other)),
+                match &r.run.diagnosis {
+                    Diagnosis::Measured(_) => "measured (`router.json`)".to_string(),
+                    Diagnosis::Unavailable(why) => why.clone(),
+                }
+            );
+        }
+        s += "\n";
+        let runs: Vec<RoutedRun> = routed.iter().map(|r| r.run.clone()).collect();
+        s += &router::markdown(&runs);
+    }
     s += "![α by class](alpha_by_class_books.png)\n\n";
     s
 }
 
-/// `alpha_by_class_books.png`: densities of VORT's α on entity, function-word and other bytes
-/// beside the paper's orders; nothing without VORT α samples.
-pub(super) fn figure(results: &[EvalResult], out: &Path) -> Result<(), TrainError> {
-    let vort: Vec<_> = results
+/// `alpha_by_class_books.png`: densities of α on entity, function-word and other bytes beside
+/// the paper's orders, one panel per routed mixer (its seeds pooled; the evaluations' α
+/// samples); nothing without a routed run with α samples.
+pub(super) fn figure(routed: &[Routed], out: &Path) -> Result<(), TrainError> {
+    let mut mixers: Vec<String> = Vec::new();
+    for r in routed {
+        if r.alpha.is_some() && !mixers.contains(&r.mixer()) {
+            mixers.push(r.mixer());
+        }
+    }
+    let panels: Vec<Panel> = mixers
         .iter()
-        .filter(|r| r.memory == "vort")
-        .filter_map(|r| r.alpha.as_ref())
-        .collect();
-    if !vort.is_empty() {
-        let pick = |f: &dyn Fn(&AlphaSample) -> &Vec<f32>| -> Vec<f64> {
-            vort.iter()
-                .flat_map(|a| f(a).iter().map(|&x| f64::from(x)))
-                .collect()
-        };
-        panels_plot(
-            &out.join("alpha_by_class_books.png"),
-            &[Panel {
-                title: "books: learned α by byte class (VORT; all layers and heads)".into(),
+        .map(|m| {
+            let samples: Vec<&AlphaSample> = routed
+                .iter()
+                .filter(|r| &r.mixer() == m)
+                .filter_map(|r| r.alpha.as_ref())
+                .collect();
+            let pick = |f: &dyn Fn(&AlphaSample) -> &Vec<f32>| -> Vec<f64> {
+                samples
+                    .iter()
+                    .flat_map(|a| f(a).iter().map(|&x| f64::from(x)))
+                    .collect()
+            };
+            Panel {
+                title: format!("books: α by byte class ({m}; all layers, heads and seeds)"),
                 x_label: "α".into(),
                 y_label: "fraction of bytes".into(),
                 log_x: false,
@@ -59,8 +166,11 @@ pub(super) fn figure(results: &[EvalResult], out: &Path) -> Result<(), TrainErro
                     0,
                     1,
                 ),
-            }],
-        )?;
+            }
+        })
+        .collect();
+    if !panels.is_empty() {
+        panels_plot(&out.join("alpha_by_class_books.png"), &panels)?;
     }
     Ok(())
 }

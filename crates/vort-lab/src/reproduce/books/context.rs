@@ -6,9 +6,11 @@ use std::path::Path;
 
 use super::BooksReport;
 use crate::plot::{panels_plot, Panel, Series};
-use crate::reproduce::stats::{compare_paired, loss_claim_verdict, LagCurve, MIN_BIN};
+use crate::reproduce::stats::{
+    compare_pairs, loss_claim_verdict, LagCurve, Paired, Scores, MIN_BIN,
+};
 use crate::tasks::CONTEXT_BUCKETS;
-use crate::train::eval::{EvalResult, LagAccuracy};
+use crate::train::eval::{EvalResult, LagAccuracy, WindowScore};
 use crate::train::TrainError;
 
 /// The context section: BPC by context bucket per memory kind (mean ± sd over seeds) beside
@@ -150,29 +152,41 @@ fn per_book_table(rep: &BooksReport) -> String {
     s
 }
 
+/// (seed, per-window scores) of every run of `memory`: `score` of each of its test windows.
+fn windows_of(
+    runs: &[EvalResult],
+    memory: &str,
+    score: impl Fn(&WindowScore) -> f64,
+) -> Vec<(u64, Scores)> {
+    runs.iter()
+        .filter(|r| r.memory == memory)
+        .map(|r| {
+            (
+                r.seed,
+                Scores::Units(r.per_window.iter().map(&score).collect()),
+            )
+        })
+        .collect()
+}
+
+/// `a` against `b` at seed k with seed k, on each window's BPC in context bucket `bucket`
+/// ([`compare_pairs`]: per window, the difference averaged over the pairs).
+fn compare_bucket(runs: &[EvalResult], a: &str, b: &str, bucket: usize) -> Paired {
+    let bits = |w: &WindowScore| w.bits(bucket);
+    compare_pairs(&windows_of(runs, a, bits), &windows_of(runs, b, bits))
+}
+
+/// `a` against `b`, paired, on each window's context gain: its BPC in the first context
+/// bucket minus in bucket `far`.
+fn compare_gain(runs: &[EvalResult], a: &str, b: &str, far: usize) -> Paired {
+    let gain = |w: &WindowScore| w.bits(0) - w.bits(far);
+    compare_pairs(&windows_of(runs, a, gain), &windows_of(runs, b, gain))
+}
+
 /// Per-window BPC differences `a − b` in context bucket `bucket`: window by window, each
 /// averaged over the seeds both memories have (the windows are the same for every run).
 pub fn paired_window_diffs(runs: &[EvalResult], a: &str, b: &str, bucket: usize) -> Vec<f64> {
-    let of = |m: &str, seed: u64| runs.iter().find(|r| r.memory == m && r.seed == seed);
-    let pairs: Vec<(&EvalResult, &EvalResult)> = runs
-        .iter()
-        .filter(|r| r.memory == a)
-        .filter_map(|ra| of(b, ra.seed).map(|rb| (ra, rb)))
-        .collect();
-    let windows = pairs
-        .iter()
-        .map(|(x, y)| x.per_window.len().min(y.per_window.len()))
-        .min()
-        .unwrap_or(0);
-    (0..windows)
-        .map(|w| {
-            let d: Vec<f64> = pairs
-                .iter()
-                .map(|(x, y)| x.per_window[w].bits(bucket) - y.per_window[w].bits(bucket))
-                .collect();
-            d.iter().sum::<f64>() / d.len() as f64
-        })
-        .collect()
+    compare_bucket(runs, a, b, bucket).diffs
 }
 
 /// The paper's claims on books as verdict lines: the power-law memories (VORT, the fixed power
@@ -180,13 +194,15 @@ pub fn paired_window_diffs(runs: &[EvalResult], a: &str, b: &str, bucket: usize)
 fn verdicts(rep: &BooksReport) -> String {
     let far = CONTEXT_BUCKETS.len() - 1;
     let mut s = format!(
-        "\n## Verdicts\n\nRule: the paired difference of BPC at context {} between two memories \
-         over the same test windows (each window's difference averaged over the seeds both \
-         have) counts when its mean exceeds twice its standard error (sd over windows / \
-         √windows). The paper's absolute BPC (PG-19, large models) is not comparable with \
-         these small runs; the claim checked is the ordering. The windows come from {} test \
-         book(s): windows of one book are not independent samples, so with few books the SE \
-         is optimistic.\n\n",
+        "\n## Verdicts\n\nRule: a comparison of two memories pairs seed k of one with seed k of \
+         the other (the same training data order and the same test windows); a seed without \
+         its pair is left out and named, and n is the number of pairs. The paired difference \
+         of BPC at context {} over the same test windows (each window's difference averaged \
+         over the pairs) counts when its mean exceeds twice its standard error (sd over \
+         windows / √windows). The paper's absolute BPC (PG-19, large models) is not comparable \
+         with these small runs; the claim checked is the ordering. The windows come from {} \
+         test book(s): windows of one book are not independent samples, so with few books the \
+         SE is optimistic.\n\n",
         CONTEXT_BUCKETS[far].0,
         rep.runs.first().map_or(0, |r| r.per_book.len())
     );
@@ -200,27 +216,25 @@ fn verdicts(rep: &BooksReport) -> String {
     // the context gain, what the claim is about: BPC at the shortest contexts minus BPC at the
     // longest, per window; a larger gain for VORT is exponential − VORT < 0
     if has("vort") && has("exponential") {
-        let d: Vec<f64> = gain_diffs(&rep.runs, "exponential", "vort", far);
-        let (d, se, n, word) = compare_paired(&d);
+        let c = compare_gain(&rep.runs, "exponential", "vort", far);
         s += &format!(
             "- VORT gains more from context than the exponential (its BPC at {} minus at {} is \
              larger): exponential gain − VORT gain = {}: **{}**.\n",
             CONTEXT_BUCKETS[0].0,
             CONTEXT_BUCKETS[far].0,
-            numbers(d, se, n),
-            loss_claim_verdict(word)
+            numbers(&c, "exponential", "vort"),
+            loss_claim_verdict(c.word)
         );
     }
     // beyond the paper: did routing make the difference, as on MQAR?
     if has("vort") && has("power-law") {
-        let (d, se, n, word) =
-            compare_paired(&paired_window_diffs(&rep.runs, "vort", "power-law", far));
+        let c = compare_bucket(&rep.runs, "vort", "power-law", far);
         s += &format!(
             "- Beyond the paper, VORT (routed orders) against the fixed power law at context \
              {}: vort − power-law = {}: VORT is **{}**.\n",
             CONTEXT_BUCKETS[far].0,
-            numbers(d, se, n),
-            match word {
+            numbers(&c, "vort", "power-law"),
+            match c.word {
                 "lower" => "lower (routing helps)",
                 "higher" => "higher (routing hurts)",
                 w => w,
@@ -230,32 +244,29 @@ fn verdicts(rep: &BooksReport) -> String {
     s + "\n"
 }
 
-/// A paired difference as "±" text, or why there is none.
-fn numbers(d: f64, se: f64, n: usize) -> String {
-    if d.is_finite() {
-        format!("{d:+.3} ± {se:.3} bits ({n} windows)")
+/// A paired difference of `a` and `b` as "±" text with n and the missing pairs, or why there
+/// is none.
+fn numbers(c: &Paired, a: &str, b: &str) -> String {
+    if c.diff.is_finite() {
+        format!("{:+.3} ± {:.3} bits ({})", c.diff, c.se, c.describe(a, b))
     } else {
-        format!("{n} window(s) with per-window scores; rerun with --fresh")
+        format!(
+            "{} window(s) with per-window scores; rerun with --fresh ({})",
+            c.diffs.iter().filter(|x| x.is_finite()).count(),
+            c.describe(a, b)
+        )
     }
-}
-
-/// Per window, averaged over the seeds both memories have: (gain of `a`) − (gain of `b`),
-/// where a gain is the window's BPC in the first context bucket minus in bucket `far`.
-pub fn gain_diffs(runs: &[EvalResult], a: &str, b: &str, far: usize) -> Vec<f64> {
-    let near = paired_window_diffs(runs, a, b, 0);
-    let far = paired_window_diffs(runs, a, b, far);
-    near.iter().zip(&far).map(|(n, f)| n - f).collect()
 }
 
 /// The paper's ordering claim for `a` against the exponential at bucket `far`.
 fn claim_line(rep: &BooksReport, a: &str, far: usize) -> String {
-    let (d, se, n, word) = compare_paired(&paired_window_diffs(&rep.runs, a, "exponential", far));
+    let c = compare_bucket(&rep.runs, a, "exponential", far);
     format!(
         "- {a} below the exponential at context {} (paper: 1.56 vs 1.68): {a} − exponential = \
          {}: **{}**.\n",
         CONTEXT_BUCKETS[far].0,
-        numbers(d, se, n),
-        loss_claim_verdict(word)
+        numbers(&c, a, "exponential"),
+        loss_claim_verdict(c.word)
     )
 }
 
@@ -369,7 +380,6 @@ fn per_seed_table(rep: &BooksReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::eval::WindowScore;
 
     /// A books evaluation with only per-window scores: `bits[w][b]` bits per byte in window
     /// w, bucket b, one byte each.
@@ -399,9 +409,11 @@ mod tests {
     }
 
     /// The gain difference is, window by window and averaged over the shared seeds,
-    /// (a's near − a's far) − (b's near − b's far); a seed only one memory has is left out.
+    /// (a's near − a's far) − (b's near − b's far); a seed only one memory has is left out,
+    /// and the line names it. By hand: per window 0.8 and 0.25, mean 0.525, deviations
+    /// ±0.275, sample variance 2 × 0.275², SE = √(2 × 0.275² / 2) = 0.275.
     #[test]
-    fn gain_diffs_pair_windows_and_seeds() {
+    fn gain_comparisons_pair_windows_and_seeds_and_name_a_missing_pair() {
         let runs = [
             run("vort", 0, &[[3.0, 2.0], [3.0, 2.5]]),
             run("vort", 1, &[[3.2, 2.0], [3.0, 2.9]]),
@@ -409,7 +421,15 @@ mod tests {
             run("exponential", 1, &[[3.1, 2.7], [3.1, 3.0]]),
             run("vort", 2, &[[9.0, 0.0], [9.0, 0.0]]),
         ];
-        let d = gain_diffs(&runs, "vort", "exponential", 1);
+        // vort seed 2 has no pair: the comparison says so, with n = 2 pairs
+        let c = compare_gain(&runs, "vort", "exponential", 1);
+        assert_eq!(c.pairs, vec![0, 1]);
+        assert_eq!(
+            numbers(&c, "vort", "exponential"),
+            "+0.525 ± 0.275 bits (n = 2 pairs; SE over 2 windows, each averaged over the pairs; \
+             missing pairs, left out: vort seed 2 without exponential)"
+        );
+        let d = c.diffs;
         // window 0: seed 0 (1.0 − 0.2), seed 1 (1.2 − 0.4); window 1: (0.5 − 0.0), (0.1 − 0.1)
         let want = [(0.8 + 0.8) / 2.0, (0.5 + 0.0) / 2.0];
         assert_eq!(d.len(), 2);

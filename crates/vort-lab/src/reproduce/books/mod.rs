@@ -270,6 +270,7 @@ pub fn run_plan(
         _ => None,
     };
     let curves = curves::measure(&trained.configs, out_dir);
+    let routed = alpha::measure(&trained.configs, &trained.results, out_dir, progress);
     let measured = Measured {
         results: trained.results,
         tps: trained.tokens_per_s,
@@ -280,6 +281,7 @@ pub fn run_plan(
         samples,
         anchors,
         curves,
+        routed,
     };
     write_report(label, runs, measured, t0, out_dir)
 }
@@ -304,6 +306,8 @@ struct Measured {
     anchors: Option<anchors::Anchors>,
     /// Every finished run's training curve.
     curves: Vec<curves::CurveRow>,
+    /// The routed runs with their router's inputs.
+    routed: Vec<alpha::Routed>,
 }
 
 /// Writes the figures, results.json and report.md of what `runs` measured into `out_dir`
@@ -318,7 +322,7 @@ fn write_report(
     let rows = rows(&m.results, &m.tps);
     context::figure(&m.results, out_dir)?;
     streaming::figure(&m.streams, out_dir)?;
-    alpha::figure(&m.results, out_dir)?;
+    alpha::figure(&m.routed, out_dir)?;
     curves::figure(&m.curves, out_dir)?;
     let stripped = m
         .results
@@ -341,7 +345,7 @@ fn write_report(
     };
     anchors::report_figure(&report, out_dir)?;
     streaming::diagnostics_figure(&report, out_dir)?;
-    runner::write_report(out_dir, &report, &markdown(&report, runs))?;
+    runner::write_report(out_dir, &report, &markdown(&report, runs, &m.routed))?;
     Ok(report)
 }
 
@@ -418,12 +422,12 @@ fn record_data(data_dir: &Path, out_dir: &Path) -> Result<(), TrainError> {
 
 /// The report: what was run and in which setting, then the sections (BPC by context and the
 /// verdicts, the learned orders, the streamed book), then how to read it.
-fn markdown(rep: &BooksReport, runs: &[RunConfig]) -> String {
+fn markdown(rep: &BooksReport, runs: &[RunConfig], routed: &[alpha::Routed]) -> String {
     let mut s = intro(rep, runs);
     s += &context::markdown(rep);
     s += &anchors::report_markdown(rep);
     s += &curves::markdown(rep);
-    s += &alpha::markdown(rep);
+    s += &alpha::markdown(rep, routed);
     s += &streaming::markdown(rep);
     s += &samples::markdown(rep);
     s += "Reading: numbers that do not match the paper are reported as measured.\n";

@@ -1,59 +1,129 @@
-//! The learned orders α of VORT: by token role, pair tokens against the rest
-//! (`alpha_hist.png`, `alpha_hist_other.png`).
+//! The orders α of the routed VORT runs (any routing whose α varies: full, entity-only,
+//! entropy-only, learned, oracle): by token role, with the router's inputs measured from the
+//! weights where a run kept them ([`crate::reproduce::router`]; `alpha_by_role.png`), and the
+//! pair tokens against the rest over every cell (`alpha_hist.png`, `alpha_hist_other.png`).
 
 use std::path::Path;
 
-use super::RecallReport;
+use super::{CellResult, RecallReport, RunResult};
 use crate::plot::histogram;
+use crate::reproduce::router;
+use crate::reproduce::runner::run_path;
+use crate::tasks::TaskKind;
 use crate::train::eval::AlphaSample;
-use crate::train::TrainError;
+use crate::train::{RunDir, TrainError};
+use vort::Routing;
 
-/// The α section: the mean α of each role (seed 0, test set) per (cell, mixer) whose model
-/// routes orders (its evaluation samples them: the VORT mixers, whatever the preset names
-/// them), and the histograms of the pair tokens and of the rest over every cell; nothing
-/// without such runs.
+/// The α section: the mean α of each role of every routed run (every seed at the chosen
+/// rate; test set), the router's inputs of those that kept their weights, whether α
+/// separates the roles and which input failed, and the histograms; nothing without routed
+/// runs.
 pub(super) fn section(rep: &RecallReport, out: &Path) -> Result<String, TrainError> {
     histograms(rep, out)?;
-    let alpha: Vec<(String, &AlphaSample)> = rep
-        .cells
-        .iter()
-        .filter_map(|c| {
-            Some((
-                format!("{} {}", c.cell, c.mixer),
-                c.seeds.first()?.alpha.as_ref()?,
-            ))
-        })
-        .collect();
-    if alpha.is_empty() {
+    let routed = routed(rep)?;
+    if routed.is_empty() {
         return Ok(String::new());
     }
-    let mut s = String::from(
-        "## Learned orders α (VORT, seed 0, test set, mean over layers and heads)\n\n\
-         The paper's router gives what must be remembered a high α (slow power-law decay) \
-         and the rest a low one. Here the pair tokens are the keys and values, the query is \
-         the repeated key, the filler is everything else.\n\n\
-         | cell | key | value | query | filler | pairs (key, value) | the rest |\n\
-         |---|---|---|---|---|---|---|\n",
+    let runs = router::routed_runs(
+        routed
+            .iter()
+            .map(|(c, r, routing)| router::RunToMeasure {
+                name: format!("{} {}", c.cell, c.mixer),
+                seed: r.seed,
+                routing: *routing,
+                dir: RunDir::new(out.join(run_path(&c.cell, &c.mixer, Some(r.lr), r.seed))),
+                means: means(r.alpha.as_ref()),
+            })
+            .collect(),
+        false,
     );
-    for (n, a) in alpha {
-        let role = |r: &str| {
-            a.mean_by_role
-                .iter()
-                .find(|(name, _)| name == r)
+    let by_role = router::figure(&runs, &out.join("alpha_by_role.png"))?;
+    let mut s = String::from(
+        "## Orders α by role (routed VORT runs, test set, mean over layers and heads)\n\n\
+         The paper's router gives what must be remembered a high α (slow power-law decay) \
+         and the rest a low one. Here the memorable tokens are the pairs' keys and values, \
+         the query is the repeated key, the filler is everything else. Every seed of every \
+         routed (cell, mixer) at its chosen rate; the means come from each run's \
+         evaluation.\n\n\
+         | cell | mixer | routing | seed | key | value | query | filler | pairs (key, value) \
+         | the rest | router inputs |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for ((c, r, routing), run) in routed.iter().zip(&runs) {
+        let role = |name: &str| {
+            r.alpha
+                .as_ref()
+                .and_then(|a| a.mean_by_role.iter().find(|(n, _)| n == name))
                 .map_or("-".to_string(), |(_, x)| format!("{x:.3}"))
         };
+        let (pairs, rest) = r.alpha.as_ref().map_or(("-".into(), "-".into()), |a| {
+            (
+                format!("{:.3}", a.mean_memorable),
+                format!("{:.3}", a.mean_other),
+            )
+        });
         s.push_str(&format!(
-            "| {n} | {} | {} | {} | {} | {:.3} | {:.3} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {pairs} | {rest} | {} |\n",
+            c.cell,
+            c.mixer,
+            router::routing_label(*routing),
+            r.seed,
             role("key"),
             role("value"),
             role("query"),
             role("filler"),
-            a.mean_memorable,
-            a.mean_other
+            match &run.diagnosis {
+                router::Diagnosis::Measured(_) => "measured (`router.json`)".to_string(),
+                router::Diagnosis::Unavailable(why) => why.clone(),
+            }
         ));
     }
-    s.push_str("\nHistograms: `alpha_hist.png` (pair tokens), `alpha_hist_other.png`.\n\n");
+    s.push('\n');
+    s.push_str(&router::markdown(&runs));
+    s.push_str(&format!(
+        "Histograms: {}`alpha_hist.png` (pair tokens of every VORT run), \
+         `alpha_hist_other.png` (the rest).\n\n",
+        if by_role {
+            "`alpha_by_role.png` (α by role, one panel per run whose router inputs were \
+             measured), "
+        } else {
+            ""
+        }
+    ));
     Ok(s)
+}
+
+/// Every routed run of the report (the chosen rate's seeds of every (cell, mixer) whose
+/// VORT routing varies α; diverged seeds left out), with its routing.
+fn routed(rep: &RecallReport) -> Result<Vec<(&CellResult, &RunResult, Routing)>, TrainError> {
+    let mut v = Vec::new();
+    for c in &rep.cells {
+        let spec = rep.preset.cells.iter().find(|s| s.name == c.cell);
+        let mixer = spec.and_then(|s| rep.preset.mixers_of(s).find(|m| m.name == c.mixer));
+        let (Some(spec), Some(mixer)) = (spec, mixer) else {
+            continue;
+        };
+        for r in c.seeds.iter().filter(|r| r.diverged_at.is_none()) {
+            let cfg = rep.preset.run_config(spec, mixer, r.lr, r.seed)?;
+            if let Some(routing) = router::varying(&cfg.model.mixer) {
+                v.push((c, r, routing));
+            }
+        }
+    }
+    Ok(v)
+}
+
+/// The evaluation's mean α by MQAR role ((role, memorable, mean)).
+fn means(a: Option<&AlphaSample>) -> Vec<(String, bool, f64)> {
+    let memorable: Vec<(&str, bool)> = router::roles(TaskKind::Mqar);
+    a.map_or(Vec::new(), |a| {
+        a.mean_by_role
+            .iter()
+            .map(|(n, x)| {
+                let m = memorable.iter().any(|(r, mem)| r == n && *mem);
+                (n.clone(), m, *x)
+            })
+            .collect()
+    })
 }
 
 /// `alpha_hist.png` and `alpha_hist_other.png`: the learned α of every seed of every cell

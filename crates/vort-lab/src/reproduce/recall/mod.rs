@@ -15,9 +15,11 @@
 //! Runs stop early at `train.early_stop_accuracy` of validation accuracy (Zoology: 0.99).
 //!
 //! Output: `report.md`, `results.json`, `acc_vs_width.png`, `acc_vs_state.png`,
-//! `lr_sweep.png`, `acc_by_lag.png` (lags section), `alpha_hist.png` (VORT), and
-//! `runs/<cell>/<mixer>/lr<lr>/seed<k>/`. Finished runs are reused and interrupted ones
-//! resumed.
+//! `lr_sweep.png`, `acc_by_lag.png` (lags section), `alpha_hist.png` (VORT),
+//! `alpha_by_role.png` (routed runs that kept their weights), and
+//! `runs/<cell>/<mixer>/lr<lr>/seed<k>/` (with `router.json`, the router's inputs measured
+//! from the weights, [`crate::reproduce::router`]). Finished runs are reused and interrupted
+//! ones resumed.
 //!
 //! The report is cut by claim: each section is a function of the [`RecallReport`] that draws
 //! its figures and returns its markdown, in its own file (`gate.rs`, `grid.rs`, `lags.rs`,
@@ -28,6 +30,7 @@ mod alpha;
 mod extrapolation;
 mod gate;
 mod grid;
+mod ladder;
 mod lags;
 mod results;
 mod runner;
@@ -52,6 +55,7 @@ fn write_report(rep: &RecallReport, out_dir: &Path) -> Result<(), TrainError> {
         gate::section(rep),
         grid::section(rep, out_dir)?,
         lags::section(rep, out_dir)?,
+        ladder::section(rep, out_dir)?,
         extrapolation::section(rep, out_dir)?,
         sweeps::section(rep, out_dir)?,
         alpha::section(rep, out_dir)?,

@@ -3,17 +3,23 @@
 
 use super::lags::far_answers;
 use super::{cells_where, pooled, CellResult, RecallReport, Role, Section};
-use crate::reproduce::stats::{claim_verdict, compare_seeds};
+use crate::reproduce::stats::{claim_verdict, compare_pairs, Paired, Scores};
+use crate::tasks::BUCKETS;
 
 /// The report's "Verdicts": the rule, then the gate, the lag and the grid lines.
 pub(super) fn markdown(rep: &RecallReport) -> String {
     let mut s = String::from(
-        "## Verdicts\n\nRule: a difference between two accuracies (answers pooled over seeds) \
-         counts when it exceeds twice its standard error: the larger of the binomial SE and, \
-         with at least two seeds a side, the SE of the per-seed accuracies (Welch), since seeds \
-         differ by more than their answers' noise. A comparison of memories counts only in a \
-         cell where softmax attention learned it (>= 90%) and at least one of the two memories \
-         reached the preset's learned accuracy.\n\n",
+        "## Verdicts\n\nRule: a comparison of two memories pairs seed k of one with seed k of \
+         the other (the same training data order and the same test set); a seed without its \
+         pair is left out and named. A run's evaluation keeps counts per lag bucket, not \
+         scores per sequence, so the difference is taken per pair, d_k = acc_k(A) − \
+         acc_k(B), and it counts when its mean exceeds twice its standard error sd(d) / √n \
+         over the n pairs; with one pair, the SE is the binomial SE of the difference of the \
+         two accuracies, which leaves out the spread across seeds. With n pairs the SE has \
+         n − 1 degrees of freedom, so at n = 3 the bar of 2 SE is loose (Student's t at 95% \
+         would ask for 4.3 SE). A comparison of memories counts only in a cell where softmax \
+         attention learned it (>= 90%) and at least one of the two memories reached the \
+         preset's learned accuracy.\n\n",
     );
     s.push_str(&gate_lines(rep));
     for cell in cells_where(rep, |c| c.section == Section::Lags) {
@@ -53,9 +59,45 @@ fn learned_pooled(c: &CellResult, threshold: f64) -> bool {
     n > 0 && k as f64 >= threshold * n as f64
 }
 
-/// (correct, answers) of every seed of `c` over all its answers.
-fn per_seed(c: &CellResult) -> Vec<(usize, usize)> {
-    c.seeds.iter().map(|r| (r.correct, r.answers)).collect()
+/// (seed, (correct, answers)) of every seed of `c` over all its answers.
+fn per_seed(c: &CellResult) -> Vec<(u64, Scores)> {
+    c.seeds
+        .iter()
+        .map(|r| (r.seed, Scores::Counts(r.correct, r.answers)))
+        .collect()
+}
+
+/// (seed, (correct, answers)) of every seed of `c` at lags > 1000 when scored at length
+/// `len` (the training length's own far bucket, or the extrapolation to `len`); a seed not
+/// scored there has no answers.
+fn far_per_seed(c: &CellResult, len: usize) -> Vec<(u64, Scores)> {
+    let far = BUCKETS.len() - 1;
+    c.seeds
+        .iter()
+        .map(|r| {
+            let buckets = if len == c.seq_len {
+                Some(&r.buckets)
+            } else {
+                r.extrapolation
+                    .iter()
+                    .find(|x| x.seq_len == len)
+                    .map(|x| &x.buckets)
+            };
+            let (k, n) = buckets
+                .and_then(|b| b.get(far))
+                .map_or((0, 0), |b| (b.correct, b.n));
+            (r.seed, Scores::Counts(k, n))
+        })
+        .collect()
+}
+
+/// The mean paired difference ± its SE in accuracy points, or that there is none.
+fn points(cmp: &Paired) -> String {
+    if cmp.diff.is_finite() {
+        format!("{:+.1} ± {:.1} points", 100.0 * cmp.diff, 100.0 * cmp.se)
+    } else {
+        "no paired difference".into()
+    }
 }
 
 /// Whether the claim (role "claim": VORT) reaches the 90% target in each gate cell.
@@ -135,11 +177,11 @@ fn lag_comparison(
     };
     let theirs = far_answers(o);
     let mut s = String::new();
-    for (a, len) in &far_answers(vort) {
-        let Some((b, _)) = theirs.iter().find(|(_, l)| l == len) else {
+    for (_, len) in &far_answers(vort) {
+        if !theirs.iter().any(|(_, l)| l == len) {
             continue;
-        };
-        let cmp = compare_seeds(a, b);
+        }
+        let cmp = compare_pairs(&far_per_seed(vort, *len), &far_per_seed(o, *len));
         let verdict = match (either_learned, fixed) {
             (false, _) => "inconclusive (neither memory learned the cell)".into(),
             (true, false) => claim_verdict(cmp.word).to_string(),
@@ -147,10 +189,9 @@ fn lag_comparison(
         };
         s.push_str(&format!(
             "- {lead} at lags > 1000, cell {cell} (scored at L = {len}): VORT - \
-             {other} = {:+.1} ± {:.1} points ({}): {verdict}.\n",
-            100.0 * cmp.diff,
-            100.0 * cmp.se,
-            cmp.basis()
+             {other} = {} ({}): {verdict}.\n",
+            points(&cmp),
+            cmp.describe("VORT", other)
         ));
     }
     s
@@ -181,14 +222,13 @@ fn grid_line(rep: &RecallReport, cell: &str) -> String {
              learned it.\n"
         );
     }
-    let cmp = compare_seeds(&per_seed(vort), &per_seed(exp));
+    let cmp = compare_pairs(&per_seed(vort), &per_seed(exp));
     format!(
-        "- Beyond the paper, grid cell {cell} (softmax {:.1}%): VORT - exponential = {:+.1} \
-         ± {:.1} points ({}) over all answers: VORT {}.\n",
+        "- Beyond the paper, grid cell {cell} (softmax {:.1}%): VORT - exponential = {} ({}) \
+         over all answers: VORT {}.\n",
         100.0 * sane,
-        100.0 * cmp.diff,
-        100.0 * cmp.se,
-        cmp.basis(),
+        points(&cmp),
+        cmp.describe("VORT", "exponential"),
         cmp.word
     )
 }
@@ -240,5 +280,44 @@ mod tests {
                 && v.contains(": VORT higher."),
             "{v}"
         );
+        // one pair: the binomial SE, √(0.6·0.4/100 + 0.1·0.9/100) = 5.7 points, and n stated
+        assert!(
+            v.contains("VORT - exponential = +50.0 ± 5.7 points (n = 1 pair; binomial SE"),
+            "{v}"
+        );
+    }
+
+    /// Seeds are paired by seed: VORT's seeds 0-2 against the exponential's 0 and 1 leave
+    /// seed 2 out, and the line says so. By hand, far buckets 60/100 and 50/100 against
+    /// 20/100 and 30/100: d = 0.4, 0.2, mean 0.3, sd 0.1414, SE 0.1 (10 points).
+    #[test]
+    fn lag_verdicts_pair_seeds_and_name_a_missing_pair() {
+        let seed = |seed: u64, far: usize| {
+            let mut r = seed_with((far, 100), &[]);
+            (r.seed, r.correct, r.answers) = (seed, 900, 1000);
+            r
+        };
+        let report = RecallReport {
+            preset: Preset::embedded("recall", "quick").unwrap(),
+            cells: vec![
+                lag_cell("softmax", 2048, vec![seed(0, 99)]),
+                lag_cell("vort", 2048, vec![seed(0, 60), seed(1, 50), seed(2, 90)]),
+                lag_cell("exponential", 2048, vec![seed(0, 20), seed(1, 30)]),
+            ],
+            gate_passed: None,
+            wall_s: 0.0,
+            reused: 0,
+            pending: Vec::new(),
+        };
+        let v = markdown(&report);
+        assert!(
+            v.contains(
+                "VORT - exponential = +30.0 ± 10.0 points (n = 2 pairs; SE over the 2 paired \
+                 seed differences; missing pairs, left out: VORT seed 2 without exponential): \
+                 reproduced."
+            ),
+            "{v}"
+        );
+        assert!(v.contains("pairs seed k of one with seed k of"), "{v}");
     }
 }

@@ -1,0 +1,455 @@
+//! The ablation ladder (issue #39): what VORT's *variable* order does. In a cell the preset
+//! marks `ladder = true`, every rung (the exponential, fixed orders, one learned order per
+//! head, VORT routed by each signal, oracle routing) is ranked by its accuracy at lags > 1000,
+//! with counts per lag bucket, its chosen rate and its sweep, and paired with the claim (VORT)
+//! seed by seed. Then the size trend (`acc_vs_state_lag.png`): accuracy at lags > 1000
+//! against state floats per layer over the cells of the same task at other widths, with the
+//! state each memory would need to reach the paper's 79.4% read off a fit in log state.
+
+use std::path::Path;
+
+use super::{color_of, lr_label, mixer_names, pooled, CellResult, RecallReport, Role, Section};
+use crate::plot::{panels_plot, Panel, Series};
+use crate::reproduce::stats::{compare_pairs, pct, wilson, Paired, Scores};
+use crate::tasks::BUCKETS;
+use crate::train::{RunConfig, TrainError};
+use vort::{Mixer, Routing};
+
+/// The index of the bucket of lags > 1000 in [`BUCKETS`] (the paper's lag claim).
+const LONG: usize = 2;
+
+/// The paper's accuracy at lags > 1000 of its power-law memory (percent).
+const PAPER_LONG: f64 = 79.4;
+
+/// The ladder section: for every ladder cell, the rungs ranked at lags > 1000 with their
+/// paired differences from the claim, the verdict lines, then the size trend.
+pub(super) fn section(rep: &RecallReport, out: &Path) -> Result<String, TrainError> {
+    let ladder_cells: Vec<&str> = rep
+        .preset
+        .cells
+        .iter()
+        .filter(|c| c.ladder)
+        .map(|c| c.name.as_str())
+        .collect();
+    if ladder_cells.is_empty() {
+        return Ok(String::new());
+    }
+    let mut s = String::from(
+        "## The ablation ladder: order or routing?\n\n\
+         Each rung adds one cause to the one below it: a learned exponential, one fixed order \
+         α (no routing), one learned order per head (no routing), VORT routed by one signal or \
+         both, and the paper's assignment by rule (oracle). Rungs are ranked by test accuracy \
+         at lags > 1000, all seeds pooled (correct / answers). Δ vs the claim is paired: \
+         seed k of the rung against seed k of the claim (same data order, same test set), the \
+         mean of the per-seed differences at lags > 1000 ± the SE over those differences \
+         (n = pairs; with one pair, the binomial SE of the two accuracies).\n\n",
+    );
+    for cell in &ladder_cells {
+        let rungs: Vec<&CellResult> = rep.cells.iter().filter(|c| c.cell == *cell).collect();
+        s.push_str(&rung_table(rep, cell, &rungs));
+        s.push_str(&verdict_lines(rep, &rungs));
+        let pending: Vec<&String> = rep
+            .pending
+            .iter()
+            .filter(|p| p.starts_with(&format!("{cell} /")))
+            .collect();
+        if !pending.is_empty() {
+            s.push_str(&format!(
+                "Rungs still training (not in the table): {}.\n\n",
+                pending
+                    .iter()
+                    .map(|p| p.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+        }
+    }
+    s.push_str(&size_trend(rep, &ladder_cells, out)?);
+    Ok(s)
+}
+
+/// The run config of (cell, mixer) `c` at its chosen rate (seed 0), from the preset.
+fn config_of(rep: &RecallReport, c: &CellResult) -> Option<RunConfig> {
+    let cell = rep.preset.cells.iter().find(|x| x.name == c.cell)?;
+    let mixer = rep.preset.mixers.iter().find(|m| m.name == c.mixer)?;
+    rep.preset.run_config(cell, mixer, c.best_lr, 0).ok()
+}
+
+/// What a rung is, from its config: the kind and, for VORT, how α is set.
+pub(super) fn rung_label(rep: &RecallReport, c: &CellResult) -> String {
+    let Some(cfg) = config_of(rep, c) else {
+        return "?".into();
+    };
+    let probe = if cfg.train.entity_aux_weight > 0.0 {
+        "supervised probe"
+    } else {
+        "unsupervised probe"
+    };
+    match &cfg.model.mixer {
+        Mixer::Exponential => "exponential, learned rate per head".into(),
+        Mixer::PowerLaw { alpha, .. } => format!("fixed order α = {alpha}"),
+        Mixer::Mixture { m, .. } => format!("{m} fixed exponentials, learned weights"),
+        Mixer::Retnet => "RetNet's fixed decays".into(),
+        Mixer::Softmax { .. } => "softmax attention (the sanity gate)".into(),
+        Mixer::Vort { routing, .. } => match routing {
+            Routing::Learned => "one learned order per head".into(),
+            Routing::Fixed { alpha } => format!("fixed order α = {alpha} (shared nodes)"),
+            Routing::Oracle { entity, other } => {
+                format!("oracle: α = {entity} on keys and values, {other} elsewhere")
+            }
+            Routing::EntropyOnly => "routed by entropy".into(),
+            Routing::EntityOnly => format!("routed by the entity probe ({probe})"),
+            Routing::Full => format!("routed by entropy and the entity probe ({probe})"),
+        },
+    }
+}
+
+/// Pooled accuracy at lags > 1000 (NaN without answers there).
+fn long_accuracy(c: &CellResult) -> f64 {
+    let (k, n) = pooled(c, Some(LONG));
+    if n == 0 {
+        f64::NAN
+    } else {
+        k as f64 / n as f64
+    }
+}
+
+/// Each seed's (correct, answers) at lags > 1000, for [`compare_pairs`].
+fn long_scores(c: &CellResult) -> Vec<(u64, Scores)> {
+    c.seeds
+        .iter()
+        .filter_map(|r| {
+            r.buckets
+                .get(LONG)
+                .map(|b| (r.seed, Scores::Counts(b.correct, b.n)))
+        })
+        .collect()
+}
+
+/// The claim's result in the rungs (the preset's `role = "claim"` mixer).
+fn claim<'a>(rep: &RecallReport, rungs: &[&'a CellResult]) -> Option<&'a CellResult> {
+    let name = rep.preset.with_role(Role::Claim).first().copied()?;
+    rungs.iter().copied().find(|c| c.mixer == name)
+}
+
+/// The rungs of one ladder cell ranked by accuracy at lags > 1000.
+fn rung_table(rep: &RecallReport, cell: &str, rungs: &[&CellResult]) -> String {
+    let claim = claim(rep, rungs);
+    let mut ranked: Vec<&CellResult> = rungs.to_vec();
+    ranked.sort_by(|a, b| long_accuracy(b).total_cmp(&long_accuracy(a)));
+    let mut s = format!(
+        "### {cell}\n\n| rank | rung | what | lr (validation % at each swept lr) | seeds | \
+         > 1000 per seed % | > 1000 pooled % (correct / answers) |"
+    );
+    for (label, _, _) in BUCKETS.iter().take(LONG) {
+        s.push_str(&format!(" {label} % |"));
+    }
+    s.push_str(" Δ vs claim at > 1000 (paired) |\n|---|---|---|---|---|---|---|");
+    for _ in 0..LONG {
+        s.push_str("---|");
+    }
+    s.push_str("---|\n");
+    for (i, c) in ranked.iter().enumerate() {
+        let sweep: Vec<String> = c
+            .sweep
+            .iter()
+            .map(|r| format!("{}: {}", lr_label(r.lr), pct(r.val_accuracy)))
+            .collect();
+        let per_seed: Vec<String> = c
+            .seeds
+            .iter()
+            .map(|r| match r.buckets.get(LONG) {
+                Some(b) if b.n > 0 => format!(
+                    "s{}: {}{}",
+                    r.seed,
+                    pct(b.correct as f64 / b.n as f64),
+                    if r.learned { "" } else { " (not learned)" }
+                ),
+                _ => format!("s{}: -", r.seed),
+            })
+            .collect();
+        let (k, n) = pooled(c, Some(LONG));
+        s.push_str(&format!(
+            "| {} | {} | {} | {} ({}) | {} | {} | {} ({k}/{n}) |",
+            i + 1,
+            c.mixer,
+            rung_label(rep, c),
+            lr_label(c.best_lr),
+            sweep.join(", "),
+            c.seeds.len(),
+            per_seed.join("; "),
+            pct(long_accuracy(c)),
+        ));
+        for b in 0..LONG {
+            let (k, n) = pooled(c, Some(b));
+            s.push_str(&format!(" {} ({k}/{n}) |", pct(k as f64 / n.max(1) as f64)));
+        }
+        let delta = match claim {
+            Some(v) if v.mixer != c.mixer => {
+                let p = compare_pairs(&long_scores(c), &long_scores(v));
+                format!("{} (n = {})", signed_points(&p), p.pairs.len())
+            }
+            Some(_) => "the claim".into(),
+            None => "-".into(),
+        };
+        s.push_str(&format!(" {delta} |\n"));
+    }
+    s.push_str(
+        "\nA seed *learned* the task at >= 50% over all lags; \"not learned\" marks the seeds \
+         below it. The paper's accuracy at lags > 1000: power law 79.4%, exponential 52.3%, \
+         5-exponential mixture 61.8%.\n\n",
+    );
+    s
+}
+
+/// "+3.1 ± 1.2 points" (a paired difference in accuracy, as percentage points).
+fn signed_points(p: &Paired) -> String {
+    if p.diff.is_nan() {
+        return "n/a".into();
+    }
+    format!("{:+.1} ± {:.1} points", 100.0 * p.diff, 100.0 * p.se)
+}
+
+/// The verdict lines of a ladder cell: every rung against the claim, then the claim against
+/// the best fixed order and against the learned order.
+fn verdict_lines(rep: &RecallReport, rungs: &[&CellResult]) -> String {
+    let Some(v) = claim(rep, rungs) else {
+        return "No claim rung (`role = \"claim\"`) in this cell: no paired verdicts.\n\n".into();
+    };
+    let line = |a: &CellResult, b: &CellResult, why: &str| -> String {
+        let p = compare_pairs(&long_scores(a), &long_scores(b));
+        format!(
+            "- {why}{} − {} at lags > 1000: {}: **{}** ({}).\n",
+            a.mixer,
+            b.mixer,
+            signed_points(&p),
+            p.word,
+            p.describe(&a.mixer, &b.mixer)
+        )
+    };
+    let mut s =
+        String::from("Paired verdicts at lags > 1000 (a difference counts beyond 2 SE):\n\n");
+    let mixer_of = |c: &CellResult| config_of(rep, c).map(|cfg| cfg.model.mixer);
+    let best_fixed = rungs
+        .iter()
+        .filter(|c| matches!(mixer_of(c), Some(Mixer::PowerLaw { .. })))
+        .max_by(|a, b| long_accuracy(a).total_cmp(&long_accuracy(b)));
+    if let Some(f) = best_fixed {
+        s.push_str(&line(v, f, "the claim against the best fixed order: "));
+    }
+    let learned = rungs
+        .iter()
+        .find(|c| mixer_of(c).and_then(|m| m.routing()) == Some(Routing::Learned));
+    if let Some(l) = learned {
+        s.push_str(&line(
+            v,
+            l,
+            "the claim against one learned order per head: ",
+        ));
+    }
+    for c in rungs.iter().filter(|c| c.mixer != v.mixer) {
+        s.push_str(&line(c, v, ""));
+    }
+    s.push('\n');
+    s
+}
+
+/// One point of the size trend: a mixer at one width, seed 0.
+struct SizePoint {
+    mixer: String,
+    floats_per_layer: f64,
+    correct: usize,
+    answers: usize,
+}
+
+/// The size trend over the lags cells of each ladder cell's task (the same L, K and gaps) at
+/// every width: `acc_vs_state_lag.png` and its table, seed 0.
+fn size_trend(rep: &RecallReport, ladder: &[&str], out: &Path) -> Result<String, TrainError> {
+    let names = mixer_names(rep);
+    let mut panels = Vec::new();
+    let mut s = String::new();
+    for cell in ladder {
+        let Some(base) = rep.cells.iter().find(|c| c.cell == *cell) else {
+            continue;
+        };
+        let same_task = |c: &&CellResult| {
+            c.section == Section::Lags
+                && (c.seq_len, c.num_kv_pairs) == (base.seq_len, base.num_kv_pairs)
+                && c.power_a == base.power_a
+        };
+        let widths: Vec<usize> = {
+            let mut w: Vec<usize> = rep
+                .cells
+                .iter()
+                .filter(same_task)
+                .map(|c| c.d_model)
+                .collect();
+            w.sort_unstable();
+            w.dedup();
+            w
+        };
+        if widths.len() < 2 {
+            continue;
+        }
+        let mut points = Vec::new();
+        for c in rep.cells.iter().filter(same_task) {
+            let layers = layers_of(rep, c).max(1);
+            let Some(r) = c.seeds.iter().find(|r| r.seed == 0) else {
+                continue;
+            };
+            let Some(b) = r.buckets.get(LONG) else {
+                continue;
+            };
+            points.push(SizePoint {
+                mixer: c.mixer.clone(),
+                floats_per_layer: c.state_floats as f64 / layers as f64,
+                correct: b.correct,
+                answers: b.n,
+            });
+        }
+        // mixers measured at two widths or more
+        let mut mixers: Vec<String> = points.iter().map(|p| p.mixer.clone()).collect();
+        mixers.sort();
+        mixers.dedup();
+        mixers.retain(|m| points.iter().filter(|p| &p.mixer == m).count() >= 2);
+        if mixers.is_empty() {
+            continue;
+        }
+        s.push_str(&format!(
+            "### Size trend: {} at d_model {} (seed 0)\n\n\
+             Accuracy at lags > 1000 against the recurrent state per layer (floats at L = {}; \
+             softmax: its KV cache). The last column fits accuracy = a + b·log10(state) to \
+             each memory's points and reads off the state at which the fit reaches the \
+             paper's {PAPER_LONG}% (an extrapolation: a line through 2-3 points).\n\n\
+             | mixer | state floats per layer: > 1000 % (correct / answers) | slope per 10× \
+             state | state for {PAPER_LONG}% |\n|---|---|---|---|\n",
+            cell,
+            widths
+                .iter()
+                .map(|w| w.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            base.seq_len
+        ));
+        let mut series = Vec::new();
+        for m in &mixers {
+            let mut pts: Vec<&SizePoint> = points.iter().filter(|p| &p.mixer == m).collect();
+            pts.sort_by(|a, b| a.floats_per_layer.total_cmp(&b.floats_per_layer));
+            let xy: Vec<(f64, f64)> = pts
+                .iter()
+                .map(|p| {
+                    (
+                        p.floats_per_layer,
+                        p.correct as f64 / p.answers.max(1) as f64,
+                    )
+                })
+                .collect();
+            let bars = pts
+                .iter()
+                .map(|p| {
+                    let (lo, hi) = wilson(p.correct, p.answers);
+                    (p.floats_per_layer, lo, hi)
+                })
+                .collect();
+            let fit = log_fit(&xy);
+            let cells: Vec<String> = pts
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{:.0}: {} ({}/{})",
+                        p.floats_per_layer,
+                        pct(p.correct as f64 / p.answers.max(1) as f64),
+                        p.correct,
+                        p.answers
+                    )
+                })
+                .collect();
+            let (slope, needed) = match fit {
+                Some((a, b)) if b > 0.0 => (
+                    format!("{:+.1} points", 100.0 * b),
+                    format!("{:.2e}", 10f64.powf((PAPER_LONG / 100.0 - a) / b)),
+                ),
+                Some((_, b)) => (format!("{:+.1} points", 100.0 * b), "never (flat)".into()),
+                None => ("-".into(), "-".into()),
+            };
+            s.push_str(&format!(
+                "| {m} | {} | {slope} | {needed} |\n",
+                cells.join("; ")
+            ));
+            series.push(
+                Series::line(m.clone(), xy)
+                    .with_color(color_of(&names, m))
+                    .with_bars(bars),
+            );
+        }
+        let xs: Vec<f64> = points.iter().map(|p| p.floats_per_layer).collect();
+        let (lo, hi) = xs
+            .iter()
+            .fold((f64::INFINITY, 0f64), |(l, h), &x| (l.min(x), h.max(x)));
+        series.push(Series::dashed(
+            format!("paper, power law at lags > 1000: {PAPER_LONG}%"),
+            vec![(lo, PAPER_LONG / 100.0), (hi, PAPER_LONG / 100.0)],
+        ));
+        panels.push(Panel {
+            title: format!("{cell}: accuracy at lags > 1000 against state (seed 0, Wilson 95%)"),
+            x_label: "recurrent state per layer (floats)".into(),
+            y_label: "accuracy at lags > 1000".into(),
+            log_x: true,
+            log_y: false,
+            series,
+        });
+        s.push('\n');
+    }
+    if !panels.is_empty() {
+        panels_plot(&out.join("acc_vs_state_lag.png"), &panels)?;
+        s.push_str("Plot: `acc_vs_state_lag.png`.\n\n");
+    }
+    Ok(s)
+}
+
+/// Layers of the model of (cell, mixer) `c`.
+fn layers_of(rep: &RecallReport, c: &CellResult) -> usize {
+    config_of(rep, c).map_or(1, |cfg| cfg.model.layers)
+}
+
+/// Least squares y = a + b·log10(x) over `xy` (x > 0); None with fewer than two distinct x.
+pub(super) fn log_fit(xy: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let pts: Vec<(f64, f64)> = xy
+        .iter()
+        .filter(|(x, y)| *x > 0.0 && y.is_finite())
+        .map(|&(x, y)| (x.log10(), y))
+        .collect();
+    let n = pts.len() as f64;
+    if pts.len() < 2 {
+        return None;
+    }
+    let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    if sxx <= 0.0 {
+        return None;
+    }
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let b = sxy / sxx;
+    Some((my - b * mx, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_fit_recovers_a_line_in_log_state() {
+        // y = 0.1 + 0.2 log10(x) at x = 10, 100, 1000: a = 0.1, b = 0.2
+        let (a, b) = log_fit(&[(10.0, 0.3), (100.0, 0.5), (1000.0, 0.7)]).unwrap();
+        assert!(
+            (a - 0.1).abs() < 1e-12 && (b - 0.2).abs() < 1e-12,
+            "{a} {b}"
+        );
+        // reaching 0.794 needs log10(x) = (0.794 - 0.1) / 0.2 = 3.47
+        let x = 10f64.powf((0.794 - a) / b);
+        assert!((x.log10() - 3.47).abs() < 1e-9);
+        assert!(log_fit(&[(10.0, 0.3)]).is_none());
+        assert!(log_fit(&[(10.0, 0.3), (10.0, 0.4)]).is_none());
+    }
+}

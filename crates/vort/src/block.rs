@@ -5,7 +5,9 @@
 //! Router (docs/DESIGN.md §2): α_i = δ + (1-δ) σ(a·e_i - b·H_i + g·h_i + c), per head (a, b, c scalars
 //! and g a vector per head), with e_i = σ(p·h_i) the entity probe (its logit is returned for an
 //! auxiliary loss) and H_i the entropy of a shallow next-token predictor, supplied by the
-//! caller and treated as a constant (stop-gradient).
+//! caller and treated as a constant (stop-gradient). The ablation ladder's rungs (issue #39)
+//! drop parts of it: `Routing::Learned` keeps c alone (one order per head), `Routing::Fixed`
+//! and `Routing::Oracle` have no parameters (the oracle reads the task's memorable marks).
 //!
 //! The mixer ([`Mixer`]) chooses VORT or a baseline; every kind shares the projections, the
 //! normalisation and (except softmax) the feature map, and keeps its own parameters in one
@@ -699,9 +701,9 @@ impl Block {
         else {
             return Ok((None, None));
         };
-        let mut z = r.c.reshape((1, 1, h))?.broadcast_as((b, t, h))?;
         let Some(s) = &r.signals else {
             // a learned order per head, the same at every token
+            let z = r.c.reshape((1, 1, h))?.broadcast_as((b, t, h))?;
             let alpha = ((sigmoid(&z)? * (1.0 - r.delta))? + r.delta)?
                 .transpose(1, 2)?
                 .contiguous()?;
@@ -709,7 +711,7 @@ impl Block {
         };
         let x2 = x.reshape((b * t, dm))?;
         let logit_e = x2.matmul(&s.probe)?.reshape((b, t, 1))?;
-        z = x2
+        let mut z = x2
             .matmul(&s.g)?
             .reshape((b, t, h))?
             .broadcast_add(&r.c.reshape((1, 1, h))?)?;

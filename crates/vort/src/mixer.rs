@@ -41,7 +41,7 @@ pub enum Routing {
     Learned,
     /// The paper's claimed assignment given by a rule, not learned: α = `entity` at the
     /// tokens the task marks memorable (MQAR's keys and values, books' entity bytes), `other`
-    /// everywhere else. Needs those marks at every forward ([`crate::Model::forward_marked`]).
+    /// everywhere else. Needs those marks at every forward ([`crate::model::Model::forward_marked`]).
     Oracle {
         /// α of a marked token (the paper: 0.80 for entities).
         entity: f64,

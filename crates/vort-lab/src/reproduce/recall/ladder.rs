@@ -272,47 +272,13 @@ fn size_trend(rep: &RecallReport, ladder: &[&str], out: &Path) -> Result<String,
         let Some(base) = rep.cells.iter().find(|c| c.cell == *cell) else {
             continue;
         };
-        let same_task = |c: &&CellResult| {
-            c.section == Section::Lags
-                && (c.seq_len, c.num_kv_pairs) == (base.seq_len, base.num_kv_pairs)
-                && c.power_a == base.power_a
-        };
-        let widths: Vec<usize> = {
-            let mut w: Vec<usize> = rep
-                .cells
-                .iter()
-                .filter(same_task)
-                .map(|c| c.d_model)
-                .collect();
-            w.sort_unstable();
-            w.dedup();
-            w
-        };
-        if widths.len() < 2 {
-            continue;
-        }
-        let mut points = Vec::new();
-        for c in rep.cells.iter().filter(same_task) {
-            let layers = layers_of(rep, c).max(1);
-            let Some(r) = c.seeds.iter().find(|r| r.seed == 0) else {
-                continue;
-            };
-            let Some(b) = r.buckets.get(LONG) else {
-                continue;
-            };
-            points.push(SizePoint {
-                mixer: c.mixer.clone(),
-                floats_per_layer: c.state_floats as f64 / layers as f64,
-                correct: b.correct,
-                answers: b.n,
-            });
-        }
+        let (widths, points) = size_points(rep, base);
         // mixers measured at two widths or more
         let mut mixers: Vec<String> = points.iter().map(|p| p.mixer.clone()).collect();
         mixers.sort();
         mixers.dedup();
         mixers.retain(|m| points.iter().filter(|p| &p.mixer == m).count() >= 2);
-        if mixers.is_empty() {
+        if widths.len() < 2 || mixers.is_empty() {
             continue;
         }
         s.push_str(&format!(
@@ -335,57 +301,13 @@ fn size_trend(rep: &RecallReport, ladder: &[&str], out: &Path) -> Result<String,
         for m in &mixers {
             let mut pts: Vec<&SizePoint> = points.iter().filter(|p| &p.mixer == m).collect();
             pts.sort_by(|a, b| a.floats_per_layer.total_cmp(&b.floats_per_layer));
-            let xy: Vec<(f64, f64)> = pts
-                .iter()
-                .map(|p| {
-                    (
-                        p.floats_per_layer,
-                        p.correct as f64 / p.answers.max(1) as f64,
-                    )
-                })
-                .collect();
-            let bars = pts
-                .iter()
-                .map(|p| {
-                    let (lo, hi) = wilson(p.correct, p.answers);
-                    (p.floats_per_layer, lo, hi)
-                })
-                .collect();
-            let fit = log_fit(&xy);
-            let cells: Vec<String> = pts
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{:.0}: {} ({}/{})",
-                        p.floats_per_layer,
-                        pct(p.correct as f64 / p.answers.max(1) as f64),
-                        p.correct,
-                        p.answers
-                    )
-                })
-                .collect();
-            let (slope, needed) = match fit {
-                Some((a, b)) if b > 0.0 => (
-                    format!("{:+.1} points", 100.0 * b),
-                    format!("{:.2e}", 10f64.powf((PAPER_LONG / 100.0 - a) / b)),
-                ),
-                Some((_, b)) => (format!("{:+.1} points", 100.0 * b), "never (flat)".into()),
-                None => ("-".into(), "-".into()),
-            };
-            s.push_str(&format!(
-                "| {m} | {} | {slope} | {needed} |\n",
-                cells.join("; ")
-            ));
-            series.push(
-                Series::line(m.clone(), xy)
-                    .with_color(color_of(&names, m))
-                    .with_bars(bars),
-            );
+            let (row, line) = size_row(m, &pts);
+            s.push_str(&row);
+            series.push(line.with_color(color_of(&names, m)));
         }
-        let xs: Vec<f64> = points.iter().map(|p| p.floats_per_layer).collect();
-        let (lo, hi) = xs
-            .iter()
-            .fold((f64::INFINITY, 0f64), |(l, h), &x| (l.min(x), h.max(x)));
+        let (lo, hi) = points.iter().fold((f64::INFINITY, 0f64), |(l, h), p| {
+            (l.min(p.floats_per_layer), h.max(p.floats_per_layer))
+        });
         series.push(Series::dashed(
             format!("paper, power law at lags > 1000: {PAPER_LONG}%"),
             vec![(lo, PAPER_LONG / 100.0), (hi, PAPER_LONG / 100.0)],
@@ -405,6 +327,70 @@ fn size_trend(rep: &RecallReport, ladder: &[&str], out: &Path) -> Result<String,
         s.push_str("Plot: `acc_vs_state_lag.png`.\n\n");
     }
     Ok(s)
+}
+
+/// The widths of the lags cells of `base`'s task (the same L, K and gaps), and every seed-0
+/// point of theirs at lags > 1000.
+fn size_points(rep: &RecallReport, base: &CellResult) -> (Vec<usize>, Vec<SizePoint>) {
+    let same_task = |c: &&CellResult| {
+        c.section == Section::Lags
+            && (c.seq_len, c.num_kv_pairs) == (base.seq_len, base.num_kv_pairs)
+            && c.power_a == base.power_a
+    };
+    let mut widths: Vec<usize> = rep
+        .cells
+        .iter()
+        .filter(same_task)
+        .map(|c| c.d_model)
+        .collect();
+    widths.sort_unstable();
+    widths.dedup();
+    let points = rep
+        .cells
+        .iter()
+        .filter(same_task)
+        .filter_map(|c| {
+            let b = c.seeds.iter().find(|r| r.seed == 0)?.buckets.get(LONG)?;
+            Some(SizePoint {
+                mixer: c.mixer.clone(),
+                floats_per_layer: c.state_floats as f64 / layers_of(rep, c).max(1) as f64,
+                correct: b.correct,
+                answers: b.n,
+            })
+        })
+        .collect();
+    (widths, points)
+}
+
+/// One memory's row of the size-trend table (its points, the fit's slope and the state it
+/// puts at the paper's accuracy) and its series, `pts` in order of state.
+fn size_row(m: &str, pts: &[&SizePoint]) -> (String, Series) {
+    let acc = |p: &SizePoint| p.correct as f64 / p.answers.max(1) as f64;
+    let xy: Vec<(f64, f64)> = pts.iter().map(|p| (p.floats_per_layer, acc(p))).collect();
+    let bars = pts
+        .iter()
+        .map(|p| {
+            let (lo, hi) = wilson(p.correct, p.answers);
+            (p.floats_per_layer, lo, hi)
+        })
+        .collect();
+    let cells: Vec<String> = pts
+        .iter()
+        .map(|p| {
+            let (state, a) = (p.floats_per_layer, pct(acc(p)));
+            format!("{state:.0}: {a} ({}/{})", p.correct, p.answers)
+        })
+        .collect();
+    let (slope, needed) = match log_fit(&xy) {
+        Some((a, b)) if b > 0.0 => (
+            format!("{:+.1} points", 100.0 * b),
+            format!("{:.2e}", 10f64.powf((PAPER_LONG / 100.0 - a) / b)),
+        ),
+        Some((_, b)) => (format!("{:+.1} points", 100.0 * b), "never (flat)".into()),
+        None => ("-".into(), "-".into()),
+    };
+    let row = format!("| {m} | {} | {slope} | {needed} |\n", cells.join("; "));
+    (row, Series::line(m, xy).with_bars(bars))
 }
 
 /// Layers of the model of (cell, mixer) `c`.

@@ -505,7 +505,7 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
                 runs: preset.unswept_runs()?,
             };
             if let Some(shard) = a.shard {
-                let (n, d) = reproduce::train_shard(&plan.runs, shard, &out, true)?;
+                let (n, d) = reproduce::train_shard(&plan.named(), shard, &out, true)?;
                 return shard_done(shard, n, d.len());
             }
             reproduce::run_plan(&plan, &out, mode)?.runs.len()
@@ -514,9 +514,9 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
             let data = a.data.to_str().ok_or_else(|| {
                 CliError::Usage(format!("--data {} is not valid UTF-8", a.data.display()))
             })?;
-            let mut runs = preset.unswept_runs()?;
-            for c in &mut runs {
-                c.task.data_dir = data.into();
+            let mut runs = preset.named_runs()?;
+            for r in &mut runs {
+                r.config.task.data_dir = data.into();
             }
             if let Some(shard) = a.shard {
                 let (n, d) = reproduce::train_shard(&runs, shard, &out, true)?;

@@ -497,7 +497,8 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     let runs: Vec<_> = ["vort", "exponential", "softmax"]
         .into_iter()
         .map(|m| {
-            let mut c = books::preset(Scale::Quick, m, 0, &data.display().to_string()).unwrap();
+            let mut run = books::preset(Scale::Quick, m, 0, &data.display().to_string()).unwrap();
+            let c = &mut run.config;
             c.task.seq_len = 32;
             c.model.chunk = 16;
             if let Mixer::Softmax { window } = &mut c.model.mixer {
@@ -511,7 +512,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
                 c.train.eval_every = 1;
                 c.train.val_sequences = 2;
             }
-            c
+            run
         })
         .collect();
     let out = fresh_dir("repro-out");
@@ -549,7 +550,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     // every run's training curve is its own metrics: 3 steps, a tenth each, in bits per byte
     assert_eq!(rep.curves.len(), 3);
     for (c, r) in runs.iter().zip(&rep.curves) {
-        assert_eq!((r.memory.as_str(), r.steps), (c.model.mixer.kind(), 3));
+        assert_eq!((r.memory.as_str(), r.steps), (c.name.as_str(), 3));
         let logged =
             vort_lab::train::RunDir::new(out.join(format!("runs/books/{}/seed0", r.memory)))
                 .metrics();
@@ -759,8 +760,9 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     // the runner recall has: a run whose loss becomes non-finite is a result (recorded,
     // listed, left out of the rows), not the end of the experiment
     let mut blown = runs[1].clone();
-    blown.model.mixer = Mixer::of_kind("power-law").unwrap();
-    blown.train.lr = 1e30;
+    blown.name = "power-law".into();
+    blown.config.model.mixer = Mixer::of_kind("power-law").unwrap();
+    blown.config.train.lr = 1e30;
     let mut more = runs.clone();
     more.push(blown);
     let rep = books::run_plan("test", &more, &out, 200, Mode::train(false)).unwrap();
@@ -792,7 +794,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     assert_eq!((rep.reused, rep.rows.len(), rep.diverged.len()), (4, 3, 1));
     // --report-only: a run not trained yet is listed, nothing is trained
     let mut unseen = runs[0].clone();
-    unseen.seed = 7;
+    unseen.config.seed = 7;
     more.push(unseen);
     let rep = books::run_plan("test", &more, &out, 200, Mode::report_only(false)).unwrap();
     assert_eq!(rep.pending, ["runs/books/vort/seed7"]);
@@ -816,6 +818,209 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     }
     let rep = books::run_plan("test", &more, &out, 200, Mode::report_only(false)).unwrap();
     assert_eq!((&rep.streams, &rep.samples), (&streams, &samples));
+}
+
+/// The ablation ladder's books rungs (#39): mixers of one kind are keyed by their preset
+/// names, each with its run directory, report row, curve and verdict against VORT; oracle
+/// routing trains and is evaluated with the lexicon's marks, and is neither streamed nor
+/// sampled (no marks there), with the reason in the report; the learned order (kind vort) is
+/// streamed and sampled as VORT.
+#[test]
+fn ladder_rungs_of_one_kind_keep_their_names_and_the_oracle_skips_the_stream() {
+    use vort_lab::reproduce::books;
+    use vort_lab::reproduce::preset::{Preset, Role};
+    let (cache, data) = (
+        fresh_dir("ladder-cache"),
+        fresh_dir("ladder-data").join("books"),
+    );
+    fetch(&config(&data, &cache, vec![five_books(&cache)]), &mut quiet).unwrap();
+    let text = r#"
+name = "tiny-ladder"
+description = "two fixed orders, the learned order and the oracle beside VORT"
+seeds = [0]
+lrs = [1e-2]
+[base.task]
+kind = "books"
+seq_len = 32
+data_dir = "data/books"
+[base.model]
+d_model = 32
+layers = 1
+heads = 2
+head_dim = 16
+features = 16
+chunk = 16
+[base.train]
+steps = 3
+batch_size = 1
+warmup_steps = 0
+checkpoint_every = 3
+log_every = 1
+eval_sequences = 2
+[[mixers]]
+name = "vort"
+role = "claim"
+model = { mixer = { kind = "vort" } }
+[[mixers]]
+name = "power-law-0.2"
+role = "ablation"
+model = { mixer = { kind = "power-law", alpha = 0.2 } }
+[[mixers]]
+name = "power-law-0.5"
+role = "ablation"
+model = { mixer = { kind = "power-law", alpha = 0.5 } }
+[[mixers]]
+name = "learned-order"
+role = "ablation"
+model = { mixer = { kind = "vort", routing = "learned" } }
+[[mixers]]
+name = "oracle"
+role = "ablation"
+model = { mixer = { kind = "vort", routing = { oracle = { entity = 0.8, other = 0.35 } } } }
+[[cells]]
+name = "books"
+"#;
+    let mut runs = Preset::from_toml(text, "tiny-ladder")
+        .unwrap()
+        .named_runs()
+        .unwrap();
+    for r in &mut runs {
+        r.config.task.data_dir = data.display().to_string();
+    }
+    let names: Vec<(&str, &str, Role)> = runs
+        .iter()
+        .map(|r| (r.name.as_str(), r.config.model.mixer.kind(), r.role))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("vort", "vort", Role::Claim),
+            ("power-law-0.2", "power-law", Role::Ablation),
+            ("power-law-0.5", "power-law", Role::Ablation),
+            ("learned-order", "vort", Role::Ablation),
+            ("oracle", "vort", Role::Ablation),
+        ]
+    );
+    let out = fresh_dir("ladder-out");
+    let rep = books::run_plan("tiny-ladder", &runs, &out, 200, Mode::train(false)).unwrap();
+    // one run directory per name, each holding its own mixer
+    for r in &runs {
+        let dir = vort_lab::train::RunDir::new(out.join(format!("runs/books/{}/seed0", r.name)));
+        assert_eq!(dir.saved_config().as_ref(), Some(&r.config), "{}", r.name);
+    }
+    assert!(!out.join("runs/books/power-law").exists());
+    // one row per name: the kinds first (vort), then the rungs in preset order
+    let rows: Vec<&str> = rep.rows.iter().map(|r| r.memory.as_str()).collect();
+    assert_eq!(
+        rows,
+        [
+            "vort",
+            "power-law-0.2",
+            "power-law-0.5",
+            "learned-order",
+            "oracle"
+        ]
+    );
+    let memories: Vec<&str> = rep.runs.iter().map(|e| e.memory.as_str()).collect();
+    assert_eq!(
+        memories,
+        [
+            "vort",
+            "power-law-0.2",
+            "power-law-0.5",
+            "learned-order",
+            "oracle"
+        ]
+    );
+    let curves: Vec<&str> = rep.curves.iter().map(|c| c.memory.as_str()).collect();
+    assert_eq!(curves, memories);
+    let beside_compressors: Vec<String> =
+        books::anchors::model_rows(&rep.runs, rep.anchors.as_ref().unwrap())
+            .into_iter()
+            .map(|m| m.memory)
+            .collect();
+    assert_eq!(beside_compressors, rows);
+    // the two fixed orders are different models: different scores on the same windows
+    assert_ne!(rep.runs[1].loss, rep.runs[2].loss);
+    // the oracle was trained and evaluated with the marks: α is its rule's on every byte
+    let a = rep.runs[4].alpha.as_ref().expect("the oracle's α samples");
+    assert!((a.mean_other - 0.35).abs() < 1e-4, "{}", a.mean_other);
+    assert!(a.other.iter().all(|&x| (x - 0.35).abs() < 1e-4));
+    assert!(a.memorable.iter().all(|&x| (x - 0.8).abs() < 1e-4));
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for m in &rows {
+        assert!(md.contains(&format!("| {m} |")), "{m}: {md}");
+    }
+    // every rung is paired with VORT at context > 4096 (inconclusive at T = 32)
+    for (name, what) in [
+        ("power-law-0.2", "the fixed power law at α = 0.2"),
+        ("power-law-0.5", "the fixed power law at α = 0.5"),
+        ("learned-order", "the learned order"),
+        (
+            "oracle",
+            "oracle routing (α = 0.8 on the lexicon's entity bytes, 0.35",
+        ),
+    ] {
+        let line = md
+            .lines()
+            .find(|l| l.contains(&format!("vort − {name} = ")))
+            .unwrap_or_else(|| panic!("no verdict line for {name}: {md}"));
+        assert!(
+            line.starts_with("- Beyond the paper, VORT (routed orders) against ")
+                && line.contains(what)
+                && line.contains("n = 1 pair"),
+            "{line}"
+        );
+    }
+    assert!(md.contains("Rule-set α (oracle)"), "{md}");
+    // VORT and the learned order are streamed and sampled; the oracle is skipped, with the
+    // reason, and so are its samples; the fixed orders are not a streamed kind
+    let streamed: Vec<&str> = rep.streams.iter().map(|s| s.memory.as_str()).collect();
+    assert_eq!(streamed, ["vort", "learned-order"]);
+    let s = &rep.streams[1];
+    assert!(s.result.bits.is_finite() && s.at_trained_horizon.is_some() && s.tempered.is_some());
+    assert!(out
+        .join("runs/books/learned-order/seed0/stream.json")
+        .is_file());
+    let sampled: Vec<&str> = rep.samples.iter().map(|s| s.memory.as_str()).collect();
+    assert_eq!(
+        sampled,
+        ["vort", "power-law-0.2", "power-law-0.5", "learned-order"]
+    );
+    let skipped = |v: &[books::Skipped]| -> Vec<(String, u64, String)> {
+        v.iter()
+            .map(|k| (k.memory.clone(), k.seed, k.why.clone()))
+            .collect()
+    };
+    let why = books::NEEDS_MARKS.to_string();
+    assert_eq!(
+        why,
+        "oracle routing reads the lexicon's entity marks, which a free-running stream or \
+         sample does not have"
+    );
+    let want = vec![("oracle".to_string(), 0, why.clone())];
+    assert_eq!(skipped(&rep.not_streamed), want);
+    assert_eq!(skipped(&rep.not_sampled), want);
+    assert!(!out.join("runs/books/oracle/seed0/stream.json").exists());
+    assert!(!out.join("runs/books/oracle/seed0/sample.json").exists());
+    assert!(
+        md.contains(&format!("Not streamed: oracle seed 0 ({why}).")),
+        "{md}"
+    );
+    assert!(
+        md.contains(&format!("No sample: oracle seed 0 ({why}).")),
+        "{md}"
+    );
+    // the routed runs' α by class lists the learned order and the oracle beside VORT
+    assert!(
+        md.contains("| learned-order | learned | 0 |")
+            && md.contains("| oracle | oracle 0.80 / 0.35 | 0 |"),
+        "{md}"
+    );
+    // a report-only call reuses every run under its name
+    let again = books::run_plan("tiny-ladder", &runs, &out, 200, Mode::report_only(false)).unwrap();
+    assert_eq!((again.reused, again.pending.len()), (5, 0));
+    assert_eq!(again.streams, rep.streams);
 }
 
 /// `generate` on a trained run: deterministic for a seed, greedy equals the argmax of one

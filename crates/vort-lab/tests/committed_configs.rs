@@ -129,6 +129,13 @@ fn books_and_synthetic_presets_build_the_runs_the_rust_presets_built() {
         let s = scale.name();
         let full = scale == Scale::Full;
         let books = books::plan(scale, "data/books").unwrap();
+        // the shipped presets name every mixer by its kind: their run directories
+        // (runs/books/<name>/seed<k>) are the kinds' as before
+        assert!(
+            books.iter().all(|r| r.name == r.config.model.mixer.kind()),
+            "books {s}"
+        );
+        let books: Vec<RunConfig> = books.into_iter().map(|r| r.config).collect();
         let kinds = ["vort", "power-law", "exponential", "mixture", "softmax"];
         let seeds: &[u64] = if full { &[0, 1, 2] } else { &[0] };
         let order: Vec<(String, u64)> = books
@@ -241,5 +248,80 @@ fn the_d256_long_preset_is_d256_for_longer_with_validation() {
         l.train.eval_every = s.train.eval_every;
         l.train.val_sequences = s.train.val_sequences;
         assert_eq!(&l, s, "{}", s.model.mixer.kind());
+    }
+}
+
+/// The books ladder preset (#39) is books-d256's setting: its VORT and exponential are
+/// d256's seed-0 runs (copied into results/books-ladder, whose config.toml files are these
+/// configs, so they are reused), and each rung differs from VORT only in its mixer.
+#[test]
+fn the_books_ladder_reuses_d256_and_changes_only_the_mixer() {
+    use vort::{Mixer, Routing};
+    use vort_lab::reproduce::preset::{Preset, Role};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let read = |file: &str| {
+        let text = std::fs::read_to_string(root.join("configs/books").join(file)).unwrap();
+        Preset::from_toml(&text, file)
+            .unwrap()
+            .named_runs()
+            .unwrap()
+    };
+    let (d256, ladder) = (read("d256.toml"), read("ladder.toml"));
+    let names: Vec<(&str, Role, u64)> = ladder
+        .iter()
+        .map(|r| (r.name.as_str(), r.role, r.config.seed))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("vort", Role::Claim, 0),
+            ("exponential", Role::Baseline, 0),
+            ("power-law-0.2", Role::Ablation, 0),
+            ("learned-order", Role::Ablation, 0),
+            ("oracle", Role::Ablation, 0),
+        ]
+    );
+    assert_eq!(ladder[0].config, d256[0].config);
+    assert_eq!(ladder[1].config, d256[3].config);
+    for (r, name) in ladder[..2].iter().zip(["vort", "exponential"]) {
+        let path = format!("results/books-ladder/runs/books/{name}/seed0/config.toml");
+        let text = std::fs::read_to_string(root.join(&path)).unwrap();
+        assert_eq!(
+            RunConfig::from_toml(&text, &path).unwrap(),
+            r.config,
+            "{path}"
+        );
+    }
+    let mixers: Vec<Mixer> = ladder[2..]
+        .iter()
+        .map(|r| r.config.model.mixer.clone())
+        .collect();
+    let vort = |routing| Mixer::Vort {
+        nodes: match &d256[0].config.model.mixer {
+            Mixer::Vort { nodes, .. } => *nodes,
+            m => panic!("{m:?}"),
+        },
+        routing,
+        router_bias_init: 0.0,
+    };
+    assert_eq!(
+        mixers,
+        [
+            Mixer::PowerLaw {
+                alpha: 0.2,
+                horizon: 0,
+                eps: 1e-3
+            },
+            vort(Routing::Learned),
+            vort(Routing::Oracle {
+                entity: 0.8,
+                other: 0.35
+            }),
+        ]
+    );
+    for r in &ladder[2..] {
+        let mut c = r.config.clone();
+        c.model.mixer = d256[0].config.model.mixer.clone();
+        assert_eq!(c, d256[0].config, "{}", r.name);
     }
 }

@@ -491,7 +491,11 @@ fn absurd_sizes_are_refused_before_allocation() {
     // the books and synthetic presets (all measured to run on a 24 GB machine) fit in 8 GB
     use vort_lab::reproduce::{self, Scale};
     for scale in [Scale::Quick, Scale::Medium] {
-        let books = reproduce::books::plan(scale, "data/books").unwrap();
+        let books: Vec<_> = reproduce::books::plan(scale, "data/books")
+            .unwrap()
+            .into_iter()
+            .map(|r| r.config)
+            .collect();
         let synthetic = reproduce::Plan::for_scale(scale).unwrap().runs;
         assert_eq!((books.len(), synthetic.len()), (5, 24));
         for c in books.iter().chain(&synthetic) {

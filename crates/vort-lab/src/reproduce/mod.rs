@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::plot::Series;
 use crate::train::{RunConfig, TrainError};
+use preset::NamedRun;
 pub use synthetic::{paper_number, preset, run, run_plan, Plan, Report, Row};
 
 /// How large a reproduction.
@@ -107,14 +108,14 @@ impl std::str::FromStr for Shard {
     }
 }
 
-/// Trains (or reuses) the runs of `runs` (books or synthetic configs) that `shard` owns into
+/// Trains (or reuses) the runs of `runs` (books or synthetic runs) that `shard` owns into
 /// `out_dir`, and writes no report (merge the shards' `runs/` trees, then `--report-only`):
 /// how many runs it owns, and the directories of those that diverged.
 ///
 /// # Errors
 /// As [`runner::train_all`].
 pub fn train_shard(
-    runs: &[RunConfig],
+    runs: &[NamedRun],
     shard: Shard,
     out_dir: &Path,
     progress: bool,
@@ -139,20 +140,30 @@ fn mean_sd(x: &[f64]) -> (f64, f64) {
     (m, sd)
 }
 
-/// The run directory of a books or synthetic run ([`runner::run_path`]: the task is the cell,
-/// the mixer is named by its kind, no rate is swept).
-fn run_path(c: &RunConfig) -> String {
-    runner::run_path(c.task.kind.name(), c.model.mixer.kind(), None, c.seed)
+/// The run directory of a books or synthetic run of the mixer named `mixer`
+/// ([`runner::run_path`]: the task is the cell, no rate is swept). Books names a run by its
+/// preset mixer's name, synthetic by its kind ([`NamedRun::by_kind`]).
+fn run_path(mixer: &str, c: &RunConfig) -> String {
+    runner::run_path(c.task.kind.name(), mixer, None, c.seed)
 }
 
-/// Trains (or reuses) the books or synthetic runs `runs` into `out_dir` ([`runner::train_all`]).
+/// Trains (or reuses) the books or synthetic runs `runs` into `out_dir` ([`runner::train_all`]),
+/// each in the directory of its name; every finished run's evaluation carries that name as
+/// its `memory`, so the report's rows, tables and figures keep mixers of one kind apart.
 fn train_all(
-    runs: &[RunConfig],
+    runs: &[NamedRun],
     out_dir: &Path,
     mode: runner::Mode,
 ) -> Result<runner::Trained, TrainError> {
-    let runs: Vec<(String, RunConfig)> = runs.iter().map(|c| (run_path(c), c.clone())).collect();
-    runner::train_all(out_dir, &runs, mode)
+    let paths: Vec<(String, RunConfig)> = runs
+        .iter()
+        .map(|r| (run_path(&r.name, &r.config), r.config.clone()))
+        .collect();
+    let mut t = runner::train_all(out_dir, &paths, mode)?;
+    for (e, &i) in t.results.iter_mut().zip(&t.finished) {
+        e.memory.clone_from(&runs[i].name);
+    }
+    Ok(t)
 }
 
 /// Fraction of values in each of 40 bins on [0, 1] (a density, to compare token classes).

@@ -170,6 +170,30 @@ fn default_extrapolate_examples() -> usize {
     16
 }
 
+/// One run of a preset that sweeps no rate (books, synthetic): its mixer's name (the run
+/// directory `runs/<cell>/<name>/seed<k>` and the report's row) and role, and its config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedRun {
+    /// The mixer's name in the preset.
+    pub name: String,
+    /// The mixer's role in the verdicts.
+    pub role: Role,
+    /// The run config.
+    pub config: RunConfig,
+}
+
+impl NamedRun {
+    /// A run named by its mixer's kind, in no role (the synthetic experiment, whose rows are
+    /// the kinds).
+    pub fn by_kind(config: RunConfig) -> NamedRun {
+        NamedRun {
+            name: config.model.mixer.kind().to_string(),
+            role: Role::Other,
+            config,
+        }
+    }
+}
+
 /// An experiment (one preset file).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -290,12 +314,26 @@ impl Preset {
     /// # Errors
     /// A field the run config refuses.
     pub fn unswept_runs(&self) -> Result<Vec<RunConfig>, TrainError> {
+        Ok(self.named_runs()?.into_iter().map(|r| r.config).collect())
+    }
+
+    /// [`Preset::unswept_runs`] with each run's mixer name and role: the books experiment
+    /// keys its run directories and report rows by the name, so that several mixers of one
+    /// kind (the ablation ladder's fixed orders, learned order, oracle) stay apart.
+    ///
+    /// # Errors
+    /// A field the run config refuses.
+    pub fn named_runs(&self) -> Result<Vec<NamedRun>, TrainError> {
         let mut runs = Vec::new();
         for cell in &self.cells {
             for mixer in self.mixers_of(cell) {
                 let lr = self.lrs_of(cell, mixer)[0];
                 for seed in self.seeds_of(cell, mixer) {
-                    runs.push(self.run_config(cell, mixer, lr, seed)?);
+                    runs.push(NamedRun {
+                        name: mixer.name.clone(),
+                        role: mixer.role,
+                        config: self.run_config(cell, mixer, lr, seed)?,
+                    });
                 }
             }
         }

@@ -142,7 +142,7 @@ fn same_config(
 /// The run directory of (cell, mixer, learning rate, seed), relative to the experiment's
 /// output directory: `runs/<cell>/<mixer>/lr<lr>/seed<k>` where the experiment sweeps the
 /// rate (recall), `runs/<cell>/<mixer>/seed<k>` where it does not (books and synthetic, whose
-/// cells are their tasks and whose mixers are named by kind).
+/// cells are their tasks; books names a mixer as its preset does, synthetic by its kind).
 pub fn run_path(cell: &str, mixer: &str, swept_lr: Option<f64>, seed: u64) -> String {
     match swept_lr {
         Some(lr) => format!(
@@ -170,6 +170,8 @@ pub struct DivergedRun {
 pub struct Trained {
     /// The configs of the finished runs.
     pub configs: Vec<RunConfig>,
+    /// Their indices in the runs given (aligned with `configs`).
+    pub finished: Vec<usize>,
     /// Their evaluations.
     pub results: Vec<EvalResult>,
     /// Their mean training throughputs (tokens/s, from their metrics).
@@ -226,11 +228,12 @@ pub fn train_all(
         std::thread::sleep(BUSY_POLL);
     }
     let mut t = Trained::default();
-    for ((rel, c), o) in runs.iter().zip(outcomes) {
+    for (i, ((rel, c), o)) in runs.iter().zip(outcomes).enumerate() {
         let dir = RunDir::new(out_dir.join(rel));
         match o {
             Some(Outcome::Finished { eval, reused }) => {
                 t.configs.push(c.clone());
+                t.finished.push(i);
                 t.results.push(*eval);
                 t.tokens_per_s.push(dir.throughput());
                 t.train_s.push(dir.train_seconds());

@@ -50,10 +50,10 @@ pub(super) fn measure(
         routed
             .iter()
             .map(|(c, e, routing)| router::RunToMeasure {
-                name: c.model.mixer.kind().to_string(),
+                name: e.memory.clone(),
                 seed: c.seed,
                 routing: *routing,
-                dir: RunDir::new(out_dir.join(run_path(c))),
+                dir: RunDir::new(out_dir.join(run_path(&e.memory, c))),
                 means: means(e.alpha.as_ref()),
             })
             .collect(),
@@ -86,9 +86,14 @@ pub(super) fn markdown(rep: &BooksReport, routed: &[Routed]) -> String {
     let mut s = String::new();
     for r in &rep.rows {
         if let Some((e, f, o)) = r.alpha_means {
+            // the oracle's α is its rule's, not learned
+            let ruled = routed.iter().any(|x| {
+                x.run.name == r.memory && matches!(x.run.routing, vort::Routing::Oracle { .. })
+            });
             s += &format!(
-                "Learned α ({}): mean {e:.3} on entity bytes, {} on function-word bytes, \
+                "{} α ({}): mean {e:.3} on entity bytes, {} on function-word bytes, \
                  {o:.3} on the rest (paper: entities ≈ 0.80, function words ≈ 0.35).\n\n",
+                if ruled { "Rule-set" } else { "Learned" },
                 r.memory,
                 f.map_or("n/a".into(), |f| format!("{f:.3}"))
             );

@@ -77,11 +77,11 @@ pub fn measure_scored(
     })
 }
 
-/// One memory kind's test BPC per test book (seeds pooled: Σ nll·n / Σ n over its runs) and
+/// One memory's test BPC per test book (seeds pooled: Σ nll·n / Σ n over its runs) and
 /// over every scored byte, aligned with the anchors' books.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelBpc {
-    /// Memory kind.
+    /// Memory (the preset's mixer name).
     pub memory: String,
     /// Seeds pooled.
     pub seeds: usize,
@@ -91,15 +91,16 @@ pub struct ModelBpc {
     pub split: Option<f64>,
 }
 
-/// The models' rows, in the report's order of memory kinds.
+/// The models' rows, in the report's order of memories (the kinds, then the other names).
 pub fn model_rows(runs: &[EvalResult], anchors: &Anchors) -> Vec<ModelBpc> {
     let bits = |nll: f64, n: usize| (n > 0).then(|| nll / n as f64 / std::f64::consts::LN_2);
     let mut out = Vec::new();
-    for memory in crate::reproduce::KINDS {
+    let memories = super::Memories::new(
+        runs.iter().map(|r| r.memory.as_str()),
+        &crate::reproduce::KINDS,
+    );
+    for memory in memories.order() {
         let rs: Vec<&EvalResult> = runs.iter().filter(|r| r.memory == *memory).collect();
-        if rs.is_empty() {
-            continue;
-        }
         let pooled = |book: Option<&str>| {
             let (mut nll, mut n) = (0.0, 0usize);
             for row in rs
@@ -113,7 +114,7 @@ pub fn model_rows(runs: &[EvalResult], anchors: &Anchors) -> Vec<ModelBpc> {
             bits(nll, n)
         };
         out.push(ModelBpc {
-            memory: memory.to_string(),
+            memory: memory.clone(),
             seeds: rs.len(),
             books: anchors
                 .measured

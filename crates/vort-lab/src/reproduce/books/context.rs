@@ -4,8 +4,9 @@
 
 use std::path::Path;
 
-use super::BooksReport;
+use super::{BooksReport, Memories};
 use crate::plot::{panels_plot, Panel, Series};
+use crate::reproduce::preset::{NamedRun, Role};
 use crate::reproduce::stats::{
     compare_pairs, loss_claim_verdict, LagCurve, Paired, Scores, MIN_BIN,
 };
@@ -13,9 +14,10 @@ use crate::tasks::CONTEXT_BUCKETS;
 use crate::train::eval::{EvalResult, LagAccuracy, WindowScore};
 use crate::train::TrainError;
 
-/// The context section: BPC by context bucket per memory kind (mean ± sd over seeds) beside
-/// the paper's, the verdicts, BPC by test book, and the figure.
-pub(super) fn markdown(rep: &BooksReport) -> String {
+/// The context section: BPC by context bucket per memory (mean ± sd over seeds) beside the
+/// paper's, the verdicts (the ablations of `runs` each against VORT), BPC by test book, and
+/// the figure.
+pub(super) fn markdown(rep: &BooksReport, runs: &[NamedRun]) -> String {
     let mut s = String::new();
     s += "| memory | paper, > 4096 |";
     for (label, _, _) in CONTEXT_BUCKETS {
@@ -45,22 +47,27 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
             r.tokens_per_s
         );
     }
-    s += &verdicts(rep);
+    s += &verdicts(rep, runs);
     s += &per_book_table(rep);
     s += &per_seed_table(rep);
     s += "\n![BPC against context](bpc_vs_context.png)\n\n";
     s
 }
 
-/// `bpc_vs_context.png`: BPC against context per memory kind, seeds pooled per doubling
-/// context bin, with ±2 SE over bytes.
+/// `bpc_vs_context.png`: BPC against context per memory, seeds pooled per doubling context
+/// bin, with ±2 SE over bytes.
 pub(super) fn figure(results: &[EvalResult], out: &Path) -> Result<(), TrainError> {
     let mut series = Vec::new();
-    for (ci, memory) in crate::reproduce::KINDS.iter().enumerate() {
+    let memories = memories(results);
+    for memory in memories.order() {
         let rs: Vec<&EvalResult> = results.iter().filter(|r| r.memory == *memory).collect();
         let Some(first) = rs.first() else { continue };
         let LagCurve { points: pts, bars } = pooled_bins(&rs, first);
-        series.push(Series::line(*memory, pts).with_color(ci).with_bars(bars));
+        series.push(
+            Series::line(memory.as_str(), pts)
+                .with_color(memories.color(memory))
+                .with_bars(bars),
+        );
     }
     panels_plot(
         &out.join("bpc_vs_context.png"),
@@ -78,7 +85,15 @@ pub(super) fn figure(results: &[EvalResult], out: &Path) -> Result<(), TrainErro
     Ok(())
 }
 
-/// The curve of the runs `rs` of one memory kind: per doubling context bin of `first`, the
+/// The memories of `results` in report order, with their colours.
+fn memories(results: &[EvalResult]) -> Memories {
+    Memories::new(
+        results.iter().map(|r| r.memory.as_str()),
+        &crate::reproduce::KINDS,
+    )
+}
+
+/// The curve of the runs `rs` of one memory: per doubling context bin of `first`, the
 /// points (geometric bin centre, mean BPC) and their ±2 SE bars.
 fn pooled_bins(rs: &[&EvalResult], first: &EvalResult) -> LagCurve {
     // pool seeds per doubling context bin: the mean, and its SE over scored bytes from
@@ -190,8 +205,10 @@ pub fn paired_window_diffs(runs: &[EvalResult], a: &str, b: &str, bucket: usize)
 }
 
 /// The paper's claims on books as verdict lines: the power-law memories (VORT, the fixed power
-/// law) reach a lower BPC than the exponential at context > 4096 (paper: 1.56 against 1.68).
-fn verdicts(rep: &BooksReport) -> String {
+/// law) reach a lower BPC than the exponential at context > 4096 (paper: 1.56 against 1.68);
+/// then, beyond the paper, VORT against every mixer of `runs` in the ablation role (the
+/// ladder's rungs), paired.
+fn verdicts(rep: &BooksReport, runs: &[NamedRun]) -> String {
     let far = CONTEXT_BUCKETS.len() - 1;
     let mut s = format!(
         "\n## Verdicts\n\nRule: a comparison of two memories pairs seed k of one with seed k of \
@@ -226,22 +243,100 @@ fn verdicts(rep: &BooksReport) -> String {
             loss_claim_verdict(c.word)
         );
     }
-    // beyond the paper: did routing make the difference, as on MQAR?
-    if has("vort") && has("power-law") {
-        let c = compare_bucket(&rep.runs, "vort", "power-law", far);
-        s += &format!(
-            "- Beyond the paper, VORT (routed orders) against the fixed power law at context \
-             {}: vort − power-law = {}: VORT is **{}**.\n",
-            CONTEXT_BUCKETS[far].0,
-            numbers(&c, "vort", "power-law"),
-            match c.word {
-                "lower" => "lower (routing helps)",
-                "higher" => "higher (routing hurts)",
-                w => w,
-            }
-        );
+    // beyond the paper: did routing make the difference, as on MQAR? Every ablation (the
+    // fixed power law, the ladder's rungs) against VORT, in preset order
+    let mut ablations: Vec<&NamedRun> = Vec::new();
+    for r in runs.iter().filter(|r| r.role == Role::Ablation) {
+        if !ablations.iter().any(|a| a.name == r.name) {
+            ablations.push(r);
+        }
+    }
+    for a in ablations {
+        if has("vort") && has(&a.name) {
+            s += &ablation_line(rep, "vort", a, far);
+        }
     }
     s + "\n"
+}
+
+/// What an ablation of VORT is, in words, and what VORT lower and VORT higher than it say.
+fn ablation_words(a: &NamedRun) -> (String, String, String) {
+    use vort::{Mixer, Routing};
+    let routing = |what: &str| {
+        (
+            format!("lower ({what} helps)"),
+            format!("higher ({what} hurts)"),
+        )
+    };
+    let default_alpha = match Mixer::of_kind("power-law") {
+        Ok(Mixer::PowerLaw { alpha, .. }) => alpha,
+        _ => f64::NAN,
+    };
+    let (what, (lower, higher)) = match &a.config.model.mixer {
+        Mixer::PowerLaw { alpha, .. } if *alpha == default_alpha => {
+            ("the fixed power law".to_string(), routing("routing"))
+        }
+        Mixer::PowerLaw { alpha, .. } => (
+            format!("the fixed power law at α = {alpha}"),
+            routing("routing"),
+        ),
+        Mixer::Vort { routing: r, .. } => match r {
+            Routing::Learned => (
+                "the learned order (one trainable α per head and layer, no router)".into(),
+                routing("per-token routing"),
+            ),
+            Routing::Oracle { entity, other } => (
+                format!(
+                    "oracle routing (α = {entity} on the lexicon's entity bytes, {other} \
+                     elsewhere: the paper's assignment, by rule)"
+                ),
+                (
+                    "lower (the learned router beats the rule)".into(),
+                    "higher (the rule beats the learned router)".into(),
+                ),
+            ),
+            Routing::Fixed { alpha } => (
+                format!("the fixed order α = {alpha} on VORT's nodes"),
+                routing("routing"),
+            ),
+            Routing::EntityOnly => (
+                "VORT routed by the entity probe only".into(),
+                routing("the entropy signal"),
+            ),
+            Routing::EntropyOnly => (
+                "VORT routed by the entropy only".into(),
+                routing("the entity probe"),
+            ),
+            Routing::Full => (a.name.clone(), ("lower".into(), "higher".into())),
+        },
+        _ => (a.name.clone(), ("lower".into(), "higher".into())),
+    };
+    (what, lower, higher)
+}
+
+/// VORT (`claim`) against the ablation `a` at context bucket `far`, paired; an ablation within
+/// 2 paired SE of VORT on fewer than 3 pairs is the one the ladder gives 3 seeds (#39).
+fn ablation_line(rep: &BooksReport, claim: &str, a: &NamedRun, far: usize) -> String {
+    let c = compare_bucket(&rep.runs, claim, &a.name, far);
+    let (what, lower, higher) = ablation_words(a);
+    let word = match c.word {
+        "lower" => lower,
+        "higher" => higher,
+        w => w.to_string(),
+    };
+    let more_seeds = if c.word == "not distinguishable" && c.pairs.len() < 3 {
+        " (within 2 paired SE of VORT on fewer than 3 pairs: the ladder's rule gives this \
+         rung 3 seeds)"
+    } else {
+        ""
+    };
+    format!(
+        "- Beyond the paper, VORT (routed orders) against {what} at context {}: {claim} − {} = \
+         {}: VORT is **{word}**{more_seeds}.\n",
+        CONTEXT_BUCKETS[far].0,
+        a.name,
+        numbers(&c, claim, &a.name),
+    )
 }
 
 /// A paired difference of `a` and `b` as "±" text with n and the missing pairs, or why there
@@ -309,8 +404,8 @@ fn per_seed_table(rep: &BooksReport) -> String {
     s += &"---|".repeat(books.len() + usize::from(with_bzip2));
     s += "\n";
     let mut gains: Vec<(String, Vec<f64>)> = Vec::new();
-    for memory in crate::reproduce::KINDS {
-        let mut runs: Vec<&EvalResult> = rep.runs.iter().filter(|r| r.memory == memory).collect();
+    for memory in memories(&rep.runs).order() {
+        let mut runs: Vec<&EvalResult> = rep.runs.iter().filter(|r| r.memory == *memory).collect();
         runs.sort_by_key(|r| r.seed);
         for r in runs {
             let bucket = |b: usize| r.buckets.get(b).map_or(f64::NAN, LagAccuracy::bits);

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::BooksReport;
 use crate::plot::{panels_plot, Panel, Series};
+use crate::train::eval::EvalResult;
 use crate::train::{self, RunConfig, TrainError};
 
 /// Parts of a run per table column group (tenths).
@@ -29,7 +30,7 @@ const LATE_SHARE: f64 = 0.3;
 /// One run's training curve.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CurveRow {
-    /// Memory kind.
+    /// Memory (the preset's mixer name).
     pub memory: String,
     /// Training seed.
     pub seed: u64,
@@ -49,13 +50,19 @@ pub struct CurveRow {
     pub held_out: Vec<(u64, f64)>,
 }
 
-/// Reads the curve of every run in `configs` (finished runs, in plan order) from its
-/// `metrics.jsonl` under `out_dir`; a run without metrics lines gives no row.
-pub(super) fn measure(configs: &[RunConfig], out_dir: &Path) -> Vec<CurveRow> {
+/// Reads the curve of every run in `configs` (finished runs, in plan order, `results` aligned
+/// with them and naming them by their `memory`) from its `metrics.jsonl` under `out_dir`; a
+/// run without metrics lines gives no row.
+pub(super) fn measure(
+    configs: &[RunConfig],
+    results: &[EvalResult],
+    out_dir: &Path,
+) -> Vec<CurveRow> {
     configs
         .iter()
-        .filter_map(|c| {
-            let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(c)));
+        .zip(results)
+        .filter_map(|(c, e)| {
+            let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(&e.memory, c)));
             let metrics = dir.metrics();
             // (step, bits per byte) of every logged step
             let pts: Vec<(u64, f64)> = metrics
@@ -66,8 +73,7 @@ pub(super) fn measure(configs: &[RunConfig], out_dir: &Path) -> Vec<CurveRow> {
                 .iter()
                 .filter_map(|m| Some((m.step, m.val_loss? / std::f64::consts::LN_2)))
                 .collect();
-            curve(c.model.mixer.kind(), c.seed, c.train.steps, &pts)
-                .map(|r| CurveRow { held_out, ..r })
+            curve(&e.memory, c.seed, c.train.steps, &pts).map(|r| CurveRow { held_out, ..r })
         })
         .collect()
 }
@@ -221,12 +227,13 @@ pub(super) fn figure(curves: &[CurveRow], out: &Path) -> Result<(), TrainError> 
         return Ok(());
     }
     // one series per run: memory by colour, seed 0 solid
+    let memories = super::Memories::new(
+        curves.iter().map(|r| r.memory.as_str()),
+        &crate::reproduce::KINDS,
+    );
     let series_of = |r: &CurveRow, pts: Vec<(f64, f64)>| {
         let name = format!("{} seed {}", r.memory, r.seed);
-        let color = crate::reproduce::KINDS
-            .iter()
-            .position(|m| *m == r.memory)
-            .unwrap_or(0);
+        let color = memories.color(&r.memory);
         let s = if r.seed == 0 {
             Series::line(name, pts)
         } else {

@@ -9,6 +9,11 @@
 //! `runs/books/<memory>/seed<k>/` (config, metrics, checkpoint, eval). Finished runs are
 //! reused and interrupted ones resumed, as for the synthetic reproduction.
 //!
+//! A memory is the preset's mixer *name* (its run directory, report row, curves, streams and
+//! samples), not its kind: the ablation ladder runs several mixers of one kind (fixed orders,
+//! the learned order, oracle routing), each beside VORT. The shipped presets name every mixer
+//! by its kind.
+//!
 //! The report is cut by claim, a file per section: BPC by context with the verdicts
 //! (`context.rs`), the compressors on the same bytes and `bpc_vs_compressors.png`
 //! (`anchors.rs`), the training curves and `training_curves.png` (`curves.rs`), the learned
@@ -26,7 +31,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::preset::Preset;
+use super::preset::{NamedRun, Preset};
 use super::runner::{self, DivergedRun};
 use super::{mean_sd, train_all, Scale};
 use crate::tasks::books::BookCorpus;
@@ -50,8 +55,8 @@ pub fn embedded(scale: Scale) -> Result<Preset, TrainError> {
     Preset::embedded("books", scale.name())
 }
 
-/// The run config of the mixer named `mixer` (a kind: vort, exponential, ...) at `seed` in the
-/// preset of `scale`, on the books in `data_dir`.
+/// The run of the mixer named `mixer` (vort, exponential, ...) at `seed` in the preset of
+/// `scale`, on the books in `data_dir`, with its name and role.
 ///
 /// # Errors
 /// A mixer the preset does not have.
@@ -60,7 +65,7 @@ pub fn preset(
     mixer: &str,
     seed: u64,
     data_dir: &str,
-) -> Result<RunConfig, TrainError> {
+) -> Result<NamedRun, TrainError> {
     let p = embedded(scale)?;
     let cell = &p.cells[0];
     let m = p
@@ -70,9 +75,13 @@ pub fn preset(
             path: format!("configs/books/{}.toml", scale.name()),
             message: format!("no mixer {mixer:?}"),
         })?;
-    let mut c = p.run_config(cell, m, p.lrs_of(cell, m)[0], seed)?;
-    c.task.data_dir = data_dir.into();
-    Ok(c)
+    let mut config = p.run_config(cell, m, p.lrs_of(cell, m)[0], seed)?;
+    config.task.data_dir = data_dir.into();
+    Ok(NamedRun {
+        name: m.name.clone(),
+        role: m.role,
+        config,
+    })
 }
 
 /// Every run of the books preset of `scale` (every mixer; one seed at the quick and medium
@@ -80,17 +89,123 @@ pub fn preset(
 ///
 /// # Errors
 /// As [`embedded`].
-pub fn plan(scale: Scale, data_dir: &str) -> Result<Vec<RunConfig>, TrainError> {
-    let mut runs = embedded(scale)?.unswept_runs()?;
-    for c in &mut runs {
-        c.task.data_dir = data_dir.into();
+pub fn plan(scale: Scale, data_dir: &str) -> Result<Vec<NamedRun>, TrainError> {
+    let mut runs = embedded(scale)?.named_runs()?;
+    for r in &mut runs {
+        r.config.task.data_dir = data_dir.into();
     }
     Ok(runs)
 }
 
-/// Memory kinds streamed through a whole test book (every seed): VORT and the exponential
-/// memory it is compared with.
+/// Mixer kinds streamed through a whole test book (every seed and every mixer of the kind):
+/// VORT and the exponential memory it is compared with. So the ladder's learned order (kind
+/// vort, ~20 s per stream variant) is streamed too; its oracle routing is not
+/// ([`NEEDS_MARKS`]).
 pub const STREAMED: [&str; 2] = ["vort", "exponential"];
+
+/// Why a run with oracle routing is neither streamed nor sampled: its every forward needs
+/// the task's memorable marks ([`vort::Mixer::needs_marks`]).
+pub const NEEDS_MARKS: &str = "oracle routing reads the lexicon's entity marks, which a \
+                               free-running stream or sample does not have";
+
+/// A finished run left out of a part of the report (the stream or the samples), and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// Memory (the preset's mixer name).
+    pub memory: String,
+    /// Run seed.
+    pub seed: u64,
+    /// Why it is left out.
+    pub why: String,
+}
+
+impl Skipped {
+    /// The run of `e` left out because it needs marks ([`NEEDS_MARKS`]), or None.
+    fn needing_marks(c: &RunConfig, e: &EvalResult) -> Option<Skipped> {
+        c.model.mixer.needs_marks().then(|| Skipped {
+            memory: e.memory.clone(),
+            seed: e.seed,
+            why: NEEDS_MARKS.into(),
+        })
+    }
+
+    /// The report's line on `skipped` runs, after "`what`:" (empty when none is).
+    fn markdown(what: &str, skipped: &[Skipped]) -> String {
+        if skipped.is_empty() {
+            return String::new();
+        }
+        let list: Vec<String> = skipped
+            .iter()
+            .map(|k| format!("{} seed {} ({})", k.memory, k.seed, k.why))
+            .collect();
+        format!("{what}: {}.\n\n", list.join("; "))
+    }
+}
+
+/// The memories (preset mixer names) of a report in report order, with their colours in the
+/// figures: the names in `known` (mixer kinds) first, in its order and at its palette index,
+/// so a preset whose names are its kinds draws as before; then every other name (the
+/// ladder's rungs) in plan order, in the colours after them.
+pub(crate) struct Memories {
+    known: &'static [&'static str],
+    order: Vec<String>,
+    others: Vec<String>,
+}
+
+impl Memories {
+    /// The memories among `names` (in plan order, repeats allowed).
+    pub(crate) fn new<'a>(
+        names: impl IntoIterator<Item = &'a str>,
+        known: &'static [&'static str],
+    ) -> Memories {
+        let mut seen: Vec<&str> = Vec::new();
+        for n in names {
+            if !seen.contains(&n) {
+                seen.push(n);
+            }
+        }
+        let others: Vec<String> = seen
+            .iter()
+            .filter(|n| !known.contains(n))
+            .map(|n| n.to_string())
+            .collect();
+        let order = known
+            .iter()
+            .filter(|k| seen.contains(k))
+            .map(|k| k.to_string())
+            .chain(others.iter().cloned())
+            .collect();
+        Memories {
+            known,
+            order,
+            others,
+        }
+    }
+
+    /// The memories in report order.
+    pub(crate) fn order(&self) -> &[String] {
+        &self.order
+    }
+
+    /// The palette index of `memory` (0 for a name it does not have).
+    pub(crate) fn color(&self, memory: &str) -> usize {
+        self.known
+            .iter()
+            .position(|k| *k == memory)
+            .or_else(|| {
+                self.others
+                    .iter()
+                    .position(|o| o == memory)
+                    .map(|i| self.known.len() + i)
+            })
+            .unwrap_or(0)
+    }
+
+    /// How many colours the memories take (the known ones whether present or not).
+    pub(crate) fn colors(&self) -> usize {
+        self.known.len() + self.others.len()
+    }
+}
 
 /// Bytes of the first test book streamed per model: quick 128 KiB (16 training lengths),
 /// medium and full the whole book (*The Parent's Assistant*, 916,860 bytes: 20 s for VORT at
@@ -105,7 +220,7 @@ pub fn stream_bytes(scale: Scale) -> usize {
 /// One streamed book.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StreamRow {
-    /// Memory kind.
+    /// Memory (the preset's mixer name).
     pub memory: String,
     /// Run seed (absent in reports written before every seed was streamed: seed 0).
     #[serde(default)]
@@ -142,10 +257,10 @@ pub struct TemperedStream {
     pub result: StreamResult,
 }
 
-/// One memory kind over seeds.
+/// One memory (a preset mixer) over seeds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BooksRow {
-    /// Memory kind.
+    /// Memory (the preset's mixer name).
     pub memory: String,
     /// Seeds aggregated.
     pub seeds: Vec<u64>,
@@ -157,7 +272,8 @@ pub struct BooksRow {
     pub overall: f64,
     /// Mean training throughput (bytes/s).
     pub tokens_per_s: f64,
-    /// Mean α on (entity, function-word, other) bytes (VORT only).
+    /// Mean α on (entity, function-word, other) bytes (the mixers with α samples: VORT and
+    /// its routings).
     pub alpha_means: Option<(f64, Option<f64>, f64)>,
 }
 
@@ -193,6 +309,12 @@ pub struct BooksReport {
     /// Every finished run's training curve ([`curves`]; absent in files written before).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub curves: Vec<curves::CurveRow>,
+    /// Finished runs of a [`STREAMED`] kind that are not streamed, and why (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_streamed: Vec<Skipped>,
+    /// Finished seed-0 runs that draw no sample, and why (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_sampled: Vec<Skipped>,
 }
 
 /// Runs the books reproduction of `scale` on `data_dir` into `out_dir`.
@@ -210,9 +332,10 @@ pub fn run(scale: Scale, data_dir: &str, out_dir: &Path) -> Result<BooksReport, 
     )
 }
 
-/// Runs `runs` (books configs) into `out_dir`, writes the weights of every seed-0 model
-/// (`weights.safetensors`), then streams up to `stream_bytes` of the first test book through
-/// every model of each kind in [`STREAMED`] and draws a sample from every seed-0 model. With
+/// Runs `runs` (books runs, each in `runs/books/<name>/seed<k>`) into `out_dir`, writes the
+/// weights of every seed-0 model (`weights.safetensors`), then streams up to `stream_bytes`
+/// of the first test book through every model of each kind in [`STREAMED`] and draws a
+/// sample from every seed-0 model (but a model with oracle routing: [`NEEDS_MARKS`]). With
 /// [`runner::Mode::report_only`] nothing is trained: the report covers the finished runs and
 /// lists the others.
 ///
@@ -220,7 +343,7 @@ pub fn run(scale: Scale, data_dir: &str, out_dir: &Path) -> Result<BooksReport, 
 /// As [`run`].
 pub fn run_plan(
     label: &str,
-    runs: &[RunConfig],
+    runs: &[NamedRun],
     out_dir: &Path,
     stream_bytes: usize,
     mode: runner::Mode,
@@ -230,23 +353,26 @@ pub fn run_plan(
     // fail before writing anything when the books are missing or corrupt; the corpus is
     // kept for the streaming evaluation (the runs of a plan share one data directory)
     let corpus = match runs.first() {
-        Some(c) => Some(BookCorpus::open(&c.task)?),
+        Some(r) => Some(BookCorpus::open(&r.config.task)?),
         None => None,
     };
     std::fs::create_dir_all(out_dir).map_err(|e| train::checkpoint::io(out_dir, e))?;
-    if let Some(c) = runs.first() {
-        record_data(Path::new(&c.task.data_dir), out_dir)?;
+    if let Some(r) = runs.first() {
+        record_data(Path::new(&r.config.task.data_dir), out_dir)?;
     }
     let trained = train_all(runs, out_dir, mode)?;
     // the seed-0 models are the report's samples and the weights a reader re-scores
     // (`vort eval --run DIR` reads weights.safetensors where no checkpoint is kept)
-    for c in trained.configs.iter().filter(|c| c.seed == 0) {
-        let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(c)));
+    for (c, e) in trained.configs.iter().zip(&trained.results) {
+        if c.seed != 0 {
+            continue;
+        }
+        let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(&e.memory, c)));
         if dir.has_checkpoint() {
             dir.release_weights()?;
         }
     }
-    let (streams, samples) = match &corpus {
+    let ((streams, not_streamed), (samples, not_sampled)) = match &corpus {
         Some(corpus) => (
             streaming::measure(
                 &trained.configs,
@@ -258,18 +384,18 @@ pub fn run_plan(
             )?,
             samples::measure(&trained.configs, &trained.results, corpus, out_dir)?,
         ),
-        None => (Vec::new(), Vec::new()),
+        None => Default::default(),
     };
     let anchors = match (&corpus, runs.first()) {
-        (Some(k), Some(c)) => Some(anchors::measure(
+        (Some(k), Some(r)) => Some(anchors::measure(
             k,
-            c.task.seq_len,
-            c.train.eval_sequences,
+            r.config.task.seq_len,
+            r.config.train.eval_sequences,
             progress,
         )?),
         _ => None,
     };
-    let curves = curves::measure(&trained.configs, out_dir);
+    let curves = curves::measure(&trained.configs, &trained.results, out_dir);
     let routed = alpha::measure(&trained.configs, &trained.results, out_dir, progress);
     let measured = Measured {
         results: trained.results,
@@ -282,6 +408,8 @@ pub fn run_plan(
         anchors,
         curves,
         routed,
+        not_streamed,
+        not_sampled,
     };
     write_report(label, runs, measured, t0, out_dir)
 }
@@ -308,13 +436,17 @@ struct Measured {
     curves: Vec<curves::CurveRow>,
     /// The routed runs with their router's inputs.
     routed: Vec<alpha::Routed>,
+    /// Runs of a streamed kind left unstreamed, and why.
+    not_streamed: Vec<Skipped>,
+    /// Seed-0 runs without a sample, and why.
+    not_sampled: Vec<Skipped>,
 }
 
 /// Writes the figures, results.json and report.md of what `runs` measured into `out_dir`
 /// (the wall time counted from `t0`).
 fn write_report(
     label: &str,
-    runs: &[RunConfig],
+    runs: &[NamedRun],
     m: Measured,
     t0: std::time::Instant,
     out_dir: &Path,
@@ -342,6 +474,8 @@ fn write_report(
         wall_s: t0.elapsed().as_secs_f64(),
         anchors: m.anchors,
         curves: m.curves,
+        not_streamed: m.not_streamed,
+        not_sampled: m.not_sampled,
     };
     anchors::report_figure(&report, out_dir)?;
     streaming::diagnostics_figure(&report, out_dir)?;
@@ -349,17 +483,18 @@ fn write_report(
     Ok(report)
 }
 
-/// One aggregate row per memory kind that has runs: mean ± sd over seeds of the BPC by context
-/// bucket, the overall BPC, throughput, and VORT's α means.
+/// One aggregate row per memory that has runs ([`Memories`] order): mean ± sd over seeds of
+/// the BPC by context bucket, the overall BPC, throughput, and the α means of VORT's kind.
 fn rows(results: &[EvalResult], tps: &[f64]) -> Vec<BooksRow> {
     let mut rows = Vec::new();
-    for memory in crate::reproduce::KINDS {
+    let memories = Memories::new(
+        results.iter().map(|r| r.memory.as_str()),
+        &crate::reproduce::KINDS,
+    );
+    for memory in memories.order() {
         let idx: Vec<usize> = (0..results.len())
             .filter(|&i| results[i].memory == *memory)
             .collect();
-        if idx.is_empty() {
-            continue;
-        }
         let buckets = (0..CONTEXT_BUCKETS.len())
             .map(|b| {
                 let v: Vec<f64> = idx.iter().map(|&i| results[i].buckets[b].bits()).collect();
@@ -422,9 +557,9 @@ fn record_data(data_dir: &Path, out_dir: &Path) -> Result<(), TrainError> {
 
 /// The report: what was run and in which setting, then the sections (BPC by context and the
 /// verdicts, the learned orders, the streamed book), then how to read it.
-fn markdown(rep: &BooksReport, runs: &[RunConfig], routed: &[alpha::Routed]) -> String {
+fn markdown(rep: &BooksReport, runs: &[NamedRun], routed: &[alpha::Routed]) -> String {
     let mut s = intro(rep, runs);
-    s += &context::markdown(rep);
+    s += &context::markdown(rep, runs);
     s += &anchors::report_markdown(rep);
     s += &curves::markdown(rep);
     s += &alpha::markdown(rep, routed);
@@ -435,7 +570,7 @@ fn markdown(rep: &BooksReport, runs: &[RunConfig], routed: &[alpha::Routed]) -> 
 }
 
 /// The title, the runs and how they are scored, and the setting.
-fn intro(rep: &BooksReport, runs: &[RunConfig]) -> String {
+fn intro(rep: &BooksReport, runs: &[NamedRun]) -> String {
     let mut s = format!(
         "# VORT book language modelling: `{}` reproduction\n\n{} runs ({} reused from an earlier call), \
          wall time of this call {:.0} s. \
@@ -450,10 +585,10 @@ fn intro(rep: &BooksReport, runs: &[RunConfig]) -> String {
     );
     s += &runner::pending_markdown(&rep.pending);
     s += &runner::diverged_markdown(&rep.diverged);
-    if let Some(c) = runs.first() {
+    if let Some(c) = runs.first().map(|r| &r.config) {
         s += &format!(
             "Setting: T = {} bytes, model d_model = {}, {} layer(s), {} heads × {}, {} \
-             features, {} steps × {} sequences; softmax attends to the last {} bytes. Scored: \
+             features, {} steps × {} sequences{}. Scored: \
              {} test windows of {} bytes (windows tile the test books in manifest order; \
              fewer windows than the books hold all come from the first). Full configs: \
              `runs/books/<memory>/seed<k>/config.toml`; books: `{}/manifest.json`.\n\n",
@@ -465,12 +600,15 @@ fn intro(rep: &BooksReport, runs: &[RunConfig]) -> String {
             c.model.features,
             c.train.steps,
             c.train.batch_size,
+            // a preset without softmax has nothing to say about its window
             runs.iter()
-                .find_map(|r| match r.model.mixer {
-                    Mixer::Softmax { window } => Some(window),
+                .find_map(|r| match r.config.model.mixer {
+                    Mixer::Softmax { window } => {
+                        Some(format!("; softmax attends to the last {window} bytes"))
+                    }
                     _ => None,
                 })
-                .unwrap_or(0),
+                .unwrap_or_default(),
             rep.runs.first().map_or(0, |r| r.sequences),
             c.task.seq_len,
             c.task.data_dir

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::BooksReport;
+use super::{BooksReport, Skipped};
 use crate::tasks::books::BookCorpus;
 use crate::train::eval::EvalResult;
 use crate::train::generate::{generate, GenerateOptions};
@@ -27,7 +27,7 @@ pub const PROMPT_BYTES: usize = 256;
 /// One model's sample.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SampleRow {
-    /// Memory kind.
+    /// Memory (the preset's mixer name).
     pub memory: String,
     /// Run seed.
     pub seed: u64,
@@ -67,8 +67,9 @@ pub fn prompt(corpus: &BookCorpus) -> (Vec<u8>, String) {
 }
 
 /// Draws (or reuses) the sample of every finished seed-0 run of `runs` (`results` aligned with
-/// them). A run with neither a cached sample for this prompt nor weights is left out with a
-/// warning.
+/// them, named by their `memory`). A run with neither a cached sample for this prompt nor
+/// weights is left out with a warning; a run with oracle routing is left out and listed with
+/// the reason (no marks).
 ///
 /// # Errors
 /// Model and I/O errors.
@@ -77,12 +78,16 @@ pub(super) fn measure(
     results: &[EvalResult],
     corpus: &BookCorpus,
     out_dir: &Path,
-) -> Result<Vec<SampleRow>, TrainError> {
+) -> Result<(Vec<SampleRow>, Vec<Skipped>), TrainError> {
     let (text, source) = prompt(corpus);
     let prompt = String::from_utf8_lossy(&text).into_owned();
-    let mut rows = Vec::new();
+    let (mut rows, mut skipped) = (Vec::new(), Vec::new());
     for (c, e) in runs.iter().zip(results).filter(|(c, _)| c.seed == 0) {
-        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(c)));
+        if let Some(k) = Skipped::needing_marks(c, e) {
+            skipped.push(k);
+            continue;
+        }
+        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(&e.memory, c)));
         let cached = std::fs::read_to_string(dir.sample_path())
             .ok()
             .and_then(|t| serde_json::from_str::<SampleRow>(&t).ok())
@@ -114,7 +119,7 @@ pub(super) fn measure(
         };
         let drawn = generate(&mut model, &text, &opts, |_| Ok(()))?;
         let row = SampleRow {
-            memory: c.model.mixer.kind().into(),
+            memory: e.memory.clone(),
             seed: c.seed,
             step,
             prompt: prompt.clone(),
@@ -128,14 +133,19 @@ pub(super) fn measure(
         train::checkpoint::write_atomic(&dir.sample_path(), json.as_bytes())?;
         rows.push(row);
     }
-    Ok(rows)
+    Ok((rows, skipped))
 }
 
-/// The samples section: the prompt once, then each model's continuation; nothing without
-/// samples.
+/// The samples section: the prompt once, then each model's continuation, then the models
+/// left without one and why; nothing without samples or models left out.
 pub(super) fn markdown(rep: &BooksReport) -> String {
+    let not_sampled = Skipped::markdown("No sample", &rep.not_sampled);
     let Some(first) = rep.samples.first() else {
-        return String::new();
+        return if not_sampled.is_empty() {
+            String::new()
+        } else {
+            format!("## Samples\n\n{not_sampled}")
+        };
     };
     // a fence the texts cannot close
     let fence = |t: &str| t.replace("```", "'''");
@@ -161,5 +171,5 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
             fence(&r.output)
         );
     }
-    s
+    s + &not_sampled
 }

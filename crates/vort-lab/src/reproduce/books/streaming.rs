@@ -17,7 +17,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{BooksReport, StreamRow, TemperedStream, STREAMED};
+use super::{BooksReport, Memories, Skipped, StreamRow, TemperedStream, STREAMED};
 use crate::plot::{panels_plot, Panel, Series};
 use crate::tasks::books::BookCorpus;
 use crate::train::eval::EvalResult;
@@ -82,8 +82,9 @@ fn reset_sweep(
 
 /// Streams the first test book of `corpus` (at most `max_bytes` of it) through the finished
 /// run of each config in `runs` whose kind is in [`STREAMED`] (`results` aligned with
-/// `runs`), reusing a run's cached stream when it streamed the same parameters over the same
-/// bytes. A run with neither a cache nor weights is left out with a warning.
+/// `runs`, named by their `memory`), reusing a run's cached stream when it streamed the same
+/// parameters over the same bytes. A run with neither a cache nor weights is left out with a
+/// warning; a run with oracle routing is left out and listed with the reason (no marks).
 ///
 /// # Errors
 /// Model, streaming and I/O errors.
@@ -94,18 +95,22 @@ pub(super) fn measure(
     out_dir: &Path,
     max_bytes: usize,
     progress: bool,
-) -> Result<Vec<StreamRow>, TrainError> {
+) -> Result<(Vec<StreamRow>, Vec<Skipped>), TrainError> {
     let book = &corpus.test_books()[0];
     let text = &book.bytes[..book.bytes.len().min(max_bytes)];
-    let mut rows = Vec::new();
+    let (mut rows, mut skipped) = (Vec::new(), Vec::new());
     for (c, e) in runs.iter().zip(results) {
         if !STREAMED.contains(&c.model.mixer.kind()) {
             continue;
         }
-        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(c)));
+        if let Some(k) = Skipped::needing_marks(c, e) {
+            skipped.push(k);
+            continue;
+        }
+        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(&e.memory, c)));
         let tabled = c.model.mixer.horizon().is_some();
         let want = |r: &StreamRow| {
-            r.memory == c.model.mixer.kind()
+            r.memory == e.memory
                 && r.seed == c.seed
                 && r.step == e.step
                 && r.book == book.title
@@ -201,7 +206,7 @@ pub(super) fn measure(
         let resets = reset_sweep(&model, text, c.task.seq_len, &result)?;
         bar.finish_and_clear();
         let row = StreamRow {
-            memory: c.model.mixer.kind().into(),
+            memory: e.memory.clone(),
             seed: c.seed,
             step,
             book: book.title.clone(),
@@ -213,7 +218,7 @@ pub(super) fn measure(
         write_cache(&dir, &row)?;
         rows.push(row);
     }
-    Ok(rows)
+    Ok((rows, skipped))
 }
 
 /// Writes a run's stream cache (`stream.json`) through the atomic writer.
@@ -334,11 +339,16 @@ fn diagnosis(rep: &BooksReport) -> String {
 
 /// The streaming section: per streamed run the BPC by context range and overall, the same
 /// book scored window by window with the state reset and the difference, the state at the
-/// start and the end, and the throughput; then the diagnosis. Nothing when no book was
-/// streamed.
+/// start and the end, and the throughput; then the diagnosis. The runs left unstreamed are
+/// named with the reason; nothing when no book was streamed and none was left out.
 pub(super) fn markdown(rep: &BooksReport) -> String {
     let mut s = String::new();
+    let not_streamed = Skipped::markdown("Not streamed", &rep.not_streamed);
     let Some(first) = rep.streams.first() else {
+        if !not_streamed.is_empty() {
+            s += "## Streaming a whole test book\n\n";
+            s += &not_streamed;
+        }
         return s;
     };
     s += &format!(
@@ -384,7 +394,9 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
             r.result.bytes_per_s,
         );
     }
-    s += "\n![streaming](stream.png)\n\n";
+    s += "\n";
+    s += &not_streamed;
+    s += "![streaming](stream.png)\n\n";
     s += &kernel_variants_table(rep);
     if rep.streams.iter().any(|r| !r.result.pieces.is_empty()) {
         s += &diagnosis(rep);
@@ -486,6 +498,7 @@ fn kernel_variants_table(rep: &BooksReport) -> String {
 /// `stream.png`: BPC against context and the resident state while streaming, a line per
 /// streamed model; nothing when no book was streamed.
 pub(super) fn figure(streams: &[StreamRow], out: &Path) -> Result<(), TrainError> {
+    let memories = streamed(streams);
     if !streams.is_empty() {
         let bpc = streams
             .iter()
@@ -496,7 +509,7 @@ pub(super) fn figure(streams: &[StreamRow], out: &Path) -> Result<(), TrainError
                     .iter()
                     .map(|b| (((b.lo * b.hi) as f64).sqrt(), b.bits))
                     .collect();
-                run_series(s, pts)
+                run_series(&memories, s, pts)
             })
             .collect();
         let mem = streams
@@ -508,7 +521,7 @@ pub(super) fn figure(streams: &[StreamRow], out: &Path) -> Result<(), TrainError
                     .iter()
                     .map(|&(at, b)| (at as f64, b as f64 / 1024.0))
                     .collect();
-                run_series(s, pts)
+                run_series(&memories, s, pts)
             })
             .collect();
         panels_plot(
@@ -539,10 +552,16 @@ pub(super) fn figure(streams: &[StreamRow], out: &Path) -> Result<(), TrainError
     Ok(())
 }
 
+/// The streamed memories with their colours: the kinds of [`STREAMED`] at their places, then
+/// the other names (the ladder's learned order), as they come.
+fn streamed(streams: &[StreamRow]) -> Memories {
+    Memories::new(streams.iter().map(|s| s.memory.as_str()), &STREAMED)
+}
+
 /// A streamed run's line: named by memory and seed, coloured by memory, seed 0 solid.
-fn run_series(r: &StreamRow, pts: Vec<(f64, f64)>) -> Series {
+fn run_series(m: &Memories, r: &StreamRow, pts: Vec<(f64, f64)>) -> Series {
     let name = format!("{} seed {}", r.memory, r.seed);
-    let color = STREAMED.iter().position(|m| *m == r.memory).unwrap_or(0);
+    let color = m.color(&r.memory);
     let s = if r.seed == 0 {
         Series::line(name, pts)
     } else {
@@ -556,10 +575,15 @@ type PointsOf<'a> = &'a dyn Fn(&StreamRow, &StreamResult) -> Vec<(f64, f64)>;
 
 /// The `i`-th kernel variant of a run's stream: named by its label, in a colour after the
 /// memories' own.
-fn variant_series(r: &StreamRow, i: usize, label: &str, pts: Vec<(f64, f64)>) -> Series {
+fn variant_series(
+    m: &Memories,
+    r: &StreamRow,
+    i: usize,
+    label: &str,
+    pts: Vec<(f64, f64)>,
+) -> Series {
     let name = format!("{} seed {}, {label}", r.memory, r.seed);
-    let color =
-        STREAMED.len() * (i + 1) + STREAMED.iter().position(|m| *m == r.memory).unwrap_or(0);
+    let color = m.colors() * (i + 1) + m.color(&r.memory);
     let s = if r.seed == 0 {
         Series::line(name, pts)
     } else {
@@ -580,11 +604,12 @@ pub(super) fn diagnostics_figure(rep: &BooksReport, out: &Path) -> Result<(), Tr
     if runs.is_empty() {
         return Ok(());
     }
+    let memories = streamed(&rep.streams);
     let series = |f: &dyn Fn(&StreamRow) -> Vec<(f64, f64)>| -> Vec<Series> {
         runs.iter()
             .map(|r| (r, f(r)))
             .filter(|(_, pts)| !pts.is_empty())
-            .map(|(r, pts)| run_series(r, pts))
+            .map(|(r, pts)| run_series(&memories, r, pts))
             .collect()
     };
     let of = |g: fn(&crate::train::stream::PieceDiagnostics) -> Option<f64>| {
@@ -624,7 +649,7 @@ pub(super) fn diagnostics_figure(rep: &BooksReport, out: &Path) -> Result<(), Tr
                     .map(move |(i, (label, x))| (r, i, label, f(r, x)))
             })
             .filter(|(_, _, _, pts)| !pts.is_empty())
-            .map(|(r, i, label, pts)| variant_series(r, i, &label, pts))
+            .map(|(r, i, label, pts)| variant_series(&memories, r, i, &label, pts))
             .collect()
     };
     let mass_of = |_: &StreamRow, t: &StreamResult| -> Vec<(f64, f64)> {

@@ -23,6 +23,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::preset::NamedRun;
 use super::preset::Preset;
 use super::runner::{self, DivergedRun};
 use super::{mean_sd, train_all, Scale};
@@ -75,6 +76,12 @@ pub fn preset(
 }
 
 impl Plan {
+    /// The runs, each named by its mixer's kind (their run directories
+    /// `runs/<task>/<kind>/seed<k>` and report rows).
+    pub fn named(&self) -> Vec<NamedRun> {
+        self.runs.iter().cloned().map(NamedRun::by_kind).collect()
+    }
+
     /// Every run of the synthetic preset of `scale`: both tasks × its mixers × its seeds
     /// (softmax at the full scale only: its O(T²) training does not fit the smaller budgets).
     ///
@@ -153,7 +160,7 @@ pub fn run(scale: Scale, out_dir: &Path) -> Result<Report, TrainError> {
 pub fn run_plan(plan: &Plan, out_dir: &Path, mode: runner::Mode) -> Result<Report, TrainError> {
     let t0 = std::time::Instant::now();
     std::fs::create_dir_all(out_dir).map_err(|e| train::checkpoint::io(out_dir, e))?;
-    let trained = train_all(&plan.runs, out_dir, mode)?;
+    let trained = train_all(&plan.named(), out_dir, mode)?;
     let (results, tps) = (trained.results, trained.tokens_per_s);
     let rows = rows(&results, &tps);
     let chance = plan

@@ -821,7 +821,7 @@ impl RoutedRun {
         }
     }
 
-    /// "name s<seed>".
+    /// `"name s<seed>"`.
     pub fn label(&self) -> String {
         format!("{} s{}", self.name, self.seed)
     }

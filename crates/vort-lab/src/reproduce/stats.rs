@@ -165,7 +165,7 @@ impl Paired {
 /// is left out, and [`Paired::missing`] names it. With n pairs:
 ///
 /// - every run has `Units` (per-window scores): W = the fewest units of any run in a pair;
-///   per unit w < W, d_w = (1/n) Σ_k (a_k[w] − b_k[w]) (units with a NaN are skipped); diff =
+///   per unit w < W, d_w = (1/n) Σ_k (a_k\[w\] − b_k\[w\]) (units with a NaN are skipped); diff =
 ///   mean_w d_w and SE = sd_w(d) / √W' over the W' finite d_w (sample sd, W' − 1); W' < 2 is
 ///   inconclusive;
 /// - every run has `Counts` (aggregates only): per pair d_k = c_a,k / m_a,k − c_b,k / m_b,k;

@@ -214,7 +214,15 @@ fn signed_points(p: &Paired) -> String {
 /// the best fixed order and against the learned order.
 fn verdict_lines(rep: &RecallReport, rungs: &[&CellResult]) -> String {
     let Some(v) = claim(rep, rungs) else {
-        return "No claim rung (`role = \"claim\"`) in this cell: no paired verdicts.\n\n".into();
+        return match rep.preset.with_role(Role::Claim).first() {
+            Some(name) => format!(
+                "The claim ({name}) has not finished every run in this cell yet: no paired \
+                 verdicts.\n\n"
+            ),
+            None => {
+                "No claim rung (`role = \"claim\"`) in the preset: no paired verdicts.\n\n".into()
+            }
+        };
     };
     let line = |a: &CellResult, b: &CellResult, why: &str| -> String {
         let p = compare_pairs(&long_scores(a), &long_scores(b));

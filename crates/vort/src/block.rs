@@ -129,6 +129,44 @@ struct Router {
     routing: Routing,
 }
 
+impl Router {
+    /// The router of `routing` (None for the rule-set orders, which are checked against
+    /// [δ, 1] here), its parameters read by `get(shape, name)`.
+    fn new(
+        routing: Routing,
+        delta: f64,
+        (dm, h): (usize, usize),
+        get: &dyn Fn(&[usize], &str) -> Result<Tensor>,
+    ) -> Result<Option<Router>> {
+        for (name, alpha) in routing.rule_orders() {
+            if !(delta..=1.0).contains(&alpha) {
+                return Err(VortError::InvalidArgument(format!(
+                    "{name} {alpha} is outside [δ = {delta}, 1]"
+                )));
+            }
+        }
+        if !routing.learned() {
+            return Ok(None);
+        }
+        let signals = if routing == Routing::Learned {
+            None
+        } else {
+            Some(TokenSignals {
+                probe: get(&[dm, 1], "router.probe")?,
+                g: get(&[dm, h], "router.g")?,
+                a: get(&[h], "router.a")?,
+                b: get(&[h], "router.b")?,
+            })
+        };
+        Ok(Some(Router {
+            signals,
+            c: get(&[h], "router.c")?,
+            delta,
+            routing,
+        }))
+    }
+}
+
 /// The per-token terms of the router, a·e - b·H + g·h (docs/DESIGN.md §2).
 struct TokenSignals {
     probe: Tensor, // [Dm, 1]
@@ -387,38 +425,10 @@ impl Block {
             &device,
         )?;
         let kind = match &cfg.mixer {
-            Mixer::Vort { nodes, routing, .. } => {
-                let tables = vec![nodes.build()?];
-                let delta = nodes.delta;
-                for (name, alpha) in routing.rule_orders() {
-                    if !(delta..=1.0).contains(&alpha) {
-                        return Err(VortError::InvalidArgument(format!(
-                            "{name} {alpha} is outside [δ = {delta}, 1]"
-                        )));
-                    }
-                }
-                let router = if routing.learned() {
-                    let signals = if *routing == Routing::Learned {
-                        None
-                    } else {
-                        Some(TokenSignals {
-                            probe: get(&[dm, 1], "router.probe")?,
-                            g: get(&[dm, h], "router.g")?,
-                            a: get(&[h], "router.a")?,
-                            b: get(&[h], "router.b")?,
-                        })
-                    };
-                    Some(Router {
-                        signals,
-                        c: get(&[h], "router.c")?,
-                        delta,
-                        routing: *routing,
-                    })
-                } else {
-                    None
-                };
-                KindParams::Vort { tables, router }
-            }
+            Mixer::Vort { nodes, routing, .. } => KindParams::Vort {
+                tables: vec![nodes.build()?],
+                router: Router::new(*routing, nodes.delta, (dm, h), &get)?,
+            },
             Mixer::PowerLaw {
                 alpha,
                 horizon,

@@ -177,28 +177,7 @@ impl Paired {
 /// The word: "higher" when diff > 2 SE, "lower" when diff < −2 SE, else "not
 /// distinguishable" (a higher accuracy is better, a higher loss worse: the caller reads it).
 pub fn compare_pairs(a: &[(u64, Scores)], b: &[(u64, Scores)]) -> Paired {
-    let has = |s: &Scores| !matches!(s, Scores::Counts(_, 0));
-    fn find(runs: &[(u64, Scores)], seed: u64) -> Option<&Scores> {
-        runs.iter()
-            .find(|(k, s)| *k == seed && !matches!(s, Scores::Counts(_, 0)))
-            .map(|(_, s)| s)
-    }
-    let (mut pairs, mut both, mut missing) = (Vec::new(), Vec::new(), (Vec::new(), Vec::new()));
-    for (seed, sa) in a.iter().filter(|(_, s)| has(s)) {
-        match find(b, *seed) {
-            Some(sb) if !pairs.contains(seed) => {
-                pairs.push(*seed);
-                both.push((sa, sb));
-            }
-            Some(_) => {}
-            None => missing.0.push(*seed),
-        }
-    }
-    for (seed, _) in b.iter().filter(|(_, s)| has(s)) {
-        if find(a, *seed).is_none() && !missing.1.contains(seed) {
-            missing.1.push(*seed);
-        }
-    }
+    let (pairs, both, missing) = pair_by_seed(a, b);
     let counts: Vec<_> = both
         .iter()
         .filter_map(|p| match p {
@@ -263,6 +242,43 @@ pub fn compare_pairs(a: &[(u64, Scores)], b: &[(u64, Scores)]) -> Paired {
         basis,
         word,
     }
+}
+
+/// The seeds a and b both have a result at (a run of counts without answers has none), each
+/// once, with the two scores; and the seeds of a without b's, and of b without a's.
+#[allow(clippy::type_complexity)]
+fn pair_by_seed<'a>(
+    a: &'a [(u64, Scores)],
+    b: &'a [(u64, Scores)],
+) -> (
+    Vec<u64>,
+    Vec<(&'a Scores, &'a Scores)>,
+    (Vec<u64>, Vec<u64>),
+) {
+    let scored = |runs: &'a [(u64, Scores)]| {
+        runs.iter()
+            .filter(|(_, s)| !matches!(s, Scores::Counts(_, 0)))
+    };
+    let find = |runs: &'a [(u64, Scores)], seed: u64| {
+        scored(runs).find(|(k, _)| *k == seed).map(|(_, s)| s)
+    };
+    let (mut pairs, mut both, mut missing) = (Vec::new(), Vec::new(), (Vec::new(), Vec::new()));
+    for (seed, sa) in scored(a) {
+        match find(b, *seed) {
+            Some(sb) if !pairs.contains(seed) => {
+                pairs.push(*seed);
+                both.push((sa, sb));
+            }
+            Some(_) => {}
+            None => missing.0.push(*seed),
+        }
+    }
+    for (seed, _) in scored(b) {
+        if find(a, *seed).is_none() && !missing.1.contains(seed) {
+            missing.1.push(*seed);
+        }
+    }
+    (pairs, both, missing)
 }
 
 /// Bins with fewer answers than this are left out of the lag plots (a 1-of-2 bin is noise).

@@ -1,5 +1,6 @@
-//! `cargo run --release -p vort-cli --example bench_layer [plain] [decode] [crossover] [chunk=N]`: the layer
-//! benchmarks of `vort_cli::bench::layer` as JSON (the CLI's `vort bench layer` wraps the same functions).
+//! `cargo run --release -p vort-cli --example bench_layer [plain] [decode] [crossover] [chunk=N]`:
+//! the layer benchmarks of `vort_cli::bench::layer` as JSON (the CLI's `vort bench layer` wraps the
+//! same functions).
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

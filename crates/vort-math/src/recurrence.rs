@@ -1,4 +1,5 @@
-//! The one-step recurrences that run an SOE kernel in O(S) per token (docs/DESIGN.md §1, SOE_RECIPE.md).
+//! The one-step recurrences that run an SOE kernel in O(S) per token (docs/DESIGN.md §1,
+//! SOE_RECIPE.md).
 //!
 //! For input x_t (x_t = 0 for t < 0) and terms (c_s, u_s), λ_s = e^(-u_s), μ_s = 1 - λ_s:
 //!

@@ -2,9 +2,9 @@
 //! positive feature map, the router for per-token orders α, the retention (VORT or a baseline,
 //! all in the same code path) and the output projection.
 //!
-//! Router (docs/DESIGN.md §2): α_i = δ + (1-δ) σ(a·e_i - b·H_i + g·h_i + c), per head (a, b, c scalars
-//! and g a vector per head), with e_i = σ(p·h_i) the entity probe (its logit is returned for an
-//! auxiliary loss) and H_i the entropy of a shallow next-token predictor, supplied by the
+//! Router (docs/DESIGN.md §2): α_i = δ + (1-δ) σ(a·e_i - b·H_i + g·h_i + c), per head (a, b, c
+//! scalars and g a vector per head), with e_i = σ(p·h_i) the entity probe (its logit is returned
+//! for an auxiliary loss) and H_i the entropy of a shallow next-token predictor, supplied by the
 //! caller and treated as a constant (stop-gradient). The ablation ladder's rungs (issue #39)
 //! drop parts of it: `Routing::Learned` keeps c alone (one order per head), `Routing::Fixed`
 //! and `Routing::Oracle` have no parameters (the oracle reads the task's memorable marks).
@@ -748,8 +748,9 @@ impl Block {
         Ok((Some(alpha), Some(logit_e.reshape((b, t))?)))
     }
 
-    /// Training forward over T tokens from an empty state (the fused op when `cfg.fused`). x: [B, T, d_model]; entropy: [B, T] (stop-gradient; None = 0); returns
-    /// y [B, T, d_model], α [B, H, T], entity logits [B, T]; `state` is None.
+    /// Training forward over T tokens from an empty state (the fused op when `cfg.fused`).
+    /// x: [B, T, d_model]; entropy: [B, T] (stop-gradient; None = 0); returns y [B, T, d_model],
+    /// α [B, H, T], entity logits [B, T]; `state` is None.
     ///
     /// # Errors
     /// Shape mismatches.
@@ -758,10 +759,11 @@ impl Block {
     }
 
     /// Streaming forward over T tokens continuing from `state` (the fused op with a carried
-    /// state when `cfg.fused`, else the plain candle form, or the KV cache for softmax); returns the state after the last token. Feeding a sequence in
-    /// pieces of any sizes with the returned state gives the same y as one pass (tested). The
-    /// returned state is detached: gradients do not flow from one piece into the previous one
-    /// (truncated backpropagation), and memory stays flat however long the stream.
+    /// state when `cfg.fused`, else the plain candle form, or the KV cache for softmax); returns
+    /// the state after the last token. Feeding a sequence in pieces of any sizes with the returned
+    /// state gives the same y as one pass (tested). The returned state is detached: gradients do
+    /// not flow from one piece into the previous one (truncated backpropagation), and memory stays
+    /// flat however long the stream.
     ///
     /// # Errors
     /// Shape mismatches, a state of the wrong kind.

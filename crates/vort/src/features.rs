@@ -205,8 +205,9 @@ impl Features {
             Some(wt) => {
                 let rows: usize = dims[..dims.len() - 1].iter().product();
                 let z2 = z.reshape((rows, self.d))?;
-                let proj = z2.matmul(&wt.to_dtype(z.dtype())?)?; // [rows, m]
-                                                                 // exp(proj - |z|²/2) / √m, one fused pass (twin: ops::reference::favor_exp)
+                // proj [rows, m]; then exp(proj - |z|²/2) / √m, one fused pass (twin:
+                // ops::reference::favor_exp)
+                let proj = z2.matmul(&wt.to_dtype(z.dtype())?)?;
                 let phi = crate::ops::favor_exp(&proj, &z2)?;
                 let mut out = dims[..dims.len() - 1].to_vec();
                 out.push(self.m);

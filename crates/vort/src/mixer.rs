@@ -7,7 +7,8 @@
 //! [model.mixer]
 //! kind = "vort"              # vort | power-law | exponential | retnet | mixture | softmax
 //! routing = "entity-only"    # full | entity-only | entropy-only | learned
-//!                            # | { fixed = { alpha = 0.5 } } | { oracle = { entity = 0.8, other = 0.35 } }
+//!                            # | { fixed = { alpha = 0.5 } }
+//!                            # | { oracle = { entity = 0.8, other = 0.35 } }
 //! nodes = { mode = "shared", banks = 4, delta = 0.1, horizon = 0, eps = 1e-3 }
 //! ```
 //!
@@ -41,7 +42,8 @@ pub enum Routing {
     Learned,
     /// The paper's claimed assignment given by a rule, not learned: α = `entity` at the
     /// tokens the task marks memorable (MQAR's keys and values, books' entity bytes), `other`
-    /// everywhere else. Needs those marks at every forward ([`crate::model::Model::forward_marked`]).
+    /// everywhere else. Needs those marks at every forward
+    /// ([`crate::model::Model::forward_marked`]).
     Oracle {
         /// α of a marked token (the paper: 0.80 for entities).
         entity: f64,

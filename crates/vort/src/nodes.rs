@@ -13,7 +13,8 @@
 //!   (`Soe::build`); the nodes are the union of the banks' terms and c_n(a_k) is bank k's
 //!   weight on its own nodes, 0 on the others. Linear interpolation between a_k and a_(k+1)
 //!   is exactly the split of the token between the two bracketing banks with weights
-//!   β = (a_(k+1) - α)/(a_(k+1) - a_k) and 1 - β (docs/DESIGN.md §2, "make routing differentiable").
+//!   β = (a_(k+1) - α)/(a_(k+1) - a_k) and 1 - β (docs/DESIGN.md §2, "make routing
+//!   differentiable").
 //! - **shared** (beyond the paper): the rates of `vort_math::shared::SharedSoe`, one set for all
 //!   orders; c_s(a) is its closed form at every a (`SharedSoe::weights_at`, certified at the
 //!   grid orders and their midpoints) and dc_s/da its derivative (`dweights_da`), so the

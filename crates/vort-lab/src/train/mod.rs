@@ -7,10 +7,11 @@
 //! `checkpoint.safetensors` (latest checkpoint, see [`checkpoint`]) and `eval.json` (held-out
 //! accuracy by lag, written at the end).
 //!
-//! Exactness of resume: batch `s` is a pure function of (seed, s) ([`crate::tasks::Source::batch`]),
-//! the model has no dropout, and the checkpoint holds the parameters, both AdamW moments and
-//! the step counters, so a run resumed from step k computes bit-for-bit what the uninterrupted
-//! run computed after step k (tested). A killed run loses at most `checkpoint_every` steps.
+//! Exactness of resume: batch `s` is a pure function of (seed, s)
+//! ([`crate::tasks::Source::batch`]), the model has no dropout, and the checkpoint holds the
+//! parameters, both AdamW moments and the step counters, so a run resumed from step k computes
+//! bit-for-bit what the uninterrupted run computed after step k (tested). A killed run loses at
+//! most `checkpoint_every` steps.
 //!
 //! One job per file, all re-exported here: `error.rs` ([`TrainError`]), `config.rs`
 //! ([`RunConfig`], [`TrainConfig`]), `trainer.rs` (the losses, the optimizer, one

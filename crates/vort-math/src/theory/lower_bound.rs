@@ -476,13 +476,13 @@ fn ls_terms(w: &[f64], rates: &[f64], horizon: u64) -> Vec<SoeTerm> {
 /// Variable projection (Golub–Pereyra): for given rates the weights are the least-squares
 /// solution, so only the rates are searched, as θ_i = ln(u_i - Λ) (u_i -> Λ as θ_i -> -∞),
 /// by Levenberg–Marquardt on the projected residual vector (Jacobian by forward
-/// differences) followed by a Nelder–Mead polish. Several starts are tried and the best kept: the `m` heaviest terms of an
-/// NNLS fit, rates spread geometrically over [Λ, 1], and rates clustered above Λ at three
-/// spreads (where the signed optimum puts them when the tail dominates: near-coincident
-/// rates with alternating weights act like e^(-Λj) times a polynomial in j). Each residual evaluation is
-/// O(m T); the search costs up to `max_evals` of them (about 0.5 s at T = 1e4, m = 5,
-/// `max_evals` = [`DEFAULT_VARPRO_EVALS`]). A local optimum: an upper bound on the best
-/// M-term error.
+/// differences) followed by a Nelder–Mead polish. Several starts are tried and the best kept: the
+/// `m` heaviest terms of an NNLS fit, rates spread geometrically over [Λ, 1], and rates clustered
+/// above Λ at three spreads (where the signed optimum puts them when the tail dominates:
+/// near-coincident rates with alternating weights act like e^(-Λj) times a polynomial in j). Each
+/// residual evaluation is O(m T); the search costs up to `max_evals` of them (about 0.5 s at
+/// T = 1e4, m = 5, `max_evals` = [`DEFAULT_VARPRO_EVALS`]). A local optimum: an upper bound on
+/// the best M-term error.
 ///
 /// # Errors
 /// As [`best_single_exponential`]; m outside [1, 12]; max_evals < 10.

@@ -234,7 +234,8 @@ fn block(
         .broadcast_mul(&wk)?
         .reshape((b, h, nc, l, n * f))?;
     let kv = bmm(&kd.transpose(3, 4)?, &vc)?; // [B,H,nc,NF,D']
-                                              // scan over chunks: G <- G - μ_L G + KV, μ_L = 1 - e^(-u L)
+
+    // scan over chunks: G <- G - μ_L G + KV, μ_L = 1 - e^(-u L)
     let mu = decay_table(u, &[l as f64], u.dtype())?
         .affine(-1.0, 1.0)?
         .to_dtype(dt)?

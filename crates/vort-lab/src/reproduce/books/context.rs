@@ -377,16 +377,7 @@ fn per_seed_table(rep: &BooksReport) -> String {
         .find(|r| !r.per_book.is_empty())
         .map(|r| r.per_book.iter().map(|b| b.label.clone()).collect())
         .unwrap_or_default();
-    let bzip2 = |book: &str| -> Option<f64> {
-        rep.anchors.as_ref().and_then(|a| {
-            a.measured
-                .books
-                .iter()
-                .find(|t| t.label == book)
-                .and_then(|t| t.rows.iter().find(|r| r.name.starts_with("bzip2")))
-                .and_then(|r| r.bits_per_byte)
-        })
-    };
+    let bzip2: Vec<Option<f64>> = books.iter().map(|b| bzip2_bits(rep, b)).collect();
     let mut s = format!(
         "\nPer run: the context gain is BPC at {} minus BPC at {} (positive: later bytes are \
          predicted better); each test book's BPC is over all its windows and contexts.\n\n\
@@ -396,7 +387,7 @@ fn per_seed_table(rep: &BooksReport) -> String {
     for b in &books {
         s += &format!(" {b} |");
     }
-    let with_bzip2 = books.iter().all(|b| bzip2(b).is_some()) && !books.is_empty();
+    let with_bzip2 = bzip2.iter().all(Option::is_some) && !books.is_empty();
     if with_bzip2 {
         s += " below bzip2 -9 on every test book |";
     }
@@ -408,54 +399,84 @@ fn per_seed_table(rep: &BooksReport) -> String {
         let mut runs: Vec<&EvalResult> = rep.runs.iter().filter(|r| r.memory == *memory).collect();
         runs.sort_by_key(|r| r.seed);
         for r in runs {
-            let bucket = |b: usize| r.buckets.get(b).map_or(f64::NAN, LagAccuracy::bits);
-            let (near, far_bits) = (bucket(0), bucket(far));
-            let gain = near - far_bits;
+            let (row, gain) = per_seed_row(r, (&books, &bzip2), with_bzip2);
             match gains.iter_mut().find(|(m, _)| m == memory) {
                 Some((_, g)) => g.push(gain),
                 None => gains.push((memory.to_string(), vec![gain])),
             }
-            let or_na = |x: f64, signed: bool| match (x.is_finite(), signed) {
-                (false, _) => "n/a".to_string(),
-                (true, true) => format!("{x:+.3}"),
-                (true, false) => format!("{x:.3}"),
-            };
-            s += &format!(
-                "| {memory} | {} | {} | {} | {} | {:.3} |",
-                r.seed,
-                or_na(near, false),
-                or_na(far_bits, false),
-                or_na(gain, true),
-                r.loss / std::f64::consts::LN_2
-            );
-            let mut below = true;
-            for b in &books {
-                match r.per_book.iter().find(|x| &x.label == b) {
-                    Some(x) => {
-                        s += &format!(" {:.3} |", x.bits());
-                        below &= bzip2(b).is_some_and(|z| x.bits() < z);
-                    }
-                    None => {
-                        s += " n/a |";
-                        below = false;
-                    }
-                }
-            }
-            if with_bzip2 {
-                s += if below { " yes |" } else { " no |" };
-            }
-            s += "\n";
+            s += &row;
         }
     }
     if with_bzip2 {
         s += "| bzip2 -9 | | | | | |";
-        for b in &books {
-            s += &format!(" {:.3} |", bzip2(b).unwrap_or(f64::NAN));
+        for z in &bzip2 {
+            s += &format!(" {:.3} |", z.unwrap_or(f64::NAN));
         }
         s += " |\n";
     }
-    s += "\nContext gain by memory (mean ± sample sd over seeds):";
-    for (m, g) in &gains {
+    s + &gains_line(&gains)
+}
+
+/// bzip2 -9's bits per byte on the test book `book`, when the anchors measured it.
+fn bzip2_bits(rep: &BooksReport, book: &str) -> Option<f64> {
+    rep.anchors.as_ref().and_then(|a| {
+        a.measured
+            .books
+            .iter()
+            .find(|t| t.label == book)
+            .and_then(|t| t.rows.iter().find(|r| r.name.starts_with("bzip2")))
+            .and_then(|r| r.bits_per_byte)
+    })
+}
+
+/// [`per_seed_table`]'s row of run `r` (the test `books`, bzip2's bits on each) and its
+/// context gain.
+fn per_seed_row(
+    r: &EvalResult,
+    (books, bzip2): (&[String], &[Option<f64>]),
+    with_bzip2: bool,
+) -> (String, f64) {
+    let far = CONTEXT_BUCKETS.len() - 1;
+    let bucket = |b: usize| r.buckets.get(b).map_or(f64::NAN, LagAccuracy::bits);
+    let (near, far_bits) = (bucket(0), bucket(far));
+    let gain = near - far_bits;
+    let or_na = |x: f64, signed: bool| match (x.is_finite(), signed) {
+        (false, _) => "n/a".to_string(),
+        (true, true) => format!("{x:+.3}"),
+        (true, false) => format!("{x:.3}"),
+    };
+    let mut s = format!(
+        "| {} | {} | {} | {} | {} | {:.3} |",
+        r.memory,
+        r.seed,
+        or_na(near, false),
+        or_na(far_bits, false),
+        or_na(gain, true),
+        r.loss / std::f64::consts::LN_2
+    );
+    let mut below = true;
+    for (b, z) in books.iter().zip(bzip2) {
+        match r.per_book.iter().find(|x| &x.label == b) {
+            Some(x) => {
+                s += &format!(" {:.3} |", x.bits());
+                below &= z.is_some_and(|z| x.bits() < z);
+            }
+            None => {
+                s += " n/a |";
+                below = false;
+            }
+        }
+    }
+    if with_bzip2 {
+        s += if below { " yes |" } else { " no |" };
+    }
+    (s + "\n", gain)
+}
+
+/// "Context gain by memory (mean ± sample sd over seeds): ...".
+fn gains_line(gains: &[(String, Vec<f64>)]) -> String {
+    let mut s = "\nContext gain by memory (mean ± sample sd over seeds):".to_string();
+    for (m, g) in gains {
         let g: Vec<f64> = g.iter().copied().filter(|x| x.is_finite()).collect();
         if g.is_empty() {
             s += &format!(" {m} n/a;");

@@ -108,117 +108,153 @@ pub(super) fn measure(
             continue;
         }
         let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(&e.memory, c)));
-        let tabled = c.model.mixer.horizon().is_some();
-        let want = |r: &StreamRow| {
-            r.memory == e.memory
-                && r.seed == c.seed
-                && r.step == e.step
-                && r.book == book.title
-                && r.result.bytes == text.len()
-                && r.result.piece == c.task.seq_len
-                && !r.result.pieces.is_empty()
-                && (!r.resets.is_empty() || text.len() <= 2 * c.task.seq_len)
-        };
-        let cached = read_cache(&dir).filter(want);
-        // a memory with node tables is also streamed with its trained tables, and tempered at
-        // τ = the training length
-        let tau = c.task.seq_len as f64;
-        let complete = |r: &StreamRow| {
-            !tabled
-                || (r.at_trained_horizon.is_some()
-                    && r.tempered.as_ref().is_some_and(|t| t.tau == tau))
-        };
-        if let Some(row) = cached.clone().filter(complete) {
+        if let Some(row) = stream_run((c, e), &dir, (&book.title, text), progress)? {
             rows.push(row);
-            continue;
         }
-        let (_, mut model, _vm, step) = match dir.load_model() {
-            Ok(m) => m,
-            Err(err) => {
-                match cached {
-                    Some(row) => rows.push(row),
-                    None => eprintln!(
-                        "warning: {} is not streamed: no stream.json for these bytes and no \
-                         model to stream ({err})",
-                        dir.path().display()
-                    ),
-                }
-                continue;
-            }
-        };
-        let bar = if progress {
-            indicatif::ProgressBar::new(text.len() as u64)
-        } else {
-            indicatif::ProgressBar::hidden()
-        };
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} bytes {eta} {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        let stream = |model: &vort::model::Model, kernel: &str| {
-            bar.reset();
-            bar.set_message(format!(
-                "streaming {} through {} seed {} ({kernel})",
-                book.title, c.model.mixer, c.seed
-            ));
-            stream_text(model, text, c.task.seq_len, &train::device(), |done| {
-                bar.set_position(done as u64)
-            })
-        };
-        // what a cache of the same parameters already has is kept, bit for bit
-        let have = cached.filter(|r| r.step == step);
-        let mut at_trained_horizon = have.as_ref().and_then(|r| r.at_trained_horizon.clone());
-        let mut tempered = have
-            .as_ref()
-            .and_then(|r| r.tempered.clone())
-            .filter(|t| t.tau == tau);
-        if tabled {
-            use vort::block::PastHorizon;
-            if at_trained_horizon.is_none() {
-                // the tables it was trained with (the config's horizon, resolved to seq_len),
-                // their own tail weighing the lags past it
-                model.set_past_horizon(PastHorizon::SoeTail)?;
-                at_trained_horizon = Some(stream(&model, "trained node tables")?);
-            }
-            if tempered.is_none() {
-                model.set_past_horizon(PastHorizon::Tempered { tau })?;
-                let result = stream(&model, "tempered kernels")?;
-                tempered = Some(TemperedStream { tau, result });
-            }
-            model.set_past_horizon(PastHorizon::Refuse)?;
-        }
-        if let Some(mut row) = have {
-            bar.finish_and_clear();
-            row.at_trained_horizon = at_trained_horizon;
-            row.tempered = tempered;
-            write_cache(&dir, &row)?;
-            rows.push(row);
-            continue;
-        }
-        // trained at seq_len; streamed with nodes certified to 2^20 lags (the learned
-        // parameters do not depend on the nodes)
-        model.set_horizon(vort::nodes::STREAM_HORIZON)?;
-        let result = stream(&model, "2^20-lag node tables")?;
-        bar.set_message(format!(
-            "reset sweep over {RESET_SWEEP_WINDOWS} windows through {} seed {}",
-            c.model.mixer, c.seed
-        ));
-        let resets = reset_sweep(&model, text, c.task.seq_len, &result)?;
-        bar.finish_and_clear();
-        let row = StreamRow {
-            memory: e.memory.clone(),
-            seed: c.seed,
-            step,
-            book: book.title.clone(),
-            result,
-            resets,
-            at_trained_horizon,
-            tempered,
-        };
-        write_cache(&dir, &row)?;
-        rows.push(row);
     }
     Ok((rows, skipped))
+}
+
+/// The stream row of one run (`c`, evaluated as `e`) over `text` of the book `title`: its
+/// cache when complete, else the missing streams measured from its weights (a cache of the
+/// same parameters keeps what it has, bit for bit) and cached. None, with a warning, for a
+/// run with neither a cache nor weights.
+fn stream_run(
+    (c, e): (&RunConfig, &EvalResult),
+    dir: &RunDir,
+    (title, text): (&str, &[u8]),
+    progress: bool,
+) -> Result<Option<StreamRow>, TrainError> {
+    let tabled = c.model.mixer.horizon().is_some();
+    let cached = read_cache(dir).filter(|r| streamed_these((c, e), (title, text), r));
+    // a memory with node tables is also streamed with its trained tables, and tempered at
+    // τ = the training length
+    let tau = c.task.seq_len as f64;
+    let complete = |r: &StreamRow| {
+        !tabled
+            || (r.at_trained_horizon.is_some() && r.tempered.as_ref().is_some_and(|t| t.tau == tau))
+    };
+    if let Some(row) = cached.clone().filter(complete) {
+        return Ok(Some(row));
+    }
+    let (_, mut model, _vm, step) = match dir.load_model() {
+        Ok(m) => m,
+        Err(err) => {
+            if cached.is_none() {
+                eprintln!(
+                    "warning: {} is not streamed: no stream.json for these bytes and no \
+                     model to stream ({err})",
+                    dir.path().display()
+                );
+            }
+            return Ok(cached);
+        }
+    };
+    let bar = stream_bar(progress, text.len());
+    let stream = |model: &vort::model::Model, kernel: &str| {
+        bar.reset();
+        bar.set_message(format!(
+            "streaming {title} through {} seed {} ({kernel})",
+            c.model.mixer, c.seed
+        ));
+        stream_text(model, text, c.task.seq_len, &train::device(), |done| {
+            bar.set_position(done as u64)
+        })
+    };
+    // what a cache of the same parameters already has is kept, bit for bit
+    let have = cached.filter(|r| r.step == step);
+    let (at_trained_horizon, tempered) =
+        past_horizon_streams(&mut model, have.as_ref(), (tabled, tau), &stream)?;
+    if let Some(mut row) = have {
+        bar.finish_and_clear();
+        row.at_trained_horizon = at_trained_horizon;
+        row.tempered = tempered;
+        write_cache(dir, &row)?;
+        return Ok(Some(row));
+    }
+    // trained at seq_len; streamed with nodes certified to 2^20 lags (the learned
+    // parameters do not depend on the nodes)
+    model.set_horizon(vort::nodes::STREAM_HORIZON)?;
+    let result = stream(&model, "2^20-lag node tables")?;
+    bar.set_message(format!(
+        "reset sweep over {RESET_SWEEP_WINDOWS} windows through {} seed {}",
+        c.model.mixer, c.seed
+    ));
+    let resets = reset_sweep(&model, text, c.task.seq_len, &result)?;
+    bar.finish_and_clear();
+    let row = StreamRow {
+        memory: e.memory.clone(),
+        seed: c.seed,
+        step,
+        book: title.to_string(),
+        result,
+        resets,
+        at_trained_horizon,
+        tempered,
+    };
+    write_cache(dir, &row)?;
+    Ok(Some(row))
+}
+
+/// Whether the cached stream `r` is of the run `c` (evaluated as `e`) over `text` of the book
+/// `title`.
+fn streamed_these(
+    (c, e): (&RunConfig, &EvalResult),
+    (title, text): (&str, &[u8]),
+    r: &StreamRow,
+) -> bool {
+    r.memory == e.memory
+        && r.seed == c.seed
+        && r.step == e.step
+        && r.book == title
+        && r.result.bytes == text.len()
+        && r.result.piece == c.task.seq_len
+        && !r.result.pieces.is_empty()
+        && (!r.resets.is_empty() || text.len() <= 2 * c.task.seq_len)
+}
+
+/// A progress bar over `bytes` bytes (hidden without `progress`).
+fn stream_bar(progress: bool, bytes: usize) -> indicatif::ProgressBar {
+    let bar = if progress {
+        indicatif::ProgressBar::new(bytes as u64)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} bytes {eta} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// The streams of a model with node tables (`tabled`) past its trained horizon: with the
+/// tables it was trained with (the config's horizon, resolved to seq_len; their own tail
+/// weighs the lags past it) and with its kernels tempered at `tau`. Those `have` holds are
+/// kept; the model is left refusing lags past its horizon.
+fn past_horizon_streams(
+    model: &mut vort::model::Model,
+    have: Option<&StreamRow>,
+    (tabled, tau): (bool, f64),
+    stream: &dyn Fn(&vort::model::Model, &str) -> Result<StreamResult, TrainError>,
+) -> Result<(Option<StreamResult>, Option<TemperedStream>), TrainError> {
+    use vort::block::PastHorizon;
+    let mut at_trained_horizon = have.and_then(|r| r.at_trained_horizon.clone());
+    let mut tempered = have
+        .and_then(|r| r.tempered.clone())
+        .filter(|t| t.tau == tau);
+    if tabled {
+        if at_trained_horizon.is_none() {
+            model.set_past_horizon(PastHorizon::SoeTail)?;
+            at_trained_horizon = Some(stream(model, "trained node tables")?);
+        }
+        if tempered.is_none() {
+            model.set_past_horizon(PastHorizon::Tempered { tau })?;
+            let result = stream(model, "tempered kernels")?;
+            tempered = Some(TemperedStream { tau, result });
+        }
+        model.set_past_horizon(PastHorizon::Refuse)?;
+    }
+    Ok((at_trained_horizon, tempered))
 }
 
 /// Writes a run's stream cache (`stream.json`) through the atomic writer.
@@ -612,32 +648,7 @@ pub(super) fn diagnostics_figure(rep: &BooksReport, out: &Path) -> Result<(), Tr
             .map(|(r, pts)| run_series(&memories, r, pts))
             .collect()
     };
-    let of = |g: fn(&crate::train::stream::PieceDiagnostics) -> Option<f64>| {
-        move |r: &StreamRow| -> Vec<(f64, f64)> {
-            r.result
-                .pieces
-                .iter()
-                .filter_map(|p| g(p).map(|v| (p.end as f64, v)))
-                .collect()
-        }
-    };
-    // carried minus reset, piece by window: the reset window whose centre is nearest the
-    // piece's centre (pieces of T bytes, windows of T + 1)
-    let gap_of = |r: &StreamRow, stream: &StreamResult| -> Vec<(f64, f64)> {
-        let w = reset_windows(rep, r);
-        let half = stream.piece as f64 / 2.0;
-        stream
-            .pieces
-            .iter()
-            .filter_map(|p| {
-                let centre = p.end as f64 - half;
-                w.iter()
-                    .min_by(|a, b| (a.0 - centre).abs().total_cmp(&(b.0 - centre).abs()))
-                    .filter(|(x, _)| (x - centre).abs() <= half)
-                    .map(|(_, b)| (p.end as f64, p.bits - b))
-            })
-            .collect()
-    };
+    let gap_of = |r: &StreamRow, stream: &StreamResult| gap_points(rep, r, stream);
     let gap = |r: &StreamRow| gap_of(r, &r.result);
     // the streams with other kernels past the training length, beside the 2^20-lag ones
     let variants = |f: PointsOf| -> Vec<Series> {
@@ -652,63 +663,36 @@ pub(super) fn diagnostics_figure(rep: &BooksReport, out: &Path) -> Result<(), Tr
             .map(|(r, i, label, pts)| variant_series(&memories, r, i, &label, pts))
             .collect()
     };
-    let mass_of = |_: &StreamRow, t: &StreamResult| -> Vec<(f64, f64)> {
-        t.pieces
-            .iter()
-            .filter_map(|p| p.normaliser.map(|v| (p.end as f64, v)))
-            .collect()
-    };
-    let panel = |title: &str, y: &str, log_y: bool, series: Vec<Series>| Panel {
-        title: title.into(),
-        x_label: "position in the book (bytes)".into(),
-        y_label: y.into(),
-        log_x: false,
-        log_y,
-        series,
-    };
-    let mut panels = vec![
-        panel(
+    let mut panels =
+        vec![
+        position_panel(
             "BPC carried minus reset every window, per piece (< 0: memory beyond a window helps)",
             "Δ bits per character",
             false,
             [series(&gap), variants(&gap_of)].concat(),
         ),
-        panel(
+        position_panel(
             "the retention state's normaliser mass Σ_n Σ_f G_n[f, D] (mean over layers, heads)",
             "mass",
             true,
-            [series(&of(|p| p.normaliser)), variants(&mass_of)].concat(),
+            [series(&|r| piece_points(r, |p| p.normaliser)), variants(&mass_points)].concat(),
         ),
-        panel(
+        position_panel(
             "share of that mass on nodes slower than one training window (1/u_n > T)",
             "slow share",
             false,
-            series(&of(|p| p.slow_share)),
+            series(&|r| piece_points(r, |p| p.slow_share)),
         ),
     ];
-    let alpha = series(&of(|p| p.alpha));
+    let alpha = series(&|r| piece_points(r, |p| p.alpha));
     if !alpha.is_empty() {
-        panels.push(panel(
+        panels.push(position_panel(
             "mean learned α of each piece (all layers and heads)",
             "α",
             false,
             alpha,
         ));
     }
-    // the sweep, "never" drawn at the sweep's whole length
-    let sweep = series(&|r: &StreamRow| {
-        let windows = r
-            .resets
-            .first()
-            .map_or(0, |p| p.bytes / r.result.piece.max(1));
-        r.resets
-            .iter()
-            .map(|p| {
-                let span = if p.every == 0 { windows } else { p.every };
-                (span as f64, p.bits)
-            })
-            .collect()
-    });
     panels.push(Panel {
         title: "the first windows with the state reset every R windows (R = all: never reset)"
             .into(),
@@ -716,7 +700,7 @@ pub(super) fn diagnostics_figure(rep: &BooksReport, out: &Path) -> Result<(), Tr
         y_label: "bits per character".into(),
         log_x: true,
         log_y: false,
-        series: sweep,
+        series: series(&sweep_points),
     });
     panels.retain(|p| !p.series.is_empty());
     if panels.is_empty() {
@@ -724,6 +708,73 @@ pub(super) fn diagnostics_figure(rep: &BooksReport, out: &Path) -> Result<(), Tr
     }
     panels_plot(&out.join(DIAGNOSTICS_FIGURE), &panels)?;
     Ok(())
+}
+
+/// (end of the piece, normaliser mass) over the pieces of `stream`.
+fn mass_points(_: &StreamRow, stream: &StreamResult) -> Vec<(f64, f64)> {
+    stream
+        .pieces
+        .iter()
+        .filter_map(|p| p.normaliser.map(|v| (p.end as f64, v)))
+        .collect()
+}
+
+/// A panel over the position in the book.
+fn position_panel(title: &str, y: &str, log_y: bool, series: Vec<Series>) -> Panel {
+    Panel {
+        title: title.into(),
+        x_label: "position in the book (bytes)".into(),
+        y_label: y.into(),
+        log_x: false,
+        log_y,
+        series,
+    }
+}
+
+/// (end of the piece, g(piece)) over the pieces of `r`'s stream where g is defined.
+fn piece_points(
+    r: &StreamRow,
+    g: fn(&crate::train::stream::PieceDiagnostics) -> Option<f64>,
+) -> Vec<(f64, f64)> {
+    r.result
+        .pieces
+        .iter()
+        .filter_map(|p| g(p).map(|v| (p.end as f64, v)))
+        .collect()
+}
+
+/// Carried minus reset, piece by window: each piece of `stream` against the reset window of
+/// `r` whose centre is nearest the piece's centre (pieces of T bytes, windows of T + 1).
+fn gap_points(rep: &BooksReport, r: &StreamRow, stream: &StreamResult) -> Vec<(f64, f64)> {
+    let w = reset_windows(rep, r);
+    let half = stream.piece as f64 / 2.0;
+    stream
+        .pieces
+        .iter()
+        .filter_map(|p| {
+            let centre = p.end as f64 - half;
+            w.iter()
+                .min_by(|a, b| (a.0 - centre).abs().total_cmp(&(b.0 - centre).abs()))
+                .filter(|(x, _)| (x - centre).abs() <= half)
+                .map(|(_, b)| (p.end as f64, p.bits - b))
+        })
+        .collect()
+}
+
+/// The reset sweep of `r`: (windows of context at most, BPC), "never" drawn at the sweep's
+/// whole length.
+fn sweep_points(r: &StreamRow) -> Vec<(f64, f64)> {
+    let windows = r
+        .resets
+        .first()
+        .map_or(0, |p| p.bytes / r.result.piece.max(1));
+    r.resets
+        .iter()
+        .map(|p| {
+            let span = if p.every == 0 { windows } else { p.every };
+            (span as f64, p.bits)
+        })
+        .collect()
 }
 
 /// The reset sweep as a table: BPC over the book's first windows with the state reset every R

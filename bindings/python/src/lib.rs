@@ -30,7 +30,7 @@ use vort::retention::Rates;
 use vort_cli::retention_file::{retention_checked, Form, HeadInputs, RetentionOpts};
 use vort_lab::tasks::TaskKind;
 use vort_lab::train::generate::{generate as lab_generate, GenerateOptions};
-use vort_lab::train::{eval, named_vars, RunConfig, TrainError};
+use vort_lab::train::{buffer_vars, eval, trainable_vars, RunConfig, TrainError};
 use vort_math::shared::SharedSoe;
 use vort_math::{gl, MathError, Soe as RustSoe};
 
@@ -917,7 +917,7 @@ impl PyModel {
         let labs: Vec<i64> = labels.as_array().iter().copied().collect();
         let vocab = self.vocab();
         let model = &self.model;
-        let vars = named_vars(&self.vm);
+        let vars = trainable_vars(&self.vm);
         let (loss, grads) = guarded(py, move || {
             let toks = check_tokens(&toks, vocab)?;
             let pos: Vec<usize> = (0..labs.len()).filter(|&i| labs[i] != -100).collect();
@@ -955,7 +955,7 @@ impl PyModel {
 
     /// The parameters by name, float32 arrays (`param/<name>` of a `vort export` file).
     fn _parameters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let vars = named_vars(&self.vm);
+        let vars = trainable_vars(&self.vm);
         let host = guarded(py, move || {
             vars.into_iter()
                 .map(|(name, var)| {
@@ -1076,7 +1076,8 @@ fn _init(py: Python<'_>, config_toml: String) -> PyResult<PyModel> {
 /// `vort export` (`param/<name>` f32, the run config, the step and the checksum in the
 /// metadata) through the checkpoint writer (atomic: temp file, fsync, rename). Every
 /// parameter of the config's model must be given with its shape, and no other, before
-/// anything is written; `vort eval --run` and `vort generate --run` take the file.
+/// anything is written (the FAVOR+ projections, buffers, are the config's seeded ones, as
+/// `_buffers` gave them); `vort eval --run` and `vort generate --run` take the file.
 #[pyfunction]
 fn _save_export(
     py: Python<'_>,
@@ -1100,7 +1101,19 @@ fn _save_export(
         let vm = VarMap::new();
         vort_lab::train::run_model(&cfg, &vm, &vort_lab::train::device())?;
         let mut tensors = std::collections::BTreeMap::new();
-        let names = named_vars(&vm);
+        let names = trainable_vars(&vm);
+        // the buffers (FAVOR+ projections) are the config's seeded ones, as the torch model
+        // read them (`_buffers`): stored so that the file carries its function
+        for (name, var) in buffer_vars(&vm) {
+            let t = var.as_tensor();
+            tensors.insert(
+                format!("param/{name}"),
+                HostTensor {
+                    shape: t.dims().to_vec(),
+                    data: t.flatten_all()?.to_vec1()?,
+                },
+            );
+        }
         for (name, var) in &names {
             let Some((shape, data)) = host.get(name) else {
                 return Err(input(format!("parameter `{name}` is missing")));

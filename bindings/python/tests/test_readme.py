@@ -21,3 +21,18 @@ def test_readme_example_runs_as_written():
     assert float(out[4]) < 1e-6  # torch in two calls against vort.retention
     assert out[5].rsplit(" ", 1)[0] == shown[5].rsplit(" ", 1)[0]
     assert float(out[5].rsplit(" ", 1)[1]) < 1e-4  # torch port against the Rust model
+
+
+def test_package_readme_examples_run_as_written():
+    """Each example of the package's README (bindings/python/README.md) runs from the
+    repository root, and every check it prints holds (its lines end in True)."""
+    text = (REPO / "bindings" / "python" / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 3
+    for code in blocks:
+        p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+        assert p.returncode == 0, (code, p.stderr)
+        lines = p.stdout.splitlines()
+        assert lines, code
+        checks = [line for line in lines if line.endswith(("True", "False"))]
+        assert checks and all(line.endswith("True") for line in checks), (code, p.stdout)

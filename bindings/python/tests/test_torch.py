@@ -284,3 +284,133 @@ def test_gradients_equal_the_rust_trainers(runs, name):
         err = np.abs(gt - gr).max() / scale
         worst = max(worst, err)
         assert err < 1e-4, (pname, err)
+
+
+# ----------------------------------------------------------------------------------------
+# VortAttention: the public layer over hidden states
+
+from vort.torch import KvState, RetentionState, VortAttention  # noqa: E402
+
+ATTENTION_MIXERS = [
+    "vort",
+    {"kind": "vort", "routing": "full", "nodes": {"mode": "banks", "banks": 3, "delta": 0.2, "horizon": 0, "eps": 1e-3}},
+    {"kind": "vort", "routing": "learned", "router_bias_init": 0.5},
+    {"kind": "power-law", "alpha": 0.5},
+    "exponential",
+    "mixture",
+    "softmax",
+    {"kind": "softmax", "window": 5},
+]
+
+
+def hidden(b, t, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(b, t, d, generator=g)
+
+
+@pytest.mark.parametrize("mixer", ATTENTION_MIXERS, ids=str)
+def test_vort_attention_streams_in_pieces_like_one_call(mixer):
+    """A sequence fed in pieces of uneven sizes with the returned state gives the output of
+    one call (and the state is a retention state or a KV cache by the mixer)."""
+    layer = VortAttention(16, 2, mixer=mixer, features=8, max_len=64, chunk=8, seed=3).eval()
+    x = hidden(2, 37, 16)
+    with torch.no_grad():
+        whole, st = layer(x)
+        parts, state, s = [], None, 0
+        for n in (5, 1, 16, 15):
+            y, state = layer(x[:, s : s + n], state)
+            parts.append(y)
+            s += n
+    kind = mixer if isinstance(mixer, str) else mixer["kind"]
+    assert isinstance(state, KvState if kind == "softmax" else RetentionState)
+    err = (torch.cat(parts, 1) - whole).abs().max() / whole.abs().max()
+    assert err < 1e-5, (mixer, float(err))
+    assert whole.shape == (2, 37, 16)
+
+
+@pytest.mark.parametrize("name", ["vort-shared-full", "vort-learned", "power-law-taylor", "exponential", "softmax-window"])
+def test_vort_attention_is_vortlms_layer(runs, name):
+    """VortAttention given a VortLM layer's state_dict computes that layer's output and the
+    same gradients; its fresh parameters are the Rust core's Block::init draws; its buffers
+    (FAVOR+ projection, node tables) are in state_dict."""
+    run = runs(name)
+    lm = VortLM.from_pretrained(run)
+    mc = lm.config["model"]
+    layer = VortAttention(
+        mc["d_model"], mc["heads"], mc["head_dim"], mixer=mc["mixer"], features=mc["features"],
+        feature_map=mc["feature_map"], max_len=lm.config["task"]["seq_len"], chunk=mc["chunk"],
+        eps_den=mc["eps_den"], qk_scale_init=mc["qk_scale_init"], seed=lm.config["seed"],
+    )
+    theirs = lm.blocks[0].mix
+    buffers = {k for k, _ in layer.named_buffers()}
+    if mc["feature_map"] == "favor" and mc["mixer"]["kind"] != "softmax":
+        assert "mix.features.omega_t" in buffers
+    if mc["mixer"]["kind"] in ("vort", "power-law"):
+        assert "mix.nodes.u" in buffers
+    assert set(layer.mix.state_dict()) == set(theirs.state_dict())
+    layer.mix.load_state_dict(theirs.state_dict())
+    x = hidden(2, 19, mc["d_model"], seed=1).requires_grad_()
+    ent = torch.rand(2, 19, generator=torch.Generator().manual_seed(2))
+    y, _ = layer(x, entropy=ent)
+    want = theirs(x, ent)
+    assert torch.equal(y, want)
+    (gx,) = torch.autograd.grad((y * y).sum(), x)
+    (wx,) = torch.autograd.grad((want * want).sum(), x)
+    assert torch.equal(gx, wx)
+
+
+def test_vort_attention_starts_from_the_rust_init_and_drops_into_a_torch_model():
+    """The fresh parameters are those of a Rust run seeded alike (VortLM.from_config's), and
+    the layer trains inside a user's model: the loss falls, gradients reach the parameters and
+    never the buffers."""
+    layer = VortAttention(32, 4, features=16, max_len=128, chunk=16, seed=5)
+    again = VortAttention(32, 4, features=16, max_len=128, chunk=16, seed=5)
+    other = VortAttention(32, 4, features=16, max_len=128, chunk=16, seed=6)
+    for (n, a), (_, b), (_, c) in zip(layer.state_dict().items(), again.state_dict().items(), other.state_dict().items()):
+        assert torch.equal(a, b), n
+    assert not torch.equal(layer.mix.wq, other.mix.wq)
+    assert not torch.equal(layer.mix.features.omega_t, other.mix.features.omega_t)
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(12, 32)
+            self.mem = layer
+            self.out = torch.nn.Linear(32, 12)
+
+        def forward(self, tokens):
+            y, _ = self.mem(self.emb(tokens))
+            return self.out(y)
+
+    model = Tiny()
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 12, (8, 24), generator=g)
+    target = tokens.roll(1, dims=1)  # copy the previous token: needs the memory
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-2)
+    losses = []
+    for _ in range(30):
+        loss = torch.nn.functional.cross_entropy(model(tokens).reshape(-1, 12), target.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0], losses
+    assert all(p.grad is not None for p in layer.parameters())
+    assert all(not b.requires_grad for b in layer.buffers())
+
+
+def test_vort_attention_refuses_bad_input():
+    layer = VortAttention(16, 2, features=8, max_len=32, chunk=8)
+    with pytest.raises(ValueError, match=r"must be \[B, T, 16\]"):
+        layer(torch.zeros(1, 4, 8))
+    with pytest.raises(ValueError, match="entropy"):
+        layer(torch.zeros(1, 4, 16), entropy=torch.zeros(1, 5))
+    with pytest.raises(ValueError, match="horizon"):
+        layer(torch.zeros(1, 33, 16))
+    with pytest.raises(ValueError, match="multiple of num_heads"):
+        VortAttention(15, 2)
+    with pytest.raises(ValueError, match="unknown variant"):
+        VortAttention(16, 2, mixer="lstm")
+    with pytest.raises(ValueError, match="softmax KV cache"):
+        _, kv = VortAttention(16, 2, mixer="softmax")(torch.zeros(1, 4, 16))
+        layer(torch.zeros(1, 4, 16), kv)

@@ -163,7 +163,7 @@ fn validation_windows_tile_the_validation_books_and_never_a_test_byte() {
 #[test]
 fn evaluation_scores_each_test_window_once_and_by_book() {
     use std::sync::Arc;
-    use vort::model::Model;
+    use vort::model::{Config, Model};
     use vort::Mixer;
     use vort_lab::tasks::{Source, TaskConfig, TaskKind};
     use vort_lab::train::{eval, RunConfig};
@@ -187,7 +187,7 @@ fn evaluation_scores_each_test_window_once_and_by_book() {
     assert_eq!((source.eval_len(), source.valid_len()), (Some(10), Some(6)));
     let dev = candle_core::Device::Cpu;
     let vm = candle_nn::VarMap::new();
-    let model = Model::seeded(&cfg.model, 256, t, 0, &vm, &dev).unwrap();
+    let model = Model::seeded(&Config::new(cfg.model.clone(), 256, t), 0, &vm, &dev).unwrap();
     for (asked, scored) in [(3, 3), (10, 10), (1000, 10)] {
         cfg.train.eval_sequences = asked;
         let r = eval::evaluate(&model, &source, &cfg, 0, &dev).unwrap();

@@ -3,7 +3,7 @@
 
 use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
-use vort::model::{Model, ModelConfig};
+use vort::model::{Config, Model, ModelConfig};
 use vort::Mixer;
 use vort_lab::train::named_vars;
 
@@ -31,7 +31,7 @@ fn every_kind_runs_with_expected_shapes() {
     .unwrap();
     for kind in vort_lab::reproduce::KINDS {
         let vm = VarMap::new();
-        let m = Model::seeded(&cfg(kind), 11, 37, 3, &vm, &dev).unwrap();
+        let m = Model::seeded(&Config::new(cfg(kind), 11, 37), 3, &vm, &dev).unwrap();
         let out = m.forward(&tokens).unwrap();
         assert_eq!(out.hidden.dims(), &[2, 37, 16], "{kind}");
         let logits = m.logits_at(&out.hidden, &[0, 40, 73]).unwrap();
@@ -56,7 +56,7 @@ fn initialisation_is_a_function_of_the_seed() {
     let dev = Device::Cpu;
     let params = |seed: u64| -> Vec<Vec<f32>> {
         let vm = VarMap::new();
-        Model::seeded(&cfg("vort"), 11, 37, seed, &vm, &dev).unwrap();
+        Model::seeded(&Config::new(cfg("vort"), 11, 37), seed, &vm, &dev).unwrap();
         named_vars(&vm)
             .iter()
             .map(|(_, v)| v.as_tensor().flatten_all().unwrap().to_vec1().unwrap())
@@ -77,7 +77,7 @@ fn router_bias_override_reaches_the_layer() {
     {
         *router_bias_init = 2.5;
     }
-    let m = Model::seeded(&c, 11, 37, 0, &vm, &dev).unwrap();
+    let m = Model::seeded(&Config::new(c.clone(), 11, 37), 0, &vm, &dev).unwrap();
     let bias: Vec<f32> = named_vars(&vm)
         .into_iter()
         .find(|(n, _)| n == "blocks.1.mix.router.c")
@@ -97,7 +97,7 @@ fn router_bias_override_reaches_the_layer() {
             .unwrap()
     };
     let vm0 = VarMap::new();
-    let m0 = Model::seeded(&cfg("vort"), 11, 37, 0, &vm0, &dev).unwrap();
+    let m0 = Model::seeded(&Config::new(cfg("vort"), 11, 37), 0, &vm0, &dev).unwrap();
     assert!(mean(&m) > mean(&m0) + 0.1);
 }
 
@@ -139,7 +139,7 @@ fn streaming_in_pieces_equals_one_pass() {
                 c.mixer = Mixer::Softmax { window };
             }
             let vm = VarMap::new();
-            let m = Model::seeded(&c, 11, t, 5, &vm, &dev).unwrap();
+            let m = Model::seeded(&Config::new(c.clone(), 11, t), 5, &vm, &dev).unwrap();
             let whole = m.forward(&tokens).unwrap().hidden;
             let mut st = m.new_state();
             let mut parts = Vec::new();
@@ -180,7 +180,7 @@ fn stream_text_bpc_equals_one_pass_cross_entropy() {
         .copied()
         .collect();
     let vm = VarMap::new();
-    let m = Model::seeded(&cfg("vort"), 256, 150, 9, &vm, &dev).unwrap();
+    let m = Model::seeded(&Config::new(cfg("vort"), 256, 150), 9, &vm, &dev).unwrap();
     let n = text.len() - 1;
     let tokens: Vec<u32> = text[..n].iter().map(|&b| u32::from(b)).collect();
     let out = m
@@ -220,7 +220,7 @@ fn a_stream_reset_every_r_pieces_is_its_segments_streamed_alone() {
         .collect();
     for kind in ["vort", "exponential"] {
         let vm = VarMap::new();
-        let m = Model::seeded(&cfg(kind), 256, 130, 4, &vm, &dev).unwrap();
+        let m = Model::seeded(&Config::new(cfg(kind), 256, 130), 4, &vm, &dev).unwrap();
         let carried = stream_text(&m, &text, 16, &dev, |_| {}).unwrap();
         for r in [0, 9, 100] {
             let same = stream_text_resetting(&m, &text, 16, r, &dev, |_| {}).unwrap();
@@ -268,7 +268,7 @@ fn step_by_step_decoding_equals_one_pass() {
                 c.mixer = Mixer::Softmax { window };
             }
             let vm = VarMap::new();
-            let m = Model::seeded(&c, 11, t, 2, &vm, &dev).unwrap();
+            let m = Model::seeded(&Config::new(c.clone(), 11, t), 2, &vm, &dev).unwrap();
             let whole = m
                 .forward(&Tensor::from_vec(toks.clone(), (1, t), &dev).unwrap())
                 .unwrap()
@@ -294,7 +294,7 @@ fn step_by_step_decoding_equals_one_pass() {
         }
     }
     let vm = VarMap::new();
-    let m = Model::seeded(&cfg("vort"), 11, t, 2, &vm, &dev).unwrap();
+    let m = Model::seeded(&Config::new(cfg("vort"), 11, t), 2, &vm, &dev).unwrap();
     assert!(
         m.step(11, &mut m.new_state()).is_err(),
         "outside the vocabulary"
@@ -310,7 +310,7 @@ fn streams_respect_the_horizon() {
     let text: Vec<u8> = (0..200u32).map(|i| (i * 31 % 251) as u8).collect();
     for kind in ["vort", "power-law"] {
         let vm = VarMap::new();
-        let mut m = Model::seeded(&cfg(kind), 256, 64, 1, &vm, &dev).unwrap();
+        let mut m = Model::seeded(&Config::new(cfg(kind), 256, 64), 1, &vm, &dev).unwrap();
         assert_eq!(m.horizon(), Some(64));
         let e = stream_text(&m, &text, 16, &dev, |_| {}).unwrap_err();
         assert!(e.is_bad_input(), "{e}");
@@ -333,7 +333,7 @@ fn streams_respect_the_horizon() {
     }
     // exponentials have no certified horizon: any length streams
     let vm = VarMap::new();
-    let m = Model::seeded(&cfg("exponential"), 256, 64, 1, &vm, &dev).unwrap();
+    let m = Model::seeded(&Config::new(cfg("exponential"), 256, 64), 1, &vm, &dev).unwrap();
     assert_eq!(m.horizon(), None);
     assert!(stream_text(&m, &text, 16, &dev, |_| {}).is_ok());
 }
@@ -354,7 +354,7 @@ fn normaliser_mass_reads_the_state_and_its_slow_share_is_a_fraction() {
     .unwrap();
     for kind in vort_lab::reproduce::KINDS {
         let vm = VarMap::new();
-        let m = Model::seeded(&cfg(kind), 13, t, 3, &vm, &dev).unwrap();
+        let m = Model::seeded(&Config::new(cfg(kind), 13, t), 3, &vm, &dev).unwrap();
         let empty = m.new_state();
         assert!(m
             .normaliser_mass(&empty, 8.0)

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::attention::{causal_softmax, sliding_softmax};
 use crate::error::{Result, VortError};
-use crate::features::{FeatureMap, Features};
+use crate::features::{seeded_projection, FeatureMap, Features};
 use crate::mixer::{Mixer, Routing};
 use crate::nodes::{NodeMode, NodeSpec, NodeTable};
 use crate::retention::{
@@ -52,14 +52,34 @@ pub struct BlockConfig {
     pub qk_scale_init: f64,
     /// Seed of the initialisation and of the random features.
     pub seed: u64,
-    /// Use the fused op (hand-written backward, rate gradient included) in [`Block::forward`]
-    /// and streams for every linear memory; false: the plain candle chunked form (its twin).
+    /// Use the fused op (hand-written backward, rate gradient included) in
+    /// [`Block::forward_with_entropy`] and streams for every linear memory (on the CPU:
+    /// [`crate::ops::fused_on`]); false: the plain candle chunked form (its twin).
     #[serde(default = "default_true")]
     pub fused: bool,
 }
 
 fn default_true() -> bool {
     true
+}
+
+/// Name of the FAVOR+ projection ωᵀ [head_dim, features] under a block's prefix: a buffer,
+/// stored beside the parameters so that weights carry the function they compute (the seed
+/// only draws it at initialisation), and never trained.
+pub const PROJECTION: &str = "features.omega_t";
+
+/// Whether the tensor `name` (a full VarMap name) is a buffer ([`PROJECTION`]): stored and
+/// loaded with the parameters, left out of the optimiser.
+pub fn is_buffer(name: &str) -> bool {
+    name == PROJECTION || name.ends_with(&format!(".{PROJECTION}"))
+}
+
+impl BlockConfig {
+    /// Whether the block stores a FAVOR+ projection ([`PROJECTION`]): FAVOR+ features in a
+    /// linear mixer (softmax applies no feature map).
+    pub fn stores_projection(&self) -> bool {
+        self.feature_map == FeatureMap::Favor && !matches!(self.mixer, Mixer::Softmax { .. })
+    }
 }
 
 impl Default for BlockConfig {
@@ -380,6 +400,12 @@ impl Block {
             }
             _ => {}
         }
+        // a buffer, from its own generator (no other draw moves): stored, never trained
+        if cfg.stores_projection() {
+            let seed = stream_seed(cfg.seed, rng::Stream::Features, 0);
+            let omega_t = seeded_projection(dh, cfg.features, seed, device)?;
+            init_param(vm, &p(PROJECTION), omega_t)?;
+        }
         Ok(())
     }
 
@@ -399,9 +425,10 @@ impl Block {
     /// Builds the block from the parameters in `vb` (names relative to its prefix: `wq`, `wk`,
     /// `wv` [d_model, H·dh], `wo` [H·dh, d_model], `scale_q`, `scale_k` \[H\], and the kind's own:
     /// `router.{probe [d_model, 1], g [d_model, H], a, b, c [H]}`, `decay_rho` [H, 1] or
-    /// `mix_logits` [H, M]). Any candle source works: a `VarMap` filled by [`Block::init`],
-    /// `VarBuilder::from_mmaped_safetensors`, ... The random features and node tables are not
-    /// parameters: they come from `cfg` (its seed, its node recipe).
+    /// `mix_logits` [H, M]), and the FAVOR+ projection `features.omega_t` [head_dim, features]
+    /// (a buffer: [`BlockConfig::stores_projection`]). Any candle source works: a `VarMap`
+    /// filled by [`Block::init`], `VarBuilder::from_mmaped_safetensors`, ... The node tables
+    /// are not parameters: they come from `cfg` (its node recipe).
     ///
     /// # Errors
     /// Zero sizes, an invalid memory configuration, an SOE that cannot be certified, a
@@ -417,13 +444,19 @@ impl Block {
         let wo = get(&[h * dh, dm], "wo")?;
         let scale_q = get(&[h], "scale_q")?;
         let scale_k = get(&[h], "scale_k")?;
-        let features = Features::new(
-            cfg.feature_map,
-            dh,
-            cfg.features,
-            stream_seed(cfg.seed, rng::Stream::Features, 0),
-            &device,
-        )?;
+        let features = if cfg.stores_projection() {
+            Features::favor(get(&[dh, cfg.features], PROJECTION)?)?
+        } else {
+            // ELU+1 and Taylor are deterministic; softmax applies no feature map (its unused
+            // FAVOR+ projection is drawn from the seed, as before it was stored)
+            Features::new(
+                cfg.feature_map,
+                dh,
+                cfg.features,
+                stream_seed(cfg.seed, rng::Stream::Features, 0),
+                &device,
+            )?
+        };
         let kind = match &cfg.mixer {
             Mixer::Vort { nodes, routing, .. } => KindParams::Vort {
                 tables: vec![nodes.build()?],
@@ -748,13 +781,19 @@ impl Block {
         Ok((Some(alpha), Some(logit_e.reshape((b, t))?)))
     }
 
-    /// Training forward over T tokens from an empty state (the fused op when `cfg.fused`).
-    /// x: [B, T, d_model]; entropy: [B, T] (stop-gradient; None = 0); returns y [B, T, d_model],
-    /// α [B, H, T], entity logits [B, T]; `state` is None.
+    /// Training forward over T tokens from an empty state (the fused op when `cfg.fused`), with
+    /// the router's entropy input and everything it computes: x: [B, T, d_model]; entropy:
+    /// [B, T] (stop-gradient; None = 0); returns y [B, T, d_model], α [B, H, T], entity logits
+    /// [B, T]; `state` is None. `Module::forward` (`block.forward(&x)`) is this with no entropy,
+    /// returning y.
     ///
     /// # Errors
     /// Shape mismatches.
-    pub fn forward(&self, x: &Tensor, entropy: Option<&Tensor>) -> Result<BlockOutput> {
+    pub fn forward_with_entropy(
+        &self,
+        x: &Tensor,
+        entropy: Option<&Tensor>,
+    ) -> Result<BlockOutput> {
         self.run(x, entropy, None, None, Pass::Train)
     }
 
@@ -861,7 +900,7 @@ impl Block {
             let chunk = self.cfg.chunk;
             let (o, g) = if pass == Pass::Decode {
                 naive_recurrent(&inputs, &rates, chunk, initial, true)?
-            } else if self.cfg.fused {
+            } else if self.cfg.fused && crate::ops::fused_on(x.device()) {
                 fused_chunk(&inputs, &rates, chunk, initial, want_state)?
             } else {
                 chunk_form(&inputs, &rates, chunk, initial, want_state)?
@@ -978,10 +1017,11 @@ impl Block {
 }
 
 /// candle's layer interface: x [B, T, d_model] -> y [B, T, d_model], the training forward
-/// without the entropy signal (H = 0) and without the orders; [`Block::forward`] returns those.
+/// without the entropy signal (H = 0) and without the orders; [`Block::forward_with_entropy`]
+/// returns those.
 impl Module for Block {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        Block::forward(self, x, None)
+        self.forward_with_entropy(x, None)
             .map(|out| out.y)
             .map_err(|e| match e {
                 VortError::Candle(e) => e,

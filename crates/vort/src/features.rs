@@ -102,6 +102,17 @@ pub struct Features {
     taylor: Option<(Tensor, Tensor)>,
 }
 
+/// The seeded FAVOR+ projection ωᵀ [d, m] (f32): m orthogonal Gaussian rows of dim d drawn
+/// from `seed` ([`orthogonal_gaussian`], f64), rounded to f32 and transposed.
+///
+/// # Errors
+/// m or d = 0.
+pub fn seeded_projection(d: usize, m: usize, seed: u64, device: &Device) -> Result<Tensor> {
+    let w = orthogonal_gaussian(m, d, seed)?;
+    let omega = Tensor::from_vec(w, (m, d), device)?.to_dtype(DType::F32)?;
+    Ok(omega.t()?.contiguous()?)
+}
+
 impl Features {
     /// FAVOR+ with m features (seeded), ELU+1 (m = d), or Taylor (m = 1 + d + d(d+1)/2).
     ///
@@ -146,23 +157,34 @@ impl Features {
                     )),
                 })
             }
-            FeatureMap::Favor => {
-                let w = orthogonal_gaussian(m, d, seed)?;
-                let omega = Tensor::from_vec(w, (m, d), device)?.to_dtype(DType::F32)?;
-                Ok(Features {
-                    map,
-                    d,
-                    m,
-                    omega_t: Some(omega.t()?.contiguous()?),
-                    taylor: None,
-                })
-            }
+            FeatureMap::Favor => Features::favor(seeded_projection(d, m, seed, device)?),
         }
     }
 
+    /// FAVOR+ with a given projection ωᵀ [d, m] (a stored buffer, [`Features::projection`]
+    /// of a seeded map); it is detached: the random features are never trained.
+    ///
+    /// # Errors
+    /// A projection that is not 2-D with d, m >= 1.
+    pub fn favor(omega_t: Tensor) -> Result<Self> {
+        let (d, m) = omega_t.dims2()?;
+        if d == 0 || m == 0 {
+            return Err(VortError::InvalidArgument(format!(
+                "FAVOR+ projection of shape [{d}, {m}]: d and m must be >= 1"
+            )));
+        }
+        Ok(Features {
+            map: FeatureMap::Favor,
+            d,
+            m,
+            omega_t: Some(omega_t.detach()),
+            taylor: None,
+        })
+    }
+
     /// The FAVOR+ projection ωᵀ [d, m] (f32), None for the deterministic maps (ELU+1,
-    /// Taylor): what a port of the layer to another framework needs, since the random
-    /// features are drawn from the run seed and are not parameters.
+    /// Taylor): a buffer, not a parameter (drawn from a seed once, stored beside the
+    /// parameters as `features.omega_t`, never trained).
     pub fn projection(&self) -> Option<&Tensor> {
         self.omega_t.as_ref()
     }

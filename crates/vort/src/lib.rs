@@ -35,7 +35,14 @@
 //! A [`block::Block`] is a candle layer: its weights come from any [`candle_nn::VarBuilder`]
 //! (a `VarMap` filled by [`block::Block::init`], or a safetensors file), it implements
 //! [`candle_nn::Module`], and [`block::Block::step`] streams one token at a time with a state
-//! whose size does not grow with the context.
+//! whose size does not grow with the context. The whole model is [`Model`], built by
+//! `Model::new(&Config, vb)` from its tensors alone (the FAVOR+ projections are stored).
+//!
+//! Devices: the fused ops ([`ops`], the fused retention) have CPU kernels only; on any other
+//! candle device (CUDA, Metal) every one falls back to its plain candle twin
+//! ([`ops::fused_on`]), which gives the same outputs, states and gradients within f32 rounding
+//! (tested on the CPU through [`ops::with_plain_ops`]: `tests/plain_ops.rs`). Decode copies
+//! the retention state to the host per token, which is slow off the CPU.
 //!
 //! ```
 //! use candle_core::{DType, Device, IndexOp, Tensor};
@@ -58,7 +65,7 @@
 //!
 //! // training form: x [B, T, d_model] -> y [B, T, d_model]
 //! let x = Tensor::randn(0f32, 1.0, (1, 10, cfg.d_model), &dev)?;
-//! let y = Module::forward(&block, &x)?; // or block.forward(&x, entropy) for α and more
+//! let y = block.forward(&x)?; // or block.forward_with_entropy(&x, entropy) for α and more
 //! assert_eq!(y.dims(), &[1, 10, 64]);
 //!
 //! // streaming form: one token at a time, the state carried
@@ -98,5 +105,6 @@ pub mod tol;
 pub use dims::Dims;
 pub use error::{Result, VortError};
 pub use mixer::{Mixer, Routing};
+pub use model::{Config, Model};
 pub use nodes::{NodeMode, NodeSpec, NodeTable};
 pub use vort_math;

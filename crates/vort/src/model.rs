@@ -94,6 +94,47 @@ impl Default for ModelConfig {
     }
 }
 
+/// Everything [`Model::new`] needs besides the tensors: the vocabulary, the longest sequence
+/// the model is built for (the node tables' horizon where the mixer's is 0) and the model
+/// with its mixer. A run config holds the same (`[task]` gives the vocabulary and the
+/// length, `[model]` the rest).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    /// Tokens in the vocabulary.
+    pub vocab_size: usize,
+    /// The longest sequence, in tokens (node tables certified to this lag when the mixer's
+    /// horizon is 0; [`Model::set_horizon`] changes it later).
+    pub max_len: usize,
+    /// The model and its mixer.
+    pub model: ModelConfig,
+}
+
+impl Config {
+    /// The config of `model` over a vocabulary of `vocab_size` tokens and sequences of at most
+    /// `max_len`.
+    pub fn new(model: ModelConfig, vocab_size: usize, max_len: usize) -> Config {
+        Config {
+            vocab_size,
+            max_len,
+            model,
+        }
+    }
+
+    /// Checks the sizes, the model and its mixer.
+    ///
+    /// # Errors
+    /// [`ModelError::Invalid`] naming the field.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        if self.vocab_size == 0 || self.max_len == 0 {
+            return Err(ModelError::Invalid(format!(
+                "vocab_size = {} and max_len = {} must be >= 1",
+                self.vocab_size, self.max_len
+            )));
+        }
+        self.model.validate()
+    }
+}
+
 /// The `[model]` table as written: the current form (`[model.mixer]`), or the flat fields of
 /// configs written before it (all optional, with the defaults they had).
 #[derive(Deserialize)]
@@ -454,14 +495,10 @@ impl Model {
     ///
     /// # Errors
     /// Invalid sizes.
-    pub fn init(
-        cfg: &ModelConfig,
-        vocab: usize,
-        seed: u64,
-        vm: &VarMap,
-        device: &Device,
-    ) -> Result<(), ModelError> {
+    pub fn init(cfg: &Config, seed: u64, vm: &VarMap, device: &Device) -> Result<(), ModelError> {
         cfg.validate()?;
+        let vocab = cfg.vocab_size;
+        let cfg = &cfg.model;
         let dm = cfg.d_model;
         let mut rng = XorShift64Star::new(stream_seed(seed, Stream::ModelInit, 0));
         let mut mat = |rows: usize, cols: usize, std: f64| -> Result<Tensor, ModelError> {
@@ -518,34 +555,28 @@ impl Model {
     /// # Errors
     /// As [`Model::init`] and [`Model::new`].
     pub fn seeded(
-        cfg: &ModelConfig,
-        vocab: usize,
-        seq_len: usize,
+        cfg: &Config,
         seed: u64,
         vm: &VarMap,
         device: &Device,
     ) -> Result<Model, ModelError> {
-        Model::init(cfg, vocab, seed, vm, device)?;
+        Model::init(cfg, seed, vm, device)?;
         let vb = VarBuilder::from_varmap(vm, DType::F32, device);
-        Model::new(cfg, vocab, seq_len, seed, vb)
+        Model::new(cfg, vb)
     }
 
-    /// Builds the model for a vocabulary of `vocab` tokens and sequences of `seq_len` (the
-    /// node tables' horizon when `cfg.horizon` is 0) from the parameters in `vb`: a `VarMap`
-    /// filled by [`Model::init`], or any candle source such as
-    /// `VarBuilder::from_mmaped_safetensors` over a `vort export` file's `param/` tensors.
-    /// `seed` is the run's: it seeds the random features, which are not parameters.
+    /// Builds the model of `cfg` from the tensors in `vb`: a `VarMap` filled by
+    /// [`Model::init`], or any candle source such as `VarBuilder::from_mmaped_safetensors`
+    /// over a `vort export` file's `param/` tensors. Nothing else is needed: the FAVOR+
+    /// projections are stored tensors (`blocks.<l>.mix.features.omega_t`, buffers that no
+    /// optimiser trains), and the node tables follow from the config.
     ///
     /// # Errors
-    /// Invalid sizes, an SOE that cannot be certified, a parameter missing or misshapen.
-    pub fn new(
-        cfg: &ModelConfig,
-        vocab: usize,
-        seq_len: usize,
-        seed: u64,
-        vb: VarBuilder,
-    ) -> Result<Model, ModelError> {
+    /// Invalid sizes, an SOE that cannot be certified, a tensor missing or misshapen.
+    pub fn new(cfg: &Config, vb: VarBuilder) -> Result<Model, ModelError> {
         cfg.validate()?;
+        let (vocab, seq_len) = (cfg.vocab_size, cfg.max_len);
+        let cfg = &cfg.model;
         let dm = cfg.d_model;
         let get = |shape: &[usize], name: &str| get_param(&vb, shape, name);
         let emb = get(&[vocab, dm], "emb")?;
@@ -563,7 +594,8 @@ impl Model {
         let (mut blocks, mut convs) = (Vec::new(), Vec::new());
         let (mut norms1, mut norms2, mut mlps) = (Vec::new(), Vec::new(), Vec::new());
         for l in 0..cfg.layers {
-            let bc = cfg.block(seed, l, seq_len);
+            // the block seed draws parameters only (Block::init), never read here
+            let bc = cfg.block(0, l, seq_len);
             blocks.push(Block::new(bc, vb.pp(format!("blocks.{l}.mix")))?);
             norms1.push(get(&[dm], &format!("blocks.{l}.norm1"))?);
             convs.push(if cfg.short_conv > 0 {

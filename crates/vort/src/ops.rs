@@ -44,12 +44,42 @@ const GELU_C: f64 = 0.044_715;
 /// Rows per rayon task of the row-wise ops.
 const PAR_ROWS: usize = 256;
 
+thread_local! {
+    /// Set by [`with_plain_ops`]: the fused ops stand down on this thread.
+    static PLAIN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the fused ops run for tensors on `dev`: they have a CPU kernel only
+/// (`cpu_fwd`), so on any other device (CUDA, Metal) every op of this module, and the fused
+/// retention, falls back to its plain candle twin ([`reference`], `retention::chunk`), which
+/// runs wherever candle does. [`with_plain_ops`] forces that path on the CPU.
+pub fn fused_on(dev: &candle_core::Device) -> bool {
+    dev.is_cpu() && !PLAIN.with(std::cell::Cell::get)
+}
+
+/// Runs `f` with the fused ops replaced by their plain twins on this thread, the path a
+/// non-CPU device takes: the tests compare the two (outputs, states, gradients) on the CPU.
+pub fn with_plain_ops<R>(f: impl FnOnce() -> R) -> R {
+    /// Restores the flag when `f` returns or unwinds.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            PLAIN.with(|p| p.set(self.0));
+        }
+    }
+    let _restore = Restore(PLAIN.with(|p| p.replace(true)));
+    f()
+}
+
 /// GELU (tanh approximation), parallel, with a one-pass parallel backward. Any shape;
 /// f32 or f64.
 ///
 /// # Errors
 /// Other dtypes.
 pub fn gelu(x: &Tensor) -> Result<Tensor> {
+    if !fused_on(x.device()) {
+        return reference::gelu(x);
+    }
     Ok(x.contiguous()?.apply_op1(Gelu)?)
 }
 
@@ -343,6 +373,9 @@ fn host_bwd2<O: HostOp2>(
 /// # Errors
 /// Shape or dtype mismatches.
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    if !fused_on(x.device()) {
+        return reference::rms_norm(x, w, eps);
+    }
     Ok(x.contiguous()?
         .apply_op2(&w.contiguous()?, Host2(RmsNorm { eps }))?)
 }
@@ -441,6 +474,9 @@ pub fn qk_norm(z: &Tensor, scale: &Tensor) -> Result<Tensor> {
             expected: format!("[{h}] for z [.., {h}, .., d >= 1]"),
         });
     }
+    if !fused_on(z.device()) {
+        return reference::qk_norm(z, scale);
+    }
     Ok(z.contiguous()?
         .apply_op2(&scale.contiguous()?, Host2(QkNorm { t, d }))?)
 }
@@ -534,6 +570,9 @@ pub fn favor_exp(p: &Tensor, z: &Tensor) -> Result<Tensor> {
             expected: format!("[{r}, m >= 1] and [{r}, d >= 1]"),
         });
     }
+    if !fused_on(p.device()) {
+        return reference::favor_exp(p, z);
+    }
     Ok(p.contiguous()?
         .apply_op2(&z.contiguous()?, Host2(FavorExp { m, d }))?)
 }
@@ -611,6 +650,9 @@ impl HostOp2 for FavorExp {
 /// # Errors
 /// Shape or dtype mismatches.
 pub fn short_conv(x: &Tensor, w: &Tensor, prev: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+    if !fused_on(x.device()) {
+        return reference::short_conv(x, w, prev);
+    }
     let (b, t, c) = x.dims3()?;
     let k = w.dim(0)?;
     let pad = match prev {
@@ -764,6 +806,9 @@ impl CustomOp2 for ShortConv {
 /// # Errors
 /// A rank other than 3, off != S - T, other dtypes.
 pub fn causal_softmax_rows(logits: &Tensor, off: usize) -> Result<Tensor> {
+    if !fused_on(logits.device()) {
+        return reference::causal_softmax_rows(logits, off);
+    }
     Ok(logits.contiguous()?.apply_op1(CausalSoftmax { off })?)
 }
 
@@ -877,6 +922,35 @@ pub mod reference {
     use candle_core::{Tensor, D};
 
     use crate::error::Result;
+
+    /// [`super::gelu`] in plain candle ops: candle's `Tensor::gelu`, the same tanh
+    /// approximation.
+    ///
+    /// # Errors
+    /// Other dtypes.
+    pub fn gelu(x: &Tensor) -> Result<Tensor> {
+        Ok(x.gelu()?)
+    }
+
+    /// [`super::causal_softmax_rows`] in plain candle ops: an additive -inf mask (query i
+    /// sees keys 0..=off+i) and candle-nn's row softmax, logits [N, T, S].
+    ///
+    /// # Errors
+    /// A rank other than 3.
+    pub fn causal_softmax_rows(logits: &Tensor, off: usize) -> Result<Tensor> {
+        let (_, t, s) = logits.dims3()?;
+        let mut mask = vec![0f32; t * s];
+        for i in 0..t {
+            for j in (off + i + 1).min(s)..s {
+                mask[i * s + j] = f32::NEG_INFINITY;
+            }
+        }
+        let mask = Tensor::from_vec(mask, (1, t, s), logits.device())?.to_dtype(logits.dtype())?;
+        Ok(candle_nn::ops::softmax(
+            &logits.broadcast_add(&mask)?,
+            D::Minus1,
+        )?)
+    }
 
     /// RMSNorm in plain candle ops: x / sqrt(mean(x²) + eps) · w.
     ///

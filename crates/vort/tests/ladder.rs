@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use vort::block::{Block, BlockConfig};
 use vort::features::FeatureMap;
-use vort::model::{Model, ModelConfig};
+use vort::model::{Config, Model, ModelConfig};
 use vort::tol::{F32_GRAD_REL, FD_GRAD_REL, FD_STEP};
 use vort::{Mixer, NodeMode, NodeSpec, Routing};
 
@@ -64,7 +64,7 @@ fn loss_and_grad(vm: &VarMap, c: &BlockConfig, dtype: DType) -> (f64, Vec<f64>) 
         .unwrap()
         .to_dtype(dtype)
         .unwrap();
-    let out = blk.forward(&x, None).unwrap();
+    let out = blk.forward_with_entropy(&x, None).unwrap();
     assert!(out.entity_logit.is_none(), "a learned order has no probe");
     let loss = (out.y * w).unwrap().sum_all().unwrap();
     let grads = loss.backward().unwrap();
@@ -156,7 +156,7 @@ fn learned_order_is_one_alpha_per_head_and_has_only_c() {
         .unwrap()
         .to_dtype(DType::F32)
         .unwrap();
-    let a = blk.forward(&x, None).unwrap().alpha.unwrap();
+    let a = blk.forward_with_entropy(&x, None).unwrap().alpha.unwrap();
     assert_eq!(a.dims(), [2, 3, 9]);
     let a: Vec<Vec<Vec<f32>>> = a.to_vec3().unwrap();
     // router_bias_init 0.4: α = 0.1 + 0.9 σ(0.4) at every token of every head
@@ -187,7 +187,7 @@ fn oracle_routing_gives_the_stated_alpha_per_class() {
     let (entity, other) = (0.8, 0.35);
     let mc = model_cfg(Routing::Oracle { entity, other });
     let dev = Device::Cpu;
-    let model = Model::seeded(&mc, 20, 64, 5, &VarMap::new(), &dev).unwrap();
+    let model = Model::seeded(&Config::new(mc.clone(), 20, 64), 5, &VarMap::new(), &dev).unwrap();
     let (b, t) = (2, 13);
     let toks: Vec<u32> = (0..b * t).map(|i| (i * 7 % 20) as u32).collect();
     let marked: Vec<bool> = (0..b * t).map(|i| i % 3 == 1 || i == 0).collect();
@@ -244,9 +244,7 @@ fn oracle_routing_gives_the_stated_alpha_per_class() {
     assert!(model.forward_marked(&tokens, Some(&short), None).is_err());
     // marks change nothing for a mixer that does not read them
     let plain = Model::seeded(
-        &model_cfg(Routing::EntityOnly),
-        20,
-        64,
+        &Config::new(model_cfg(Routing::EntityOnly), 20, 64),
         5,
         &VarMap::new(),
         &dev,

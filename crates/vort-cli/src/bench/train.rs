@@ -340,9 +340,7 @@ pub fn bench_train(
         }
         let vm = VarMap::new();
         let model = Model::seeded(
-            &r.config.model,
-            r.vocab,
-            r.config.task.seq_len,
+            &vort::Config::new(r.config.model.clone(), r.vocab, r.config.task.seq_len),
             r.config.seed,
             &vm,
             &dev,

@@ -149,18 +149,20 @@ impl Checkpoint {
     /// Refuses contents that its config cannot have written: a step past the config's
     /// `train.steps` or an AdamW counter past the step, and any tensor set other than exactly
     /// the model's parameters (`param/<name>` for each of `params`), with or without both
-    /// AdamW moments of each (`adam_m/`, `adam_v/`). An extra tensor (`param/zzz`, a lone
-    /// `adam_m/emb`) or the router tensors of a VORT model under a softmax config would
-    /// otherwise be ignored silently.
+    /// AdamW moments of each (`adam_m/`, `adam_v/`), and every one of its `buffers` (the
+    /// FAVOR+ projections, `param/<name>` without moments) or none of them (files written
+    /// before they were stored). An extra tensor (`param/zzz`, a lone `adam_m/emb`) or the
+    /// router tensors of a VORT model under a softmax config would otherwise be ignored
+    /// silently. Returns whether the buffers are stored.
     ///
     /// # Errors
     /// [`TrainError::CheckpointMismatch`] naming the first unexpected or missing tensor.
     pub fn check_contents(
         &self,
         steps: u64,
-        params: &[String],
+        (params, buffers): (&[String], &[String]),
         path: &Path,
-    ) -> Result<(), TrainError> {
+    ) -> Result<bool, TrainError> {
         if self.step > steps {
             return Err(mismatch(
                 path,
@@ -185,9 +187,26 @@ impl Checkpoint {
         } else {
             &["param"]
         };
+        // the buffers (no moments): every one or none (a file written before they were stored)
+        let stored: Vec<&String> = buffers
+            .iter()
+            .filter(|n| self.tensors.contains_key(&format!("param/{n}")))
+            .collect();
+        if !stored.is_empty() && stored.len() < buffers.len() {
+            let missing = buffers.iter().find(|n| !stored.contains(n));
+            return Err(mismatch(
+                path,
+                format!(
+                    "it holds some of the model's buffers but not `param/{}` (a file holds \
+                     every FAVOR+ projection or, written before they were stored, none)",
+                    missing.map_or("?", |s| s.as_str())
+                ),
+            ));
+        }
         let want: std::collections::BTreeSet<String> = params
             .iter()
             .flat_map(|n| kinds.iter().map(move |k| format!("{k}/{n}")))
+            .chain(stored.iter().map(|n| format!("param/{n}")))
             .collect();
         if let Some(extra) = self.tensors.keys().find(|k| !want.contains(*k)) {
             return Err(mismatch(
@@ -210,7 +229,7 @@ impl Checkpoint {
             }
             return Err(mismatch(path, format!("tensor {missing} missing")));
         }
-        Ok(())
+        Ok(!stored.is_empty())
     }
 
     /// The tensor `name` as a candle tensor on `device`, checked against the shape `dims` the

@@ -137,6 +137,12 @@ impl RunConfig {
         Self::from_toml(&text, &path.display().to_string())
     }
 
+    /// The layer crate's config of the run's model: its task's vocabulary and sequence
+    /// length, and `[model]`.
+    pub fn model_config(&self) -> vort::Config {
+        vort::Config::new(self.model.clone(), self.task.vocab(), self.task.seq_len)
+    }
+
     /// The resolved config as TOML.
     ///
     /// # Errors

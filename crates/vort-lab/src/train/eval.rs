@@ -657,7 +657,12 @@ pub fn load_params_as(run_dir: &Path, cfg: &RunConfig) -> Result<(Model, VarMap)
     let dev = super::device();
     let model = super::run_model(cfg, &vm, &dev)?;
     for (name, var) in super::named_vars(&vm) {
-        var.set(&ck.tensor(&format!("param/{name}"), var.dims(), &dev, &ck_path)?)?;
+        let key = format!("param/{name}");
+        // a buffer a file written before they were stored lacks keeps its seeded value
+        if vort::block::is_buffer(&name) && !ck.tensors.contains_key(&key) {
+            continue;
+        }
+        var.set(&ck.tensor(&key, var.dims(), &dev, &ck_path)?)?;
     }
     Ok((model, vm))
 }
@@ -765,12 +770,21 @@ impl Trained {
         let vm = VarMap::new();
         let dev = super::device();
         let model = super::run_model(&cfg, &vm, &dev)?;
-        let vars = super::named_vars(&vm);
-        let names: Vec<String> = vars.iter().map(|(n, _)| n.clone()).collect();
-        ck.check_contents(cfg.train.steps, &names, &ck_path)?;
-        // check every parameter first, then write them
-        let loaded = vars
+        let names: Vec<String> = super::trainable_vars(&vm)
             .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        let buffers: Vec<String> = super::buffer_vars(&vm)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        // a file written before the buffers were stored keeps the seeded ones (drawn from the
+        // run seed, as when it was trained)
+        let stored = ck.check_contents(cfg.train.steps, (&names, &buffers), &ck_path)?;
+        // check every parameter first, then write them
+        let loaded = super::named_vars(&vm)
+            .into_iter()
+            .filter(|(n, _)| stored || !vort::block::is_buffer(n))
             .map(|(name, var)| {
                 let t = ck.tensor(&format!("param/{name}"), var.dims(), &dev, &ck_path)?;
                 Ok((var, t))
@@ -819,7 +833,8 @@ fn load_checked(
 }
 
 /// Writes the trained weights of `path` (a run directory or a checkpoint file) to `out`:
-/// the parameters only (`param/<name>`, f32), with the format, step, run config and checksum
+/// the parameters and buffers (`param/<name>`, f32; the FAVOR+ projections written from the
+/// run seed where the file predates them), with the format, step, run config and checksum
 /// in the safetensors metadata (docs/checkpoint.md). Atomic; returns (tensors, step).
 ///
 /// # Errors
@@ -837,7 +852,18 @@ pub fn export(path: &Path, out: &Path) -> Result<(usize, u64), TrainError> {
     // load the model first: an export is only written if it loads back into its config
     let (_, _, vm, ck) = load_checked(path)?;
     let step = ck.step;
-    let w = ck.weights_only();
+    let mut w = ck.weights_only();
+    // an export carries the buffers: those of a file written before they were stored are
+    // written once, from the run seed (what the loaded model computes with)
+    for (name, var) in super::buffer_vars(&vm) {
+        let t = var.as_tensor();
+        w.tensors
+            .entry(format!("param/{name}"))
+            .or_insert(checkpoint::HostTensor {
+                shape: t.dims().to_vec(),
+                data: t.flatten_all()?.to_vec1()?,
+            });
+    }
     let n = w.tensors.len();
     if n != super::named_vars(&vm).len() {
         return Err(TrainError::CheckpointMismatch {
@@ -877,7 +903,8 @@ mod tests {
                 ..ModelConfig::default()
             };
             let vm = VarMap::new();
-            let model = Model::seeded(&cfg, 50, 40, 3, &vm, &dev).unwrap();
+            let model =
+                Model::seeded(&vort::Config::new(cfg.clone(), 50, 40), 3, &vm, &dev).unwrap();
             let toks: Vec<u32> = (0..80).map(|i| (i * 7 % 50) as u32).collect();
             let t = Tensor::from_vec(toks, (2, 40), &dev).unwrap();
             let pos = [3, 17, 39, 45, 79];

@@ -135,14 +135,7 @@ fn scalar(t: &Tensor) -> Result<f64, TrainError> {
 /// # Errors
 /// Invalid sizes, an SOE that cannot be certified.
 pub fn run_model(cfg: &RunConfig, vm: &VarMap, device: &Device) -> Result<Model, TrainError> {
-    Ok(Model::seeded(
-        &cfg.model,
-        cfg.task.vocab(),
-        cfg.task.seq_len,
-        cfg.seed,
-        vm,
-        device,
-    )?)
+    Ok(Model::seeded(&cfg.model_config(), cfg.seed, vm, device)?)
 }
 
 /// AdamW over every parameter in `vm` with the run's settings; the bigram table learns at its
@@ -153,7 +146,7 @@ pub fn run_model(cfg: &RunConfig, vm: &VarMap, device: &Device) -> Result<Model,
 pub fn optimizer(cfg: &RunConfig, vm: &VarMap) -> Result<AdamW, TrainError> {
     let t = &cfg.train;
     let opt = AdamW::new(
-        named_vars(vm),
+        trainable_vars(vm),
         AdamParams {
             beta1: t.beta1,
             beta2: t.beta2,
@@ -287,6 +280,11 @@ impl Trainer {
             tensors.insert(format!("adam_m/{}", s.name), host(&s.m)?);
             tensors.insert(format!("adam_v/{}", s.name), host(&s.v)?);
         }
+        // the buffers beside the parameters, without moments: the file computes the same
+        // function under any seed
+        for (name, var) in buffer_vars(&self.vm) {
+            tensors.insert(format!("param/{name}"), host(var.as_tensor())?);
+        }
         Ok(Checkpoint {
             step: self.step,
             adam_t: self.opt.t,
@@ -307,8 +305,10 @@ impl Trainer {
         };
         ck.check_config(&self.cfg.to_toml()?, path)?;
         let names: Vec<String> = self.opt.slots.iter().map(|s| s.name.clone()).collect();
-        ck.check_contents(self.cfg.train.steps, &names, path)?;
-        let want = 3 * self.opt.slots.len();
+        let buffers = buffer_vars(&self.vm);
+        let buffer_names: Vec<String> = buffers.iter().map(|(n, _)| n.clone()).collect();
+        let stored = ck.check_contents(self.cfg.train.steps, (&names, &buffer_names), path)?;
+        let want = 3 * self.opt.slots.len() + if stored { buffers.len() } else { 0 };
         if ck.tensors.len() != want {
             return Err(mismatch(format!(
                 "{} tensors, the model has {want}",
@@ -325,6 +325,17 @@ impl Trainer {
                 .collect::<Result<Vec<_>, _>>()?;
             loaded.push(three);
         }
+        // a checkpoint written before the buffers were stored keeps the seeded ones
+        let mut loaded_buffers = Vec::new();
+        if stored {
+            for (name, var) in &buffers {
+                let t = ck.tensor(&format!("param/{name}"), var.dims(), var.device(), path)?;
+                loaded_buffers.push((var, t));
+            }
+        }
+        for (var, t) in loaded_buffers {
+            var.set(&t)?;
+        }
         for (s, three) in self.opt.slots.iter_mut().zip(loaded) {
             s.var.set(&three[0])?;
             s.m = three[1].clone();
@@ -336,10 +347,28 @@ impl Trainer {
     }
 }
 
-/// The (name, var) pairs of a VarMap, sorted by name.
+/// The (name, var) pairs of a VarMap, sorted by name: the parameters and the buffers (the
+/// FAVOR+ projections, [`vort::block::is_buffer`]), everything a weights file stores.
 pub fn named_vars(vm: &VarMap) -> Vec<(String, Var)> {
     let data = vm.data().lock().expect("VarMap lock");
     let mut v: Vec<(String, Var)> = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     v.sort_by(|a, b| a.0.cmp(&b.0));
     v
+}
+
+/// [`named_vars`] without the buffers: the parameters an optimiser trains (the order and
+/// the set of every run trained before the projections were stored).
+pub fn trainable_vars(vm: &VarMap) -> Vec<(String, Var)> {
+    named_vars(vm)
+        .into_iter()
+        .filter(|(n, _)| !vort::block::is_buffer(n))
+        .collect()
+}
+
+/// The buffers of a VarMap ([`named_vars`] less [`trainable_vars`]), sorted by name.
+pub fn buffer_vars(vm: &VarMap) -> Vec<(String, Var)> {
+    named_vars(vm)
+        .into_iter()
+        .filter(|(n, _)| vort::block::is_buffer(n))
+        .collect()
 }

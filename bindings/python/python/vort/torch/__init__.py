@@ -29,7 +29,16 @@ from torch import Tensor, nn
 
 from .. import _vort
 
-__all__ = ["NodeWeights", "RetentionState", "VortLM", "VortRetention", "fused_chunk", "retention_core"]
+__all__ = [
+    "KvState",
+    "NodeWeights",
+    "RetentionState",
+    "VortAttention",
+    "VortLM",
+    "VortRetention",
+    "fused_chunk",
+    "retention_core",
+]
 
 
 # ----------------------------------------------------------------------------------------
@@ -122,6 +131,15 @@ class RetentionState:
 
     g: Tensor
     pos: int
+
+
+@dataclass
+class KvState:
+    """A softmax layer's state: the keys and values [B, H, S, head_dim] the next tokens
+    attend to (all of them, or the last window - 1 for a sliding window)."""
+
+    k: Tensor
+    v: Tensor
 
 
 def _chunks(q, k, vp, cw, u, g, chunk):
@@ -484,21 +502,40 @@ class _Mixer(nn.Module):
         return x.reshape(b, t, self.h, self.dh).transpose(1, 2)
 
     def forward(self, x: Tensor, entropy: Optional[Tensor]) -> Tensor:
+        return self.run(x, entropy, None)[0]
+
+    def run(self, x: Tensor, entropy: Optional[Tensor], state: Any) -> Tuple[Tensor, Any]:
+        """y [B, T, d_model] and the state after x, continuing from `state` (None: empty): a
+        ``RetentionState`` for the linear mixers, a ``KvState`` for softmax."""
         b, t, dm = x.shape
         q = _qk_norm(self._heads(x @ self.wq), self.scale_q)
         k = _qk_norm(self._heads(x @ self.wk), self.scale_k)
         v = self._heads(x @ self.wv)
         if self.kind == "softmax":
+            if state is not None and not isinstance(state, KvState):
+                raise ValueError("a retention state was given to a softmax layer")
+            if state is not None:
+                k = torch.cat([state.k, k], dim=2)
+                v = torch.cat([state.v, v], dim=2)
+            s = k.shape[2]
             logits = q @ k.transpose(-1, -2)
-            i = torch.arange(t, device=x.device)
-            keep = i[None, :] <= i[:, None]
+            i = torch.arange(t, device=x.device)[:, None] + (s - t)  # the queries' positions
+            j = torch.arange(s, device=x.device)[None, :]
+            keep = j <= i
             if self.window > 0:
-                keep = keep & (i[None, :] > i[:, None] - self.window)
+                keep = keep & (j > i - self.window)
             logits = logits.masked_fill(~keep, float("-inf"))
             y = torch.softmax(logits, dim=-1) @ v
+            if self.window > 0:  # the next query sees the last window - 1 keys at most
+                kept = min(self.window - 1, s)
+                k, v = k[:, :, s - kept :], v[:, :, s - kept :]
+            new_state: Any = KvState(k.detach(), v.detach())
         else:
-            if self.horizon is not None and t > self.horizon:
-                raise _beyond_horizon(t, self.horizon)
+            if state is not None and not isinstance(state, RetentionState):
+                raise ValueError("a softmax KV cache was given to a retention layer")
+            pos = 0 if state is None else state.pos
+            if self.horizon is not None and pos + t > self.horizon:
+                raise _beyond_horizon(pos + t, self.horizon)
             if self.nodes is not None:
                 if self.router is not None:
                     alpha = self.router(x, entropy)
@@ -516,11 +553,125 @@ class _Mixer(nn.Module):
                 w = torch.softmax(self.mix_logits, dim=1)
                 cw = w[None, :, None, :].expand(b, self.h, t, w.shape[1])
                 u = self.rates.to(x.dtype)
-            o, _ = retention_core(
-                self.features(q), self.features(k), _with_ones(v), cw, u, self.chunk
+            o, g = retention_core(
+                self.features(q),
+                self.features(k),
+                _with_ones(v),
+                cw,
+                u,
+                self.chunk,
+                None if state is None else state.g,
             )
             y = _normalise(o, self.eps_den)
-        return y.transpose(1, 2).reshape(b, t, self.h * self.dh) @ self.wo
+            new_state = RetentionState(g.detach(), pos + t)
+        return y.transpose(1, 2).reshape(b, t, self.h * self.dh) @ self.wo, new_state
+
+
+def _toml_value(x: Any) -> str:
+    """A TOML value: bool, number, string or (inline) table."""
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, (int, float)):
+        return repr(x)
+    if isinstance(x, str):
+        return json.dumps(x)
+    if isinstance(x, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in x.items()) + " }"
+    raise ValueError(f"{x!r} is not a TOML value of a mixer setting")
+
+
+class VortAttention(nn.Module):
+    """A VORT memory layer over hidden states, shaped as fla's ``GatedLinearAttention``:
+    ``forward(hidden_states [B, T, hidden_size], past_state=None, entropy=None) -> (output
+    [B, T, hidden_size], state)``. Feeding a sequence in pieces with the returned state gives
+    the output of one call (the state is detached, as the Rust layer's streams are).
+
+    The layer owns its projections ``wq``, ``wk``, ``wv`` [hidden_size, H·head_dim], ``wo``,
+    the q/k scales, the router (``router.*``) or the decays of a baseline, and as buffers the
+    FAVOR+ projection and the certified node tables: ``state_dict()`` holds all of them under
+    the Rust layer's names. It is built by the Rust core (``vort::block::Block``): the
+    parameters are ``Block::init``'s from ``seed``, the node tables those the Rust layer
+    certifies on lags up to ``max_len`` (where the mixer's horizon is 0).
+
+    mixer: a kind (vort|power-law|exponential|retnet|mixture|softmax) or the ``[model.mixer]``
+    table as a dict, e.g. ``{"kind": "vort", "routing": "entity-only", "nodes": {"mode":
+    "shared", "banks": 4, "delta": 0.1, "horizon": 0, "eps": 1e-3}}``; a plain "vort" routes
+    by the entity probe only (no entropy signal needed). entropy [B, T] in [0, 1] (the
+    routings that read it; None: 0).
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        head_dim: Optional[int] = None,
+        *,
+        mixer: Union[str, Dict[str, Any]] = "vort",
+        features: int = 32,
+        feature_map: str = "favor",
+        max_len: int = 4096,
+        chunk: int = 64,
+        eps_den: float = 1e-6,
+        qk_scale_init: float = 1.0,
+        seed: int = 0,
+    ):
+        super().__init__()
+        if head_dim is None:
+            if num_heads < 1 or hidden_size % num_heads:
+                raise ValueError(
+                    f"hidden_size {hidden_size} is not a multiple of num_heads {num_heads}: "
+                    "give head_dim"
+                )
+            head_dim = hidden_size // num_heads
+        table = {"kind": mixer} if isinstance(mixer, str) else dict(mixer)
+        if table == {"kind": "vort"}:
+            table["routing"] = "entity-only"
+        mixer_toml = "\n".join(f"{k} = {_toml_value(v)}" for k, v in table.items())
+        # a one-block model of the Rust core; only its block is kept (the task section sets
+        # the length the node tables are certified to, nothing else)
+        text = (
+            f"seed = {int(seed)}\n\n[task]\nkind = \"mqar\"\nseq_len = {int(max_len)}\n"
+            "vocab_size = 8\nnum_kv_pairs = 1\n\n[model]\n"
+            f"d_model = {int(hidden_size)}\nlayers = 1\nheads = {int(num_heads)}\n"
+            f"head_dim = {int(head_dim)}\nfeatures = {int(features)}\n"
+            f"feature_map = {_toml_value(feature_map)}\nmlp_mult = 0\nchunk = {int(chunk)}\n"
+            f"token_shift = false\nshort_conv = 0\nqk_scale_init = {float(qk_scale_init)!r}\n"
+            f"eps_den = {float(eps_den)!r}\n\n[model.mixer]\n{mixer_toml}\n"
+        )
+        rust = _vort._init(text)
+        config = json.loads(rust.config_json)
+        self.config = config["model"]
+        self.mix = _Mixer(self.config, self.config["mixer"], rust._buffers()[0])
+        prefix = "blocks.0.mix."
+        params = {k[len(prefix) :]: v for k, v in rust._parameters().items() if k.startswith(prefix)}
+        mine = dict(self.mix.named_parameters())
+        if set(params) != set(mine):
+            raise RuntimeError(f"the Rust block's parameters {sorted(params)} are not {sorted(mine)}")
+        with torch.no_grad():
+            for name, p in mine.items():
+                p.copy_(torch.from_numpy(np.asarray(params[name])))
+        self.hidden_size = int(hidden_size)
+
+    @property
+    def horizon(self) -> Optional[int]:
+        """The certified horizon of the node tables (None: no table, no limit)."""
+        return self.mix.horizon
+
+    def forward(
+        self,
+        hidden_states: Tensor,
+        past_state: Optional[Union[RetentionState, KvState]] = None,
+        entropy: Optional[Tensor] = None,
+    ) -> Tuple[Tensor, Union[RetentionState, KvState]]:
+        if hidden_states.dim() != 3 or hidden_states.shape[-1] != self.hidden_size:
+            raise ValueError(
+                f"hidden_states {tuple(hidden_states.shape)} must be [B, T, {self.hidden_size}]"
+            )
+        if entropy is not None and tuple(entropy.shape) != tuple(hidden_states.shape[:2]):
+            raise ValueError(
+                f"entropy {tuple(entropy.shape)} must be [B, T] = {tuple(hidden_states.shape[:2])}"
+            )
+        return self.mix.run(hidden_states, entropy, past_state)
 
 
 class _Mlp(nn.Module):

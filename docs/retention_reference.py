@@ -1,4 +1,4 @@
-"""NumPy reference of `vort retention --form naive --memory shared` (README: "What `vort
+"""NumPy reference of `vort retention --form naive --memory shared` (docs/retention.md: "What `vort
 retention` computes"). Usage: python3 retention_reference.py IN.safetensors OUT.safetensors
 [--delta 0.1] [--eps-den 1e-6]; exits 0 when OUT's y matches to 1e-6 relative (max-norm)."""
 import json, struct, sys

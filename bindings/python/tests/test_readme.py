@@ -1,5 +1,6 @@
-"""The README's "Use from Python" example runs as written and prints what the README shows
-(the lines computed by the Rust core exactly; the two float errors within their bounds)."""
+"""The Python examples run as written: docs/python.md's prints what the page shows (the lines
+computed by the Rust core exactly; the two float errors within their bounds), the README's
+runs, and the package README's checks hold."""
 
 import re
 import subprocess
@@ -9,8 +10,7 @@ from conftest import REPO
 
 
 def test_readme_example_runs_as_written():
-    text = (REPO / "README.md").read_text()
-    section = text.split("## Use from Python", 1)[1]
+    section = (REPO / "docs" / "python.md").read_text()
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     shown = re.search(r"```text\n(.*?)```", section, re.S).group(1).splitlines()
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
@@ -36,3 +36,12 @@ def test_package_readme_examples_run_as_written():
         assert lines, code
         checks = [line for line in lines if line.endswith(("True", "False"))]
         assert checks and all(line.endswith("True") for line in checks), (code, p.stdout)
+
+
+def test_front_readme_python_example_runs():
+    """The README's "Use from Python" example runs from the repository root."""
+    section = (REPO / "README.md").read_text().split("## Use from Python", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    p = subprocess.run([sys.executable, "-c", code + "\nprint(y.shape, state.pos)"], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "torch.Size([2, 100, 64]) 100"

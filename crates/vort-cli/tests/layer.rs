@@ -365,8 +365,8 @@ fn bench_train_refuses_an_unknown_model() {
     assert!(err.contains("no-such-model"), "{err}");
 }
 
-/// The README's formulas, executable: docs/retention_reference.py (NumPy, written from the
-/// README alone) reproduces `vort retention --form naive` on a committed input/output pair
+/// The formulas of docs/retention.md, executable: docs/retention_reference.py (NumPy, written
+/// from the page alone) reproduces `vort retention --form naive` on a committed input/output pair
 /// (tests/data/retention_pair: T = 37, F = 3, D = 2, four orders below δ) to 1e-6. The
 /// binary's output on that input is also checked to equal the committed one, so the pair
 /// cannot drift. The Python check runs where python3 with NumPy is installed, and says

@@ -11,8 +11,8 @@ use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    checkpoint, marks_tensor, tokens_tensor, RunConfig, TrainError, Trainer, CHECKPOINT_FILE,
-    CONFIG_FILE, EVAL_FILE,
+    checkpoint, marks_tensor, tokens_tensor, RunConfig, TrainError, CHECKPOINT_FILE, CONFIG_FILE,
+    EVAL_FILE,
 };
 use crate::tasks::{bucket_in, Source, Stream};
 use vort::model::Model;
@@ -665,19 +665,6 @@ pub fn load_params_as(run_dir: &Path, cfg: &RunConfig) -> Result<(Model, VarMap)
         var.set(&ck.tensor(&key, var.dims(), &dev, &ck_path)?)?;
     }
     Ok((model, vm))
-}
-
-/// Loads only the parameters of a run into a fresh model (for inspection).
-///
-/// # Errors
-/// As [`run`].
-pub fn load_model(run_dir: &Path) -> Result<(RunConfig, Model, VarMap), TrainError> {
-    let cfg = RunConfig::load(&run_dir.join(CONFIG_FILE))?;
-    let dev = super::device();
-    let mut tr = Trainer::new(&cfg, &dev)?;
-    let ck_path = run_dir.join(CHECKPOINT_FILE);
-    tr.restore(&checkpoint::Checkpoint::load(&ck_path)?, &ck_path)?;
-    Ok((cfg, tr.model, tr.vm))
 }
 
 /// The parameters of a run for inference: its checkpoint, or its released weights

@@ -416,3 +416,34 @@ def test_vort_attention_refuses_bad_input():
     with pytest.raises(ValueError, match="softmax KV cache"):
         _, kv = VortAttention(16, 2, mixer="softmax")(torch.zeros(1, 4, 16))
         layer(torch.zeros(1, 4, 16), kv)
+
+
+@pytest.mark.parametrize("name", ["vort-shared-full", "vort-fixed", "power-law-taylor", "exponential", "mixture", "softmax", "softmax-window"])
+def test_vortlm_streams_in_pieces_like_one_call(runs, name):
+    """VortLM fed in pieces with its LMState gives the logits of one call (the short
+    convolution's inputs, the previous token and every memory carried), and the streamed
+    logits of a few tokens are the Rust model's `step` ones."""
+    from vort.torch import LMState
+
+    run = runs(name)
+    lm = VortLM.from_pretrained(run).eval()
+    g = np.random.default_rng(1)
+    tokens = torch.from_numpy(g.integers(0, lm.vocab, size=(2, 31)))
+    with torch.no_grad():
+        whole = lm(tokens)
+        parts, state, s = [], None, 0
+        for n in (5, 1, 16, 9):
+            y, state = lm(tokens[:, s : s + n], state, use_cache=True)
+            parts.append(y)
+            s += n
+    assert isinstance(state, LMState)
+    err = (torch.cat(parts, 1) - whole).abs().max() / whole.abs().max()
+    assert err < 1e-5, (name, float(err))
+    rust = vort.load(run)
+    st = rust.state()
+    for i in range(4):
+        logit, st = rust.step(int(tokens[0, i]), st)
+        e = np.abs(logit - whole[0, i].numpy()).max() / np.abs(logit).max()
+        assert e < 1e-4, (name, i, e)
+    with pytest.raises(ValueError, match="batch"):
+        lm(tokens[:1, :3], state)

@@ -31,6 +31,7 @@ from .. import _vort
 
 __all__ = [
     "KvState",
+    "LMState",
     "NodeWeights",
     "RetentionState",
     "VortAttention",
@@ -131,6 +132,17 @@ class RetentionState:
 
     g: Tensor
     pos: int
+
+
+@dataclass
+class LMState:
+    """``VortLM``'s streaming state: each layer's memory state (``RetentionState`` or
+    ``KvState``), each layer's last k - 1 inputs of the short convolution [B, k-1, d_model]
+    (None without one), and the previous token [B] (None at the start)."""
+
+    mix: List[Any]
+    conv: List[Optional[Tensor]]
+    prev: Optional[Tensor]
 
 
 @dataclass
@@ -703,8 +715,8 @@ class VortLM(nn.Module):
     ``state_dict()`` keys are the Rust parameter names (``blocks.0.mix.wq``, ...). The random
     features and node tables are buffers from the Rust core. Every mixer kind of the Rust
     model is covered (vort with shared nodes or banks and every routing, power-law,
-    exponential, retnet, mixture, softmax full or windowed); the training forward only
-    (no streaming state).
+    exponential, retnet, mixture, softmax full or windowed), in one call or streamed in pieces
+    with an ``LMState`` (``forward(tokens, state, use_cache=True)``).
     """
 
     def __init__(self, config: Dict[str, Any], buffers: List[Dict[str, Any]], vocab: int):
@@ -771,28 +783,60 @@ class VortLM(nn.Module):
                 p.copy_(params[name])
         return model
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        """tokens [B, T] (int) -> logits [B, T, V] in the parameters' dtype."""
+    def forward(
+        self, tokens: Tensor, state: Optional["LMState"] = None, use_cache: bool = False
+    ) -> Union[Tensor, Tuple[Tensor, "LMState"]]:
+        """tokens [B, T] (int) -> logits [B, T, V] in the parameters' dtype.
+
+        With ``use_cache`` or a ``state`` (``LMState``), it streams: returns (logits, state),
+        continuing from ``state`` (None: the start of the sequence). Feeding a sequence in
+        pieces with the returned state gives the logits of one call (each layer's memory
+        state, the short convolution's last inputs and the previous token are carried; the
+        states are detached, as the Rust model's streams are)."""
         if tokens.dim() != 2:
             raise ValueError(f"tokens {tuple(tokens.shape)} must be [B, T]")
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab):
             raise ValueError(f"a token is outside the vocabulary of {self.vocab}")
         b, t = tokens.shape
+        if state is not None and state.prev is not None and state.prev.shape[0] != b:
+            raise ValueError(f"a state of batch {state.prev.shape[0]} for tokens of batch {b}")
+        streaming = use_cache or state is not None
         x = self.emb[tokens]
         if self.prev_emb is not None:
             prev = self.prev_emb[tokens]
-            x = x + torch.cat([torch.zeros_like(prev[:, :1]), prev[:, :-1]], dim=1)
+            first = (
+                torch.zeros_like(prev[:, :1])
+                if state is None or state.prev is None
+                else self.prev_emb[state.prev][:, None]
+            )
+            x = x + torch.cat([first, prev[:, :-1]], dim=1)
         x = x * (1.0 / math.sqrt(2.0))
         entropy = None
         if self.bigram is not None:
             lp = torch.log_softmax(self.bigram[tokens].detach(), dim=-1)
             entropy = (-(lp.exp() * lp).sum(-1) / math.log(self.vocab)).detach()
-        for layer in self.blocks:
+        mix_states: List[Any] = []
+        tails: List[Optional[Tensor]] = []
+        for i, layer in enumerate(self.blocks):
             xn = _rms_norm(x, layer.norm1)
             if layer.conv is not None:
-                xn = _short_conv(xn, layer.conv)
-            x = x + layer.mix(xn, entropy)
+                k = layer.conv.shape[0]
+                before = None if state is None else state.conv[i]
+                if before is None:
+                    before = xn.new_zeros(b, k - 1, xn.shape[-1])
+                xn_all = torch.cat([before, xn], dim=1)
+                tails.append(xn_all[:, xn_all.shape[1] - (k - 1) :].detach())
+                xn = _short_conv(xn_all, layer.conv)[:, k - 1 :]
+            else:
+                tails.append(None)
+            y, st = layer.mix.run(xn, entropy, None if state is None else state.mix[i])
+            mix_states.append(st)
+            x = x + y
             if layer.mlp is not None:
                 hdn = _gelu(_rms_norm(x, layer.norm2) @ layer.mlp.w1)
                 x = x + hdn @ layer.mlp.w2
-        return _rms_norm(x, self.norm_f) @ self.head
+        logits = _rms_norm(x, self.norm_f) @ self.head
+        if not streaming:
+            return logits
+        last = tokens[:, -1].detach() if t > 0 else (None if state is None else state.prev)
+        return logits, LMState(mix_states, tails, last)

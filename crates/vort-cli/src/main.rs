@@ -16,6 +16,7 @@ mod kernel;
 mod layer;
 mod output;
 mod progress;
+mod retrieval;
 mod stream;
 mod theory;
 mod train_bench;
@@ -71,6 +72,9 @@ enum Command {
     Export(experiment::ExportArgs),
     /// Sample bytes from a trained books model (streamed: flat memory at any length).
     Generate(generate::GenerateArgs),
+    /// Does a books model retrieve? Bits per byte of a repeated random string by copy, and of
+    /// made-up names used again 1K to 1M bytes later, each streamed with the state carried.
+    Retrieval(retrieval::RetrievalArgs),
     /// Reproduce an experiment with every memory and write its report: recall (MQAR, the
     /// main one), books, or the superseded synthetic tasks.
     Reproduce(experiment::ReproduceArgs),
@@ -90,6 +94,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Export(args) => experiment::run_export(args),
         Command::Reproduce(args) => experiment::run_reproduce(args),
         Command::Generate(args) => generate::run(args),
+        Command::Retrieval(args) => retrieval::run(args),
         Command::Data(cmd) => data::run(cmd),
     }
 }

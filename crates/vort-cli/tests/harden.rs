@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{assert_one_line_error, vort, zoology_file};
+use common::{assert_one_line_error, books_run, vort, zoology_file};
 
 use vort_lab::train::checkpoint::{Checkpoint, HostTensor};
 
@@ -402,50 +402,6 @@ fn the_address_space_limit_is_the_memory_limit() {
     assert!(e.contains("ulimit -v"), "{e}");
     assert!(!out.join("checkpoint.safetensors").exists());
     let _ = std::fs::remove_dir_all(&d);
-}
-
-/// A books model (untrained: generation needs no data) written as a run directory.
-fn books_run(dir: &Path) -> PathBuf {
-    use vort_lab::tasks::TaskKind;
-    use vort_lab::train::{named_vars, run_model, RunConfig};
-    let mut c = RunConfig::default();
-    c.task.kind = TaskKind::Books;
-    c.task.seq_len = 32;
-    c.model.d_model = 16;
-    c.model.layers = 1;
-    c.model.heads = 2;
-    c.model.head_dim = 8;
-    c.model.features = 8;
-    c.model.chunk = 16;
-    c.train.steps = 1;
-    let vm = candle_nn::VarMap::new();
-    run_model(&c, &vm, &candle_core::Device::Cpu).unwrap();
-    let tensors = named_vars(&vm)
-        .into_iter()
-        .map(|(n, v)| {
-            let t = v.as_tensor();
-            (
-                format!("param/{n}"),
-                HostTensor {
-                    shape: t.dims().to_vec(),
-                    data: t.flatten_all().unwrap().to_vec1().unwrap(),
-                },
-            )
-        })
-        .collect();
-    let run = dir.join("books");
-    std::fs::create_dir_all(&run).unwrap();
-    let text = c.to_toml().unwrap();
-    std::fs::write(run.join("config.toml"), &text).unwrap();
-    Checkpoint {
-        step: 0,
-        adam_t: 0,
-        config: text,
-        tensors,
-    }
-    .save(&run.join("weights.safetensors"))
-    .unwrap();
-    run
 }
 
 /// Defect 6: SIGINT (and SIGTERM) while generating keeps every byte written, ends stdout

@@ -51,3 +51,48 @@ pub fn zoology_file(path: &std::path::Path, inputs: &[i64], labels: &[i64], n: u
     ];
     std::fs::write(path, safetensors::serialize(views, &None).unwrap()).unwrap();
 }
+
+/// A books model (untrained: generation needs no data) written as a run directory.
+pub fn books_run(dir: &std::path::Path) -> std::path::PathBuf {
+    use vort_lab::tasks::TaskKind;
+    use vort_lab::train::checkpoint::{Checkpoint, HostTensor};
+    use vort_lab::train::{named_vars, run_model, RunConfig};
+    let mut c = RunConfig::default();
+    c.task.kind = TaskKind::Books;
+    c.task.seq_len = 32;
+    c.model.d_model = 16;
+    c.model.layers = 1;
+    c.model.heads = 2;
+    c.model.head_dim = 8;
+    c.model.features = 8;
+    c.model.chunk = 16;
+    c.train.steps = 1;
+    let vm = candle_nn::VarMap::new();
+    run_model(&c, &vm, &candle_core::Device::Cpu).unwrap();
+    let tensors = named_vars(&vm)
+        .into_iter()
+        .map(|(n, v)| {
+            let t = v.as_tensor();
+            (
+                format!("param/{n}"),
+                HostTensor {
+                    shape: t.dims().to_vec(),
+                    data: t.flatten_all().unwrap().to_vec1().unwrap(),
+                },
+            )
+        })
+        .collect();
+    let run = dir.join("books");
+    std::fs::create_dir_all(&run).unwrap();
+    let text = c.to_toml().unwrap();
+    std::fs::write(run.join("config.toml"), &text).unwrap();
+    Checkpoint {
+        step: 0,
+        adam_t: 0,
+        config: text,
+        tensors,
+    }
+    .save(&run.join("weights.safetensors"))
+    .unwrap();
+    run
+}

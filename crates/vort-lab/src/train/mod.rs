@@ -23,6 +23,7 @@ pub mod checkpoint;
 pub mod eval;
 pub mod generate;
 pub mod optim;
+pub mod retrieval;
 pub mod stream;
 
 mod config;

@@ -94,28 +94,7 @@ pub fn stream_text_resetting(
     device: &Device,
     mut progress: impl FnMut(usize),
 ) -> Result<StreamResult, TrainError> {
-    if piece == 0 || text.len() < 2 {
-        return Err(TrainError::Config {
-            path: "<stream>".into(),
-            message: format!(
-                "piece = {piece} and text of {} bytes (need piece >= 1, text >= 2)",
-                text.len()
-            ),
-        });
-    }
-    // refuse up front rather than after hours of streaming (the blocks check it too)
-    if let Some(h) = model.context_limit() {
-        let context = (text.len() - 1) as u64;
-        if context > h {
-            return Err(
-                vort::model::ModelError::Layer(vort::VortError::BeyondHorizon {
-                    context,
-                    horizon: h,
-                })
-                .into(),
-            );
-        }
-    }
+    check_stream(model, text, piece)?;
     let t0 = std::time::Instant::now();
     let scored = text.len() - 1;
     let mut sums: Vec<(usize, f64)> = Vec::new(); // per doubling bin: (n, Σ nats)
@@ -131,25 +110,8 @@ pub fn stream_text_resetting(
         }
         pieces_done += 1;
         let end = (start + piece).min(scored);
-        let tokens: Vec<u32> = text[start..end].iter().map(|&b| u32::from(b)).collect();
-        let targets: Vec<u32> = text[start + 1..end + 1]
-            .iter()
-            .map(|&b| u32::from(b))
-            .collect();
         let n = end - start;
-        let out =
-            model.forward_with_state(&Tensor::from_vec(tokens, (1, n), device)?, &mut state)?;
-        let pos: Vec<usize> = (0..n).collect();
-        let lp = candle_nn::ops::log_softmax(&model.logits_at(&out.hidden, &pos)?, D::Minus1)?;
-        let idx = Tensor::from_vec(targets, (n, 1), device)?;
-        let picked: Vec<f32> = lp.gather(&idx, 1)?.flatten_all()?.to_vec1()?;
-        if let Some(i) = picked.iter().position(|x| !x.is_finite()) {
-            return Err(TrainError::NonFinite(format!(
-                "byte {} of the stream: log-probability {}",
-                start + i + 1,
-                picked[i]
-            )));
-        }
+        let (out, picked) = score_piece(model, &mut state, text, start..end, device)?;
         let piece_nats: f64 = picked.iter().map(|&x| -f64::from(x)).sum();
         for (i, &lp) in picked.iter().enumerate() {
             let context = start - since + i + 1;
@@ -194,6 +156,97 @@ pub fn stream_text_resetting(
         bytes_per_s: scored as f64 / t0.elapsed().as_secs_f64().max(1e-9),
         pieces,
     })
+}
+
+/// The log-probabilities (nats) of bytes `range.start + 1 ..= range.end` of `text`, each given
+/// the bytes before it: the piece `text[range]` fed through `model` from `state` (advanced),
+/// and the model's output on it.
+///
+/// # Errors
+/// candle errors; a non-finite log-probability (naming the byte).
+fn score_piece(
+    model: &Model,
+    state: &mut vort::model::ModelState,
+    text: &[u8],
+    range: std::ops::Range<usize>,
+    device: &Device,
+) -> Result<(vort::model::ModelOutput, Vec<f32>), TrainError> {
+    let (start, end) = (range.start, range.end);
+    let tokens: Vec<u32> = text[start..end].iter().map(|&b| u32::from(b)).collect();
+    let targets: Vec<u32> = text[start + 1..end + 1]
+        .iter()
+        .map(|&b| u32::from(b))
+        .collect();
+    let n = end - start;
+    let out = model.forward_with_state(&Tensor::from_vec(tokens, (1, n), device)?, state)?;
+    let pos: Vec<usize> = (0..n).collect();
+    let lp = candle_nn::ops::log_softmax(&model.logits_at(&out.hidden, &pos)?, D::Minus1)?;
+    let idx = Tensor::from_vec(targets, (n, 1), device)?;
+    let picked: Vec<f32> = lp.gather(&idx, 1)?.flatten_all()?.to_vec1()?;
+    if let Some(i) = picked.iter().position(|x| !x.is_finite()) {
+        return Err(TrainError::NonFinite(format!(
+            "byte {} of the stream: log-probability {}",
+            start + i + 1,
+            picked[i]
+        )));
+    }
+    Ok((out, picked))
+}
+
+/// The bits of every byte of `text` after the first, each given every byte before it: `text`
+/// streamed through `model` in pieces of `piece` bytes with the state carried (element i is
+/// byte i + 1's). `progress` is called with the bytes done after each piece.
+///
+/// # Errors
+/// As [`stream_text`].
+pub fn byte_bits(
+    model: &Model,
+    text: &[u8],
+    piece: usize,
+    device: &Device,
+    mut progress: impl FnMut(usize),
+) -> Result<Vec<f32>, TrainError> {
+    check_stream(model, text, piece)?;
+    let scored = text.len() - 1;
+    let mut state = model.new_state();
+    let mut bits = Vec::with_capacity(scored);
+    let mut start = 0;
+    while start < scored {
+        let end = (start + piece).min(scored);
+        let (_, picked) = score_piece(model, &mut state, text, start..end, device)?;
+        bits.extend(picked.iter().map(|&x| -x / std::f32::consts::LN_2));
+        start = end;
+        progress(end);
+    }
+    Ok(bits)
+}
+
+/// Refuses an empty piece, a text of < 2 bytes, and a text longer than the model's certified
+/// horizon (before anything is streamed, rather than after hours of it; the blocks check it
+/// too).
+fn check_stream(model: &Model, text: &[u8], piece: usize) -> Result<(), TrainError> {
+    if piece == 0 || text.len() < 2 {
+        return Err(TrainError::Config {
+            path: "<stream>".into(),
+            message: format!(
+                "piece = {piece} and text of {} bytes (need piece >= 1, text >= 2)",
+                text.len()
+            ),
+        });
+    }
+    if let Some(h) = model.context_limit() {
+        let context = (text.len() - 1) as u64;
+        if context > h {
+            return Err(
+                vort::model::ModelError::Layer(vort::VortError::BeyondHorizon {
+                    context,
+                    horizon: h,
+                })
+                .into(),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The diagnostics of the piece that ended at byte `end` with mean cross-entropy `nats`:

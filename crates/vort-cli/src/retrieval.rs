@@ -1,0 +1,138 @@
+//! `vort retrieval`: does a books model retrieve? Repeated strings of random letters and
+//! made-up names used again at long lags, each streamed with the state carried
+//! (`vort_lab::train::retrieval`, issue #40).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use vort_lab::data::books::{load_split, Split};
+use vort_lab::tasks::TaskKind;
+use vort_lab::train::retrieval::{longest_stream, markdown, probe, RetrievalOptions};
+use vort_lab::train::{checkpoint, eval};
+
+use crate::args::parse_count;
+use crate::error::CliError;
+use crate::output::{emit, emit_json};
+
+#[derive(Debug, Args)]
+pub struct RetrievalArgs {
+    /// A books run directory, or a weights file written from one by `vort export`.
+    #[arg(long, value_name = "DIR|FILE")]
+    run: PathBuf,
+    /// The text the names are written into (default: the run's test books, one after the
+    /// other, from `vort data fetch books`).
+    #[arg(long, value_name = "FILE")]
+    text: Option<PathBuf>,
+    /// Periods of the repeated strings, in bytes.
+    #[arg(long, value_delimiter = ',', value_parser = parse_count,
+          default_value = "40,64,256,1024,4096,16384,65536")]
+    periods: Vec<u64>,
+    /// Copies of each string (>= 2).
+    #[arg(long, default_value = "5", value_parser = parse_count)]
+    copies: u64,
+    /// Lags at which each made-up name is used again, in bytes.
+    #[arg(long, value_delimiter = ',', value_parser = parse_count,
+          default_value = "1024,8192,65536,262144,1000000")]
+    lags: Vec<u64>,
+    /// Seed of the strings and names.
+    #[arg(long, default_value = "0", value_parser = parse_count)]
+    seed: u64,
+    /// Also write the result as JSON to FILE (atomic).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn usize_list(v: &[u64], flag: &str) -> Result<Vec<usize>, CliError> {
+    v.iter()
+        .map(|&x| {
+            usize::try_from(x).map_err(|_| CliError::Usage(format!("{flag} {x} is too large")))
+        })
+        .collect()
+}
+
+pub fn run(a: RetrievalArgs) -> Result<(), CliError> {
+    // every argument is checked before the model is loaded
+    let opts = RetrievalOptions {
+        periods: usize_list(&a.periods, "--periods")?,
+        copies: usize_list(&[a.copies], "--copies")?[0],
+        lags: usize_list(&a.lags, "--lags")?,
+        seed: a.seed,
+    };
+    if opts.copies < 2 || opts.periods.contains(&0) || opts.lags.contains(&0) {
+        return Err(CliError::Usage(
+            "--copies must be >= 2, and every period and lag >= 1".into(),
+        ));
+    }
+    crate::experiment::check_trained_path(&a.run, "train one with `vort train --task books`")?;
+    if let Some(out) = &a.out {
+        vort::fsio::check_output(out, &vort_lab::train::protected_paths(&a.run)).map_err(|e| {
+            if vort::fsio::is_refused(&e) {
+                CliError::Usage(format!("--out {e}"))
+            } else {
+                CliError::Io(format!("--out {}: {e}", out.display()))
+            }
+        })?;
+    }
+    let trained = eval::Trained::load(&a.run)?;
+    let cfg = trained.cfg.clone();
+    if cfg.task.kind != TaskKind::Books {
+        return Err(CliError::Usage(format!(
+            "{} is a {} run; the retrieval probe needs a byte-level books model",
+            a.run.display(),
+            cfg.task.kind
+        )));
+    }
+    let text = match &a.text {
+        Some(f) => {
+            std::fs::read(f).map_err(|e| CliError::Usage(format!("--text {}: {e}", f.display())))?
+        }
+        None => load_split(std::path::Path::new(&cfg.task.data_dir), Split::Test)
+            .map_err(|e| CliError::Usage(format!("the run's test books: {e}")))?
+            .into_iter()
+            .flat_map(|b| b.bytes)
+            .collect(),
+    };
+    let (_, mut model, _vm, _) = trained.build()?;
+    // certified for the longest stream (the weights do not depend on the node tables)
+    let longest = longest_stream(&opts, text.len()) as u64;
+    if model.horizon().is_some_and(|h| h < longest) {
+        model
+            .set_horizon(longest)
+            .map_err(vort_lab::train::TrainError::from)?;
+        eprintln!("node tables rebuilt and certified for {longest} lags");
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} bytes {eta}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let r = probe(
+        &model,
+        &text,
+        &opts,
+        cfg.task.seq_len,
+        &vort_lab::train::device(),
+        |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        },
+    )?;
+    bar.finish_and_clear();
+    if let Some(out) = &a.out {
+        let json = serde_json::to_string_pretty(&r)
+            .map_err(|e| CliError::Io(format!("cannot serialise the result: {e}")))?;
+        checkpoint::write_atomic(out, json.as_bytes())?;
+    }
+    if a.json {
+        return emit_json(&r);
+    }
+    emit(&format!(
+        "{}\n{} bytes streamed at {:.0} bytes/s\n",
+        markdown(&r),
+        r.bytes,
+        r.bytes_per_s
+    ))
+}

@@ -645,8 +645,6 @@ struct PyModel {
     cfg: RunConfig,
     steps: u64,
     path: PathBuf,
-    /// The horizon the model was loaded with (generate rebuilds the tables, then restores it).
-    horizon: Option<u64>,
 }
 
 /// A streaming state of a [`PyModel`] (flat in the stream length for the retention
@@ -876,9 +874,10 @@ impl PyModel {
         }
         let prompt = prompt.to_vec();
         let model = &self.model;
-        let restore = self.horizon;
         let out = guarded(py, move || {
             let mut m = lock(model);
+            // the horizon the caller set (set_horizon), not the one at load time
+            let restore = m.horizon();
             let opts = GenerateOptions {
                 bytes: usize::try_from(n).unwrap_or(usize::MAX),
                 temperature,
@@ -1040,14 +1039,12 @@ fn load(py: Python<'_>, path: PathBuf) -> PyResult<PyModel> {
         check_trained_path(&p)?;
         Ok(eval::load_inference(&p)?)
     })?;
-    let horizon = model.horizon();
     Ok(PyModel {
         model: Mutex::new(model),
         vm,
         cfg,
         steps,
         path,
-        horizon,
     })
 }
 
@@ -1061,14 +1058,12 @@ fn _init(py: Python<'_>, config_toml: String) -> PyResult<PyModel> {
         let model = vort_lab::train::run_model(&cfg, &vm, &vort_lab::train::device())?;
         Ok((cfg, model, vm))
     })?;
-    let horizon = model.horizon();
     Ok(PyModel {
         model: Mutex::new(model),
         vm,
         cfg,
         steps: 0,
         path: PathBuf::from("<config>"),
-        horizon,
     })
 }
 

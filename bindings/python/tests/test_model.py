@@ -138,3 +138,52 @@ def test_past_horizon_modes_stream_past_the_tables(runs):
     ]:
         with pytest.raises(ValueError, match=msg):
             m.set_past_horizon(*args, **kw)
+
+
+def test_a_state_of_another_model_is_a_value_error(runs):
+    """Reliability III, K: a state from another model (here: 15 shared nodes against one
+    exponential rate per head) is refused as a ValueError naming the mismatch, not an
+    internal error."""
+    m, other = vort.load(runs("vort-shared-full")), vort.load(runs("exponential"))
+    _, st = other.step(1, other.state())
+    with pytest.raises(ValueError, match="state does not match"):
+        m.step(1, st)
+    # its own state still works
+    _, mine = m.step(1, m.state())
+    m.step(2, mine)
+
+
+BOOKS_TINY = """
+seed = 0
+
+[task]
+kind = "books"
+seq_len = 32
+
+[model]
+d_model = 16
+layers = 1
+heads = 2
+head_dim = 8
+features = 8
+chunk = 16
+
+[train]
+steps = 1
+"""
+
+
+def test_generate_keeps_the_horizon_the_caller_set(tmp_path):
+    """Reliability III, L: generate rebuilds the node tables for its stream and then puts
+    back the horizon the caller set with set_horizon (it put back the load-time one, so a
+    later 10,000-token logits was refused)."""
+    from vort.torch import VortLM
+
+    path = tmp_path / "books.safetensors"
+    VortLM.from_config(BOOKS_TINY).save_pretrained(path, step=0)
+    m = vort.load(path)
+    assert m.horizon == 32
+    m.set_horizon(20000)
+    assert len(m.generate(b"abc", 5, seed=1)) == 5
+    assert m.horizon == 20000
+    assert m.logits(np.arange(10000) % 256).shape == (10000, 256)

@@ -144,6 +144,8 @@ pub fn run(a: GenerateArgs) -> Result<(), CliError> {
     };
     let mut out = std::io::stdout().lock();
     let mut written = 0u64;
+    // the reader went away (`vort generate ... | head -c 10`): stop quietly, as Unix tools do
+    let mut closed = false;
     let result = generate(&mut model, &prompt, &opts, |b| {
         if PHASE.load(Ordering::SeqCst) == SETUP
             && PHASE
@@ -160,12 +162,25 @@ pub fn run(a: GenerateArgs) -> Result<(), CliError> {
         }
         // bytes go out as they are drawn (flushed one by one): a user watches the text
         // appear, and a file keeps every byte written before an interruption
-        out.write_all(&[b])
-            .and_then(|()| out.flush())
-            .map_err(|e| TrainError::Serialise(format!("stdout: {e}")))?;
+        match out.write_all(&[b]).and_then(|()| out.flush()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                closed = true;
+                return Err(TrainError::Flag("stdout closed".into()));
+            }
+            Err(e) => {
+                return Err(TrainError::Io {
+                    path: "<stdout>".into(),
+                    source: e,
+                })
+            }
+        }
         written += 1;
         Ok(())
     });
+    if closed {
+        return Ok(());
+    }
     let end = out.write_all(b"\n").and_then(|()| out.flush());
     let signal = SIGNAL.load(Ordering::SeqCst);
     if signal != 0 && (result.is_err() || written < a.bytes) {
@@ -179,7 +194,10 @@ pub fn run(a: GenerateArgs) -> Result<(), CliError> {
         });
     }
     let summary = result?;
-    end.map_err(|e| CliError::Io(format!("stdout: {e}")))?;
+    match end {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+        end => end.map_err(|e| CliError::Io(format!("cannot write to stdout: {e}")))?,
+    }
     eprintln!(
         "{} bytes after a {}-byte prompt; memory certified to {} lags, resident state {} bytes",
         summary.output.len(),

@@ -621,3 +621,87 @@ fn eval_data_reports_the_horizon_it_used() {
     assert!(!own.contains("horizon"), "{own}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Reliability III, B: a FIFO in place of a run's weights or checkpoint is refused at once
+/// (exit 2, one line), not opened (a read of a FIFO blocks until a writer comes: it hung
+/// `eval`, `export` and Python's `vort.load` forever).
+#[cfg(unix)]
+#[test]
+fn a_fifo_in_place_of_the_weights_is_refused_not_opened() {
+    let d = tmp("fifo-weights");
+    let run = tiny_vort_run(&d);
+    for name in ["weights.safetensors", "checkpoint.safetensors"] {
+        let r = d.join(format!("r-{name}"));
+        std::fs::create_dir(&r).unwrap();
+        std::fs::copy(run.join("config.toml"), r.join("config.toml")).unwrap();
+        assert!(Command::new("mkfifo")
+            .arg(r.join(name))
+            .status()
+            .unwrap()
+            .success());
+        let out = d.join("x.safetensors");
+        for args in [
+            vec!["eval", "--run", s(&r)],
+            vec!["export", "--run", s(&r), "--out", s(&out)],
+        ] {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_vort"))
+                .args(&args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let t0 = Instant::now();
+            while child.try_wait().unwrap().is_none() {
+                if t0.elapsed() > Duration::from_secs(60) {
+                    child.kill().unwrap();
+                    panic!("{args:?} with a FIFO as {name} hangs");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let o = child.wait_with_output().unwrap();
+            let e = assert_one_line_error(&o, 2);
+            assert!(e.contains("not a regular file"), "{args:?}: {e}");
+        }
+        assert_eq!(file_kind(&r.join(name)), "fifo");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Reliability III, pipes: `vort generate ... | head -c 10` ends quietly when its reader goes
+/// away: exit 0, nothing on stderr (it was exit 1, "error: serialise: stdout: Broken pipe").
+#[cfg(unix)]
+#[test]
+fn generate_into_a_reader_that_closes_early_ends_quietly() {
+    use std::io::Read;
+    let d = tmp("pipe");
+    let run = books_run(&d);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vort"))
+        .args(["generate", "--run", s(&run), "--bytes", "100000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut head = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut head).unwrap(); // then the pipe is closed
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "generate kept going"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

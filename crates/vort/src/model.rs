@@ -689,6 +689,9 @@ impl Model {
         decode: bool,
     ) -> Result<ModelOutput, ModelError> {
         let (b, t) = tokens.dims2()?;
+        if let Some(st) = state.as_deref() {
+            self.check_state(st, b)?;
+        }
         let flat = tokens.flatten_all()?;
         let mut x = self.emb.index_select(&flat, 0)?.reshape((b, t, ()))?;
         if let Some(pe) = &self.prev_emb {
@@ -877,6 +880,58 @@ impl Model {
             conv: vec![None; self.blocks.len()],
             last_token: None,
         }
+    }
+
+    /// Refuses a state of another model or batch (a typed error, where it indexed out of
+    /// bounds): its block count, its last token (batch B, inside the vocabulary), each short
+    /// convolution's window [B, k-1, d_model], each retention state's (B, heads, nodes,
+    /// features, head_dim).
+    fn check_state(&self, state: &ModelState, b: usize) -> Result<(), ModelError> {
+        let bad = |why: String| {
+            Err(ModelError::Invalid(format!(
+                "the state does not match this model: {why} (start one with new_state)"
+            )))
+        };
+        let n = self.blocks.len();
+        if state.blocks.len() != n || state.conv.len() != n {
+            return bad(format!("{} blocks, the model has {n}", state.blocks.len()));
+        }
+        if let Some(last) = &state.last_token {
+            let v: Vec<u32> = last.to_vec1()?;
+            if v.len() != b {
+                return bad(format!("batch {}, the tokens' is {b}", v.len()));
+            }
+            if v.iter().any(|&x| x as usize >= self.vocab) {
+                return bad(format!(
+                    "its last token is outside the vocabulary of {}",
+                    self.vocab
+                ));
+            }
+        }
+        for (l, (w, tail)) in self.convs.iter().zip(&state.conv).enumerate() {
+            let want = w.as_ref().map(|w| [b, w.dims()[0] - 1, self.cfg.d_model]);
+            if let Some(t) = tail {
+                if want.is_none_or(|want| t.dims() != want) {
+                    return bad(format!(
+                        "block {l}'s convolution window is {:?}, expected {want:?}",
+                        t.dims()
+                    ));
+                }
+            }
+        }
+        for (l, (blk, st)) in self.blocks.iter().zip(&state.blocks).enumerate() {
+            if let Some(BlockState::Retention(s)) = st {
+                let c = &blk.cfg;
+                let want = (b, c.heads, blk.nodes(), blk.features().m, c.head_dim);
+                if (s.b, s.h, s.n, s.f, s.d) != want {
+                    return bad(format!(
+                        "block {l}'s retention state is (B, H, N, F, D) = {:?}, expected {want:?}",
+                        (s.b, s.h, s.n, s.f, s.d)
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Logits at selected flat positions of `hidden` [B, T, D]: positions index B·T -> [P, V].

@@ -148,6 +148,10 @@ pub fn read_checked(path: &Path) -> Result<Vec<u8>> {
         source,
     };
     let bad = |m: String| VortError::SafeTensors(format!("{}: {m}", path.display()));
+    // the kind first: opening a FIFO for reading blocks until a writer comes (forever)
+    if !std::fs::metadata(path).map_err(io)?.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
     let mut f = std::fs::File::open(path).map_err(io)?;
     let meta = f.metadata().map_err(io)?;
     if !meta.is_file() {

@@ -129,7 +129,14 @@ impl RunConfig {
     /// # Errors
     /// I/O errors, [`TrainError::Config`].
     pub fn load(path: &Path) -> Result<RunConfig, TrainError> {
-        // a missing file, a directory or a binary file is the user's to fix (exit status 2)
+        // a missing file, a directory or a binary file is the user's to fix (exit status 2); a
+        // FIFO is refused before it is opened (reading one blocks until a writer comes)
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+            return Err(TrainError::Config {
+                path: path.display().to_string(),
+                message: "not a regular file".into(),
+            });
+        }
         let text = std::fs::read_to_string(path).map_err(|e| TrainError::Config {
             path: path.display().to_string(),
             message: format!("cannot read it as a TOML text file ({e})"),

@@ -3,9 +3,10 @@
 //!
 //! - **repeats**: a string of `period` random lower-case letters written `copies` times in a
 //!   row. A model that retrieves predicts the second copy onward from the first (near 0 bits
-//!   a byte); one that carries only smoothed statistics pays ~log2(26) ≈ 4.7 bits on every
-//!   copy. The bits of each copy are reported (copy 1 without its first byte, which has no
-//!   context).
+//!   a byte); one that carries only smoothed statistics pays its copy-1 price on every copy
+//!   (a model of English, far more than the log2(26) ≈ 4.7 bits of a uniform guess among the
+//!   letters). The bits of each copy are reported (copy 1 without its first byte, which has
+//!   no context).
 //! - **names**: made-up names (two capitalised words of random letters) written into a text,
 //!   each once early and once again `lag` bytes later, over the text's own bytes (positions
 //!   stay those of the text). The bits of each occurrence are over the name's letters after
@@ -272,8 +273,10 @@ pub fn markdown(r: &RetrievalResult) -> String {
         }
         s += "\n";
     }
-    s += "\nBits per byte of a repeated string of random letters, by copy (log2 26 = 4.70 for a \
-          model that does not retrieve; near 0 for one that copies).\n";
+    s += "\nBits per byte of a repeated string of random letters, by copy. A model that copies \
+          approaches 0 bits from copy 2 on; log2 26 = 4.70 is a uniform guess among the \
+          letters; a model of English that retrieves nothing pays its copy-1 price on every \
+          copy.\n";
     if !r.names.is_empty() {
         s += "\n| name | lag (bytes) | first | later | later - first |\n|---|---|---|---|---|\n";
         for n in &r.names {

@@ -447,3 +447,33 @@ def test_vortlm_streams_in_pieces_like_one_call(runs, name):
         assert e < 1e-4, (name, i, e)
     with pytest.raises(ValueError, match="batch"):
         lm(tokens[:1, :3], state)
+
+
+def test_from_config_says_a_missing_file_is_missing(tmp_path):
+    """Reliability III, O: a config path that does not exist is named as missing (it was
+    parsed as TOML: "TOML parse error at line 1")."""
+    with pytest.raises(ValueError, match="no such file"):
+        VortLM.from_config("nope.toml")
+    with pytest.raises(ValueError, match="no such file"):
+        VortLM.from_config(tmp_path / "nope.toml")
+
+
+def test_vort_retention_checks_its_state():
+    """Reliability III, H: a state of another batch or configuration, or a negative
+    position, is a ValueError (a B = 1 state was broadcast over B = 2; another config's was
+    a raw einsum error; a negative position skipped the horizon check)."""
+    from vort.torch import RetentionState
+
+    ret = VortRetention(chunk=4, horizon=64)
+    q, k, v, a = inputs(1, 2, 8, 3, 2)
+    _, st = ret(q, k, v, a)
+    q2, k2, v2, a2 = inputs(2, 2, 8, 3, 2)
+    with pytest.raises(ValueError, match="does not match"):
+        ret(q2, k2, v2, a2, state=st)
+    q3, k3, v3, a3 = inputs(1, 2, 8, 5, 2)
+    with pytest.raises(ValueError, match="does not match"):
+        ret(q3, k3, v3, a3, state=st)
+    with pytest.raises(ValueError, match="position"):
+        ret(q, k, v, a, state=RetentionState(st.g, -10**6))
+    y, st2 = ret(q, k, v, a, state=st)
+    assert st2.pos == 16

@@ -398,6 +398,10 @@ pub struct ReproduceArgs {
     /// background, or the report of the merged `runs/` trees of --shard calls.
     #[arg(long, conflicts_with_all = ["fresh", "shard"])]
     report_only: bool,
+    /// With --report-only: write the report even when DIR holds no finished run (refused
+    /// otherwise: a mistyped merge path would "succeed" with an empty report).
+    #[arg(long, requires = "report_only")]
+    allow_empty: bool,
     /// Run only the I-th of N deterministic slices of the preset's runs (I is 1-based:
     /// 1 <= I <= N, as `$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT` with `--array=1-N`).
     /// Recall deals out (cell, mixer) pairs round-robin in the preset's order (pair k goes to
@@ -411,6 +415,21 @@ pub struct ReproduceArgs {
     /// resuming interrupted ones.
     #[arg(long)]
     fresh: bool,
+}
+
+/// Whether `dir` or a directory below it holds an evaluation (`eval.json`).
+fn holds_a_finished_run(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let p = e.path();
+        if p.is_dir() {
+            holds_a_finished_run(&p)
+        } else {
+            p.file_name().is_some_and(|n| n == "eval.json")
+        }
+    })
 }
 
 impl ReproduceArgs {
@@ -441,6 +460,13 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
     let out = a
         .out
         .unwrap_or_else(|| Path::new("runs").join(format!("{name}-{}", scale.name())));
+    if a.report_only && !a.allow_empty && !holds_a_finished_run(&out.join("runs")) {
+        return Err(CliError::Usage(format!(
+            "--report-only: {} holds no finished run (no runs/**/eval.json), so there is \
+             nothing to report; check the path, or give --allow-empty",
+            out.display()
+        )));
+    }
     // the preset is read (and every run config resolved) before anything is deleted
     let mut preset = match &a.config {
         Some(path) => {

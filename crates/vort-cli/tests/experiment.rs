@@ -746,3 +746,45 @@ fn eval_files(dir: &std::path::Path) -> Vec<String> {
     v.sort();
     v
 }
+
+/// Reliability III, P: `--report-only` on a directory with no finished run is refused (exit
+/// 2, one line): a mistyped merge path exited 0 with a 0-of-10-run report. `--allow-empty`
+/// writes that report on purpose.
+#[test]
+fn report_only_on_a_directory_without_runs_is_refused() {
+    let missing = std::env::temp_dir().join(format!("vort-no-runs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&missing);
+    let o = vort(&[
+        "reproduce",
+        "recall",
+        "--quick",
+        "--report-only",
+        "--out",
+        missing.to_str().unwrap(),
+    ]);
+    let e = common::assert_one_line_error(&o, 2);
+    assert!(e.contains("holds no finished run"), "{e}");
+    assert!(!missing.exists(), "nothing is written for a refused call");
+    let o = vort(&[
+        "reproduce",
+        "recall",
+        "--quick",
+        "--report-only",
+        "--allow-empty",
+        "--out",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(missing.join("report.md").is_file());
+    let e = common::assert_one_line_error(
+        &vort(&["reproduce", "recall", "--quick", "--allow-empty"]),
+        2,
+    );
+    assert!(e.contains("--report-only"), "{e}");
+    let _ = std::fs::remove_dir_all(&missing);
+}

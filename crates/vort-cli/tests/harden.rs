@@ -705,3 +705,17 @@ fn generate_into_a_reader_that_closes_early_ends_quietly() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Reliability III, M: a parameter holding NaN in a checksum-valid file is refused when the
+/// model is loaded (exit 2, naming the parameter), not at scoring time.
+#[test]
+fn a_nan_parameter_is_refused_at_load() {
+    let d = tmp("nan-param");
+    let run = tiny_vort_run(&d);
+    let bad = forged(&run, &d.join("nan.safetensors"), |ck| {
+        ck.tensors.get_mut("param/head").unwrap().data[3] = f32::NAN;
+    });
+    let e = assert_one_line_error(&vort(&["eval", "--run", s(&bad)]), 2);
+    assert!(e.contains("`head`") && e.contains("non-finite"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -773,7 +773,21 @@ impl Trained {
             .into_iter()
             .filter(|(n, _)| stored || !vort::block::is_buffer(n))
             .map(|(name, var)| {
-                let t = ck.tensor(&format!("param/{name}"), var.dims(), &dev, &ck_path)?;
+                let key = format!("param/{name}");
+                // a checksum-valid file can still hold NaN: refused here, not at scoring time
+                if let Some(i) = ck
+                    .tensors
+                    .get(&key)
+                    .and_then(|h| h.data.iter().position(|x| !x.is_finite()))
+                {
+                    return Err(TrainError::CheckpointMismatch {
+                        path: ck_path.display().to_string(),
+                        reason: format!(
+                            "parameter `{name}` holds a non-finite value at flat index {i}"
+                        ),
+                    });
+                }
+                let t = ck.tensor(&key, var.dims(), &dev, &ck_path)?;
                 Ok((var, t))
             })
             .collect::<Result<Vec<_>, TrainError>>()?;

@@ -227,6 +227,20 @@ def _with_ones(v: Tensor) -> Tensor:
     return torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
 
 
+def _check_retention_state(state: Any, want: Tuple[int, ...]) -> None:
+    """Refuses a state of another shape (batch, heads, nodes, features, D + 1) or position: it
+    was broadcast over another batch, or failed inside an einsum."""
+    if not isinstance(state, RetentionState):
+        raise ValueError(f"state must be a RetentionState, not {type(state).__name__}")
+    if tuple(state.g.shape) != tuple(want):
+        raise ValueError(
+            f"the state's G {tuple(state.g.shape)} does not match this call's [B, H, N, F, D+1] = "
+            f"{list(want)} (a state of another batch or configuration)"
+        )
+    if not isinstance(state.pos, int) or state.pos < 0:
+        raise ValueError(f"the state's position {state.pos!r} must be an int >= 0")
+
+
 def _beyond_horizon(context: int, horizon: int) -> ValueError:
     # the Rust core's words (VortError::BeyondHorizon)
     return ValueError(
@@ -361,6 +375,8 @@ class VortRetention(nn.Module):
             raise ValueError(f"v {tuple(v.shape)} must be [{b}, {h}, {t}, D]")
         if tuple(alpha.shape) != (b, h, t):
             raise ValueError(f"alpha {tuple(alpha.shape)} must be [{b}, {h}, {t}]")
+        if state is not None:
+            _check_retention_state(state, (b, h, self.nodes.n, phi_q.shape[3], v.shape[3] + 1))
         pos = 0 if state is None else state.pos
         if pos + t > self.horizon:
             raise _beyond_horizon(pos + t, self.horizon)
@@ -545,6 +561,11 @@ class _Mixer(nn.Module):
         else:
             if state is not None and not isinstance(state, RetentionState):
                 raise ValueError("a softmax KV cache was given to a retention layer")
+            if state is not None and (state.pos < 0 or state.g.shape[0] != b):
+                raise ValueError(
+                    f"the state (batch {state.g.shape[0]}, position {state.pos}) does not match "
+                    f"hidden states of batch {b}"
+                )
             pos = 0 if state is None else state.pos
             if self.horizon is not None and pos + t > self.horizon:
                 raise _beyond_horizon(pos + t, self.horizon)
@@ -748,7 +769,12 @@ class VortLM(nn.Module):
         """A freshly seeded model of a run config (a TOML file or its text): the parameters
         ``vort train`` starts from, to train in torch and save with ``save_pretrained``."""
         text = os.fspath(config)
-        if "\n" not in text and os.path.isfile(text):
+        is_path = isinstance(config, os.PathLike) or ("\n" not in text and "=" not in text)
+        if is_path:
+            # a path (a PathLike, or one line that is no TOML assignment): read it, or say it
+            # is missing, instead of parsing the path as TOML
+            if not os.path.isfile(text):
+                raise ValueError(f"config {text}: no such file (give a run config's path or its TOML text)")
             with open(text, encoding="utf-8") as fh:
                 text = fh.read()
         return cls._from_rust(_vort._init(text), "<config>")

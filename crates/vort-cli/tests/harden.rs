@@ -719,3 +719,19 @@ fn a_nan_parameter_is_refused_at_load() {
     assert!(e.contains("`head`") && e.contains("non-finite"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Reliability III, N: a run whose config.toml differs from its checkpoint's in one field is
+/// refused naming that field (lines of two layouts were zipped: "checkpoint memory = "vort"
+/// vs config d_model = 64" for an edited seed).
+#[test]
+fn a_config_edit_is_named_by_its_field() {
+    let d = tmp("config-edit");
+    let run = tiny_vort_run(&d);
+    let cfg = run.join("config.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, set_key(&text, "seed", "5")).unwrap();
+    let e = assert_one_line_error(&vort(&["eval", "--run", s(&run)]), 2);
+    assert!(e.contains("seed: checkpoint `0` vs config `5`"), "{e}");
+    assert!(!e.contains("d_model"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}

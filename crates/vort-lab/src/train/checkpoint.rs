@@ -120,18 +120,33 @@ impl Checkpoint {
         // the same run when both parse to the same config: a checkpoint written before a
         // field existed holds that field's default, which is what it trained with
         let parse = |t: &str| super::RunConfig::from_toml(t, "<checkpoint>").ok();
-        if let (Some(a), Some(b)) = (parse(&self.config), parse(mine)) {
+        let (ours, theirs) = (parse(&self.config), parse(mine));
+        if let (Some(a), Some(b)) = (&ours, &theirs) {
             if a == b {
                 return Ok(());
             }
         }
-        let diff: Vec<String> = self
-            .config
-            .lines()
-            .zip(mine.lines())
-            .filter(|(a, b)| a != b)
+        // compared key by key in one layout (both re-serialised where they parse): lines of
+        // two layouts zipped named fields that did not change
+        let layout = |c: &Option<super::RunConfig>, raw: &str| {
+            keyed(
+                &c.as_ref()
+                    .and_then(|c| c.to_toml().ok())
+                    .unwrap_or(raw.to_string()),
+            )
+        };
+        let (a, b) = (layout(&ours, &self.config), layout(&theirs, mine));
+        let diff: Vec<String> = a
+            .keys()
+            .chain(b.keys().filter(|k| !a.contains_key(*k)))
+            .filter(|k| a.get(*k) != b.get(*k))
             .take(3)
-            .map(|(a, b)| format!("checkpoint `{a}` vs config `{b}`"))
+            .map(|k| {
+                let v = |m: &std::collections::BTreeMap<String, String>| {
+                    m.get(k).map_or("absent".to_string(), |v| format!("`{v}`"))
+                };
+                format!("{k}: checkpoint {} vs config {}", v(&a), v(&b))
+            })
             .collect();
         Err(mismatch(
             path,
@@ -403,6 +418,26 @@ pub(crate) fn io(path: &Path, source: std::io::Error) -> TrainError {
 /// I/O errors (the old `path`, if any, is untouched).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
     vort::fsio::write_atomic(path, bytes).map_err(|e| io(path, e))
+}
+
+/// `section.key` -> value of every assignment of a TOML text (line by line: the layout the
+/// configs are written in, one key per line, tables as `[section]` headers).
+fn keyed(toml: &str) -> std::collections::BTreeMap<String, String> {
+    let mut section = String::new();
+    let mut out = std::collections::BTreeMap::new();
+    for line in toml.lines().map(str::trim) {
+        if line.starts_with('[') && line.ends_with(']') {
+            section = line.trim_matches(|c| c == '[' || c == ']').to_string();
+        } else if let Some((k, v)) = line.split_once('=') {
+            let key = if section.is_empty() {
+                k.trim().to_string()
+            } else {
+                format!("{section}.{}", k.trim())
+            };
+            out.insert(key, v.trim().to_string());
+        }
+    }
+    out
 }
 
 /// A checkpoint that does not belong to the run.

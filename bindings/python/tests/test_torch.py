@@ -477,3 +477,14 @@ def test_vort_retention_checks_its_state():
         ret(q, k, v, a, state=RetentionState(st.g, -10**6))
     y, st2 = ret(q, k, v, a, state=st)
     assert st2.pos == 16
+
+
+def test_config_errors_name_the_config_once():
+    """Reliability III: the trainer's config errors read `config <config>: ...` once (the
+    prefix was doubled)."""
+    from test_model import BOOKS_TINY
+
+    with pytest.raises(ValueError) as e:
+        VortLM.from_config(BOOKS_TINY.replace("steps = 1", "steps = 0"))
+    msg = str(e.value)
+    assert msg.count("<config>") == 1 and "train.steps" in msg, msg

@@ -119,7 +119,11 @@ impl RunConfig {
         })?;
         cfg.validate().map_err(|e| TrainError::Config {
             path: origin.into(),
-            message: e.to_string(),
+            // validate's own errors already say "config <config>:": the message alone, once
+            message: match e {
+                TrainError::Config { message, .. } => message,
+                e => e.to_string(),
+            },
         })?;
         Ok(cfg)
     }

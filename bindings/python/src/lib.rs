@@ -169,10 +169,10 @@ fn count(x: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
 fn gl_weights<'py>(
     py: Python<'py>,
     alpha: f64,
-    lags: PyArrayLikeDyn<'py, i64, AllowTypeChange>,
+    lags: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
 ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
     let shape = lags.shape().to_vec();
-    let lags: Vec<i64> = lags.as_array().iter().copied().collect();
+    let lags: Vec<i64> = whole_numbers(&lags, "lag")?;
     let w = guarded(py, move || {
         lags.iter()
             .map(|&j| {
@@ -248,11 +248,11 @@ impl PySoe {
     fn kernel<'py>(
         &self,
         py: Python<'py>,
-        lags: PyArrayLikeDyn<'py, i64, AllowTypeChange>,
+        lags: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
     ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
         let shape = lags.shape().to_vec();
         let mut out = Vec::with_capacity(lags.len());
-        for &j in lags.as_array().iter() {
+        for j in whole_numbers(&lags, "lag")? {
             let j = u64::try_from(j)
                 .map_err(|_| PyValueError::new_err(format!("lag {j} must be >= 0")))?;
             out.push(self.inner.kernel(j));
@@ -681,6 +681,26 @@ fn lock(m: &Mutex<RustModel>) -> std::sync::MutexGuard<'_, RustModel> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The whole numbers of an array read as float64 (`what` names them in the error): a value
+/// with a fraction, NaN, inf or past ±2^53 is refused, where reading it as int64 truncated
+/// 1.7 to 1 and overflowed on 10**30 (an OverflowError).
+fn whole_numbers<'py, D: numpy::ndarray::Dimension>(
+    a: &numpy::PyArrayLike<'py, f64, D, AllowTypeChange>,
+    what: &str,
+) -> Res<Vec<i64>> {
+    const LIMIT: f64 = 9_007_199_254_740_992.0; // 2^53: every whole f64 below is exact
+    a.as_array()
+        .iter()
+        .map(|&x| {
+            if x.is_finite() && x.fract() == 0.0 && x.abs() <= LIMIT {
+                Ok(x as i64)
+            } else {
+                Err(input(format!("{what} {x:?} is not a whole number in ±2^53")))
+            }
+        })
+        .collect()
+}
+
 fn check_tokens(tokens: &[i64], vocab: usize) -> Res<Vec<u32>> {
     if tokens.is_empty() {
         return Err(input("tokens must hold at least one token"));
@@ -746,9 +766,9 @@ impl PyModel {
     fn logits<'py>(
         &self,
         py: Python<'py>,
-        tokens: PyArrayLike1<'py, i64, AllowTypeChange>,
+        tokens: PyArrayLike1<'py, f64, AllowTypeChange>,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
-        let toks: Vec<i64> = tokens.as_array().iter().copied().collect();
+        let toks: Vec<i64> = whole_numbers(&tokens, "token")?;
         let vocab = self.vocab();
         let model = &self.model;
         let (l, t) = guarded(py, move || {
@@ -901,8 +921,8 @@ impl PyModel {
     fn _task_grads<'py>(
         &self,
         py: Python<'py>,
-        tokens: PyArrayLike2<'py, i64, AllowTypeChange>,
-        labels: PyArrayLike2<'py, i64, AllowTypeChange>,
+        tokens: PyArrayLike2<'py, f64, AllowTypeChange>,
+        labels: PyArrayLike2<'py, f64, AllowTypeChange>,
     ) -> PyResult<(f64, Bound<'py, PyDict>)> {
         let shape = tokens.shape().to_vec();
         if labels.shape() != shape.as_slice() {
@@ -912,8 +932,8 @@ impl PyModel {
             ))
             .into());
         }
-        let toks: Vec<i64> = tokens.as_array().iter().copied().collect();
-        let labs: Vec<i64> = labels.as_array().iter().copied().collect();
+        let toks: Vec<i64> = whole_numbers(&tokens, "token")?;
+        let labs: Vec<i64> = whole_numbers(&labels, "label")?;
         let vocab = self.vocab();
         let model = &self.model;
         let vars = trainable_vars(&self.vm);

@@ -79,3 +79,23 @@ def test_a_panic_is_a_runtime_error_not_an_abort():
         vort._vort._panic()
     # and the module still works afterwards
     assert vort.gl_weights(0.5, [0])[0] == 1.0
+
+
+def test_lags_and_tokens_are_whole_numbers_or_a_value_error(runs):
+    """Reliability III, I and J: a lag or token with a fraction is refused (1.7 was read as
+    1), and one too large for an exact integer is a ValueError (10**30 and 2**64 were
+    OverflowErrors)."""
+    import numpy as np
+    import pytest
+
+    for bad in ([1.7], 10**30, [2**64], [float("nan")]):
+        with pytest.raises(ValueError, match="whole number"):
+            vort.gl_weights(0.3, bad)
+    assert vort.gl_weights(0.3, np.array([1.0, 2.0])).shape == (2,)
+    with pytest.raises(ValueError, match="whole number"):
+        vort.soe(0.3, 100, 1e-3).kernel([0.5])
+    m = vort.load(runs("exponential"))
+    for bad in ([1.7], [2**64]):
+        with pytest.raises(ValueError, match="whole number"):
+            m.logits(bad)
+    assert m.logits([1, 2, 3]).shape == (3, m.vocab)

@@ -695,7 +695,9 @@ fn whole_numbers<'py, D: numpy::ndarray::Dimension>(
             if x.is_finite() && x.fract() == 0.0 && x.abs() <= LIMIT {
                 Ok(x as i64)
             } else {
-                Err(input(format!("{what} {x:?} is not a whole number in ±2^53")))
+                Err(input(format!(
+                    "{what} {x:?} is not a whole number in ±2^53"
+                )))
             }
         })
         .collect()

@@ -51,7 +51,7 @@ thread_local! {
 
 /// Whether the fused ops run for tensors on `dev`: they have a CPU kernel only
 /// (`cpu_fwd`), so on any other device (CUDA, Metal) every op of this module, and the fused
-/// retention, falls back to its plain candle twin ([`reference`], `retention::chunk`), which
+/// retention, falls back to its plain candle twin ([`mod@reference`], `retention::chunk`), which
 /// runs wherever candle does. [`with_plain_ops`] forces that path on the CPU.
 pub fn fused_on(dev: &candle_core::Device) -> bool {
     dev.is_cpu() && !PLAIN.with(std::cell::Cell::get)

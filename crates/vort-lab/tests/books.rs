@@ -539,6 +539,20 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     assert_eq!(a.measured.split.raw_bytes, 64);
     assert_eq!(a.measured.split.rows.len(), 5);
     assert!(md.contains("## Against the compressors"), "{md}");
+    // the retrieval probe of every seed-0 model, cut to the 200 streamed bytes: the 40-byte
+    // string's 5 copies, no name lag; cached in each run directory
+    assert_eq!(rep.retrieval.len(), 3);
+    for r in &rep.retrieval {
+        assert_eq!(r.result.options.periods, vec![40]);
+        assert!(r.result.options.lags.is_empty());
+        assert_eq!(r.result.repeats[0].bits.len(), 5);
+        let cache = out.join(format!("runs/books/{}/seed0/retrieval.json", r.memory));
+        assert!(cache.is_file(), "{}", cache.display());
+    }
+    assert!(
+        md.contains("## Retrieval") && md.contains("| vort s0 |"),
+        "{md}"
+    );
     for m in [
         "| vort |",
         "| exponential |",

@@ -110,6 +110,9 @@ fn the_probe_scores_the_streams_bytes() {
             seed: 1,
         };
         assert_eq!(longest_stream(&opts, text.len()), 256 + 64 + 2000 + 20);
+        let cut = RetrievalOptions::default().within(128 * 1024);
+        assert_eq!(cut.periods, vec![40, 64, 256, 1024, 4096, 16384]);
+        assert_eq!(cut.lags, vec![1024, 8192, 65536]);
         let mut calls = 0;
         let r = probe(&model, &text, &opts, 64, &dev, |_, _| calls += 1).unwrap();
         assert!(calls > 0);

@@ -48,6 +48,28 @@ impl Default for RetrievalOptions {
     }
 }
 
+impl RetrievalOptions {
+    /// The grid cut to streams of at most `max_bytes`: the periods whose copies fit, and the
+    /// lags up to it (a quick report streams 128 KiB, not the 1M-byte lag).
+    pub fn within(&self, max_bytes: usize) -> RetrievalOptions {
+        RetrievalOptions {
+            periods: self
+                .periods
+                .iter()
+                .copied()
+                .filter(|p| p.saturating_mul(self.copies) <= max_bytes)
+                .collect(),
+            lags: self
+                .lags
+                .iter()
+                .copied()
+                .filter(|&l| l <= max_bytes)
+                .collect(),
+            ..self.clone()
+        }
+    }
+}
+
 /// One repeated string: the mean bits per byte of each copy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RepeatRow {

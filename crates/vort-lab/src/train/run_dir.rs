@@ -15,6 +15,7 @@
 //! | `extrapolate-L<len>.json` | the recall reproduction | a score at another length |
 //! | `stream.json` | the books reproduction | a test book streamed with the state carried |
 //! | `sample.json` | the books reproduction | a sample drawn from the model |
+//! | `retrieval.json` | the books reproduction, `vort retrieval` | the retrieval probe |
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +33,9 @@ pub const STREAM_FILE: &str = "stream.json";
 
 /// The cached sample drawn from the trained model (books).
 pub const SAMPLE_FILE: &str = "sample.json";
+
+/// The retrieval probe of the trained model (books; a cache, see [`RunDir::retrieval_path`]).
+pub const RETRIEVAL_FILE: &str = "retrieval.json";
 
 /// The router's inputs of a routed run's model (a cache; see [`RunDir::router_path`]).
 pub const ROUTER_FILE: &str = "router.json";
@@ -123,6 +127,12 @@ impl RunDir {
         self.path.join(SAMPLE_FILE)
     }
 
+    /// `retrieval.json`: the retrieval probe of the trained model (repeated strings, names at
+    /// long lags; [`crate::train::retrieval`]), a cache as `stream.json`.
+    pub fn retrieval_path(&self) -> PathBuf {
+        self.path.join(RETRIEVAL_FILE)
+    }
+
     /// The run's own files (those that exist or may be written): the output rule of
     /// [`vort::fsio`] refuses to write over any of them from a command that reads the run
     /// ([`super::protected_paths`]).
@@ -137,6 +147,7 @@ impl RunDir {
             self.diverged_path(),
             self.stream_path(),
             self.sample_path(),
+            self.retrieval_path(),
         ]
     }
 
@@ -345,7 +356,8 @@ mod tests {
                 "run.lock",
                 "diverged.json",
                 "stream.json",
-                "sample.json"
+                "sample.json",
+                "retrieval.json"
             ]
         );
     }

@@ -24,6 +24,7 @@ mod alpha;
 pub mod anchors;
 mod context;
 pub mod curves;
+pub mod retrieval;
 pub mod samples;
 pub mod streaming;
 
@@ -293,6 +294,9 @@ pub struct BooksReport {
     /// The seed-0 models' samples ([`samples`]; absent in files written before).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples: Vec<samples::SampleRow>,
+    /// The retrieval probe of every seed-0 model (absent in reports written before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retrieval: Vec<retrieval::RetrievalRow>,
     /// Runs reused from an earlier call (finished, same config) rather than trained.
     pub reused: usize,
     /// Runs that diverged (left out of the rows and figures).
@@ -361,17 +365,7 @@ pub fn run_plan(
         record_data(Path::new(&r.config.task.data_dir), out_dir)?;
     }
     let trained = train_all(runs, out_dir, mode)?;
-    // the seed-0 models are the report's samples and the weights a reader re-scores
-    // (`vort eval --run DIR` reads weights.safetensors where no checkpoint is kept)
-    for (c, e) in trained.configs.iter().zip(&trained.results) {
-        if c.seed != 0 {
-            continue;
-        }
-        let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(&e.memory, c)));
-        if dir.has_checkpoint() {
-            dir.release_weights()?;
-        }
-    }
+    release_seed0_weights(&trained.configs, &trained.results, out_dir)?;
     let ((streams, not_streamed), (samples, not_sampled)) = match &corpus {
         Some(corpus) => (
             streaming::measure(
@@ -385,6 +379,16 @@ pub fn run_plan(
             samples::measure(&trained.configs, &trained.results, corpus, out_dir)?,
         ),
         None => Default::default(),
+    };
+    let probes = match &corpus {
+        Some(corpus) => retrieval::measure(
+            &trained.configs,
+            &trained.results,
+            corpus,
+            out_dir,
+            (stream_bytes, progress),
+        )?,
+        None => Vec::new(),
     };
     let anchors = match (&corpus, runs.first()) {
         (Some(k), Some(r)) => Some(anchors::measure(
@@ -405,6 +409,7 @@ pub fn run_plan(
         pending: trained.pending,
         streams,
         samples,
+        probes,
         anchors,
         curves,
         routed,
@@ -412,6 +417,26 @@ pub fn run_plan(
         not_sampled,
     };
     write_report(label, runs, measured, t0, out_dir)
+}
+
+/// Writes the weights of every seed-0 run (`runs` with `results`): the report's samples and
+/// probes, and the weights a reader re-scores (`vort eval --run DIR` reads
+/// weights.safetensors where no checkpoint is kept).
+///
+/// # Errors
+/// I/O errors.
+fn release_seed0_weights(
+    runs: &[RunConfig],
+    results: &[EvalResult],
+    out_dir: &Path,
+) -> Result<(), TrainError> {
+    for (c, e) in runs.iter().zip(results).filter(|(c, _)| c.seed == 0) {
+        let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(&e.memory, c)));
+        if dir.has_checkpoint() {
+            dir.release_weights()?;
+        }
+    }
+    Ok(())
 }
 
 /// What the runs of a plan measured, for the report.
@@ -430,6 +455,8 @@ struct Measured {
     streams: Vec<StreamRow>,
     /// The seed-0 models' samples.
     samples: Vec<samples::SampleRow>,
+    /// The seed-0 models' retrieval probes.
+    probes: Vec<retrieval::RetrievalRow>,
     /// The compressor anchors.
     anchors: Option<anchors::Anchors>,
     /// Every finished run's training curve.
@@ -468,6 +495,7 @@ fn write_report(
         tokens_per_s: m.tps,
         streams: m.streams,
         samples: m.samples,
+        retrieval: m.probes,
         reused: m.reused,
         diverged: m.diverged,
         pending: m.pending,
@@ -565,6 +593,7 @@ fn markdown(rep: &BooksReport, runs: &[NamedRun], routed: &[alpha::Routed]) -> S
     s += &alpha::markdown(rep, routed);
     s += &streaming::markdown(rep);
     s += &samples::markdown(rep);
+    s += &retrieval::markdown(rep);
     s += "Reading: numbers that do not match the paper are reported as measured.\n";
     s
 }

@@ -1015,6 +1015,12 @@ name = "books"
     let want = vec![("oracle".to_string(), 0, why.clone())];
     assert_eq!(skipped(&rep.not_streamed), want);
     assert_eq!(skipped(&rep.not_sampled), want);
+    assert_eq!(skipped(&rep.not_probed), want);
+    assert!(
+        md.contains(&format!("Not probed: oracle seed 0 ({why}).")),
+        "{md}"
+    );
+    assert!(!out.join("runs/books/oracle/seed0/retrieval.json").exists());
     assert!(!out.join("runs/books/oracle/seed0/stream.json").exists());
     assert!(!out.join("runs/books/oracle/seed0/sample.json").exists());
     assert!(

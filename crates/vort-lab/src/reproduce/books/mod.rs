@@ -297,6 +297,9 @@ pub struct BooksReport {
     /// The retrieval probe of every seed-0 model (absent in reports written before).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retrieval: Vec<retrieval::RetrievalRow>,
+    /// Seed-0 runs without a retrieval probe, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_probed: Vec<Skipped>,
     /// Runs reused from an earlier call (finished, same config) rather than trained.
     pub reused: usize,
     /// Runs that diverged (left out of the rows and figures).
@@ -380,7 +383,7 @@ pub fn run_plan(
         ),
         None => Default::default(),
     };
-    let probes = match &corpus {
+    let (probes, not_probed) = match &corpus {
         Some(corpus) => retrieval::measure(
             &trained.configs,
             &trained.results,
@@ -388,7 +391,7 @@ pub fn run_plan(
             out_dir,
             (stream_bytes, progress),
         )?,
-        None => Vec::new(),
+        None => Default::default(),
     };
     let anchors = match (&corpus, runs.first()) {
         (Some(k), Some(r)) => Some(anchors::measure(
@@ -410,6 +413,7 @@ pub fn run_plan(
         streams,
         samples,
         probes,
+        not_probed,
         anchors,
         curves,
         routed,
@@ -457,6 +461,8 @@ struct Measured {
     samples: Vec<samples::SampleRow>,
     /// The seed-0 models' retrieval probes.
     probes: Vec<retrieval::RetrievalRow>,
+    /// Seed-0 runs without a probe, and why.
+    not_probed: Vec<Skipped>,
     /// The compressor anchors.
     anchors: Option<anchors::Anchors>,
     /// Every finished run's training curve.
@@ -496,6 +502,7 @@ fn write_report(
         streams: m.streams,
         samples: m.samples,
         retrieval: m.probes,
+        not_probed: m.not_probed,
         reused: m.reused,
         diverged: m.diverged,
         pending: m.pending,

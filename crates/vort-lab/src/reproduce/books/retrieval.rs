@@ -38,8 +38,8 @@ pub fn test_text(corpus: &BookCorpus) -> Vec<u8> {
 
 /// The probe of every seed-0 run (`runs` with `results`, in plan order) but those that need
 /// marks, its grid cut to streams of `max_bytes` (the report's stream length): its cache when
-/// it is of these weights, options and text, else measured from its weights and cached. A
-/// run with neither is left out with a warning.
+/// it is of these weights, options and text, else measured from its weights and cached. The
+/// runs left out (oracle routing; neither a cache nor weights) are returned with the reason.
 ///
 /// # Errors
 /// Streaming and I/O errors.
@@ -49,15 +49,16 @@ pub(super) fn measure(
     corpus: &BookCorpus,
     out_dir: &Path,
     (max_bytes, progress): (usize, bool),
-) -> Result<Vec<RetrievalRow>, TrainError> {
+) -> Result<(Vec<RetrievalRow>, Vec<Skipped>), TrainError> {
     let text = test_text(corpus);
     let opts = RetrievalOptions::default().within(max_bytes);
     if opts.periods.is_empty() && opts.lags.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Default::default());
     }
-    let mut rows = Vec::new();
+    let (mut rows, mut skipped) = (Vec::new(), Vec::new());
     for (c, e) in runs.iter().zip(results).filter(|(c, _)| c.seed == 0) {
-        if Skipped::needing_marks(c, e).is_some() {
+        if let Some(k) = Skipped::needing_marks(c, e) {
+            skipped.push(k);
             continue;
         }
         let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(&e.memory, c)));
@@ -71,11 +72,12 @@ pub(super) fn measure(
         }
         let (_, mut model, _vm, step) = match dir.load_model() {
             Ok(m) => m,
-            Err(err) => {
-                eprintln!(
-                    "warning: no retrieval probe of {}: no retrieval.json and no model ({err})",
-                    dir.path().display()
-                );
+            Err(_) => {
+                skipped.push(Skipped {
+                    memory: e.memory.clone(),
+                    seed: c.seed,
+                    why: "no weights kept".into(),
+                });
                 continue;
             }
         };
@@ -106,14 +108,19 @@ pub(super) fn measure(
         train::checkpoint::write_atomic(&dir.retrieval_path(), json.as_bytes())?;
         rows.push(row);
     }
-    Ok(rows)
+    Ok((rows, skipped))
 }
 
 /// The section: per model, the bits of copies 1, 2 and 5 of the repeated strings at a few
 /// periods, and of each name the first time and `lag` later; nothing without probes.
 pub(super) fn markdown(rep: &BooksReport) -> String {
+    let not_probed = Skipped::markdown("Not probed", &rep.not_probed);
     if rep.retrieval.is_empty() {
-        return String::new();
+        return if not_probed.is_empty() {
+            String::new()
+        } else {
+            format!("\n## Retrieval\n\n{not_probed}")
+        };
     }
     let mut s = String::from(
         "\n## Retrieval\n\nDoes the model copy what it has seen? (`vort retrieval`; issue #40.) \
@@ -153,5 +160,5 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
         );
     }
     s += "\nEach run's `retrieval.json` holds every period and copy, and the names.\n";
-    s
+    s + &not_probed
 }

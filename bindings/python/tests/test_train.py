@@ -198,3 +198,51 @@ def test_vort_with_parameters_that_get_no_gradient(tmp_path):
     same = rel_diff(one, two)
     print(f"\nvort entity-only, 2 ranks vs 1 process, 4 steps: {same:.3g} (unchanged: {frozen})")
     assert same <= DDP_RTOL, same
+
+
+def test_a_checkpoint_that_is_not_this_runs_is_refused_in_one_line(tmp_path):
+    """Reliability III, E and F: --resume refuses (exit 2, one line, no traceback) a
+    checkpoint under an edited config (it continued under the new seed), a garbage file, one
+    of another model, and a step outside [0, train.steps] (it exited 0 with nothing
+    trained)."""
+    import shutil
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG % (4, 8))
+    base = tmp_path / "base"
+    train(base, cfg, 1)
+
+    def case(name, edit):
+        run = tmp_path / name
+        shutil.copytree(base, run)
+        edit(run)
+        p = train(run, cfg, 1, extra=["--resume"], check=False)
+        lines = [line for line in p.stderr.splitlines() if line.strip()]
+        assert p.returncode == 2, (name, p.returncode, p.stderr)
+        assert len(lines) == 1 and "Traceback" not in p.stderr, (name, p.stderr)
+        return lines[0]
+
+    def edit_seed(run):
+        text = (run / "config.toml").read_text().replace("seed = 0", "seed = 5")
+        (run / "config.toml").write_text(text)
+
+    assert "another config" in case("seed", edit_seed)
+    assert "not a checkpoint" in case("garbage", lambda r: (r / "torch_checkpoint.pt").write_bytes(b"\x80\x04garbage"))
+
+    def set_step(step):
+        def edit(run):
+            ck = torch.load(run / "torch_checkpoint.pt", map_location="cpu", weights_only=True)
+            ck["step"] = step
+            torch.save(ck, run / "torch_checkpoint.pt")
+
+        return edit
+
+    for step in (-5, 10**6):
+        assert "outside [0, train.steps = 4]" in case(f"step{step}", set_step(step))
+
+    def other_model(run):
+        ck = torch.load(run / "torch_checkpoint.pt", map_location="cpu", weights_only=True)
+        ck["model"] = {k: torch.zeros(3) for k in ck["model"]}
+        torch.save(ck, run / "torch_checkpoint.pt")
+
+    assert "does not fit" in case("model", other_model)

@@ -228,6 +228,45 @@ def train(argv: Optional[List[str]] = None) -> int:
         dist.close()
 
 
+def _config_digest(config_toml: str) -> str:
+    """The SHA-256 of the run's config text: binds a checkpoint to the config it trained."""
+    import hashlib
+
+    return hashlib.sha256(config_toml.encode()).hexdigest()
+
+
+def _restore(ck_path: str, lm: VortLM, opt: torch.optim.Optimizer, config_toml: str, steps: int, device: Any) -> int:
+    """Loads the checkpoint into `lm` and `opt`, and returns its step; a file that does not
+    belong to this run (another config, another model, garbage, a step outside [0, steps])
+    is a UserError of one line (exit 2)."""
+    def refuse(why: str) -> UserError:
+        return UserError(f"--resume: {ck_path} {why}; start a new run in another --out")
+
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # torch warns about the pickle before it fails
+            warnings.simplefilter("ignore")
+            ck = torch.load(ck_path, map_location=device, weights_only=True)
+    except Exception as e:  # a truncated or foreign pickle raises many kinds
+        raise refuse(f"is not a checkpoint of this trainer ({type(e).__name__})") from None
+    if not isinstance(ck, dict) or not {"model", "optimizer", "step"} <= set(ck):
+        raise refuse("is not a checkpoint of this trainer (no model, optimizer and step)")
+    digest = ck.get("config_sha256")
+    if digest is not None and digest != _config_digest(config_toml):
+        raise refuse(f"was written under another config than {os.path.dirname(ck_path)}/{CONFIG} (edited since?)")
+    step = ck["step"]
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= steps:
+        raise refuse(f"holds step {step!r}, outside [0, train.steps = {steps}]")
+    try:
+        lm.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise refuse(f"does not fit this config's model ({first})") from None
+    return step
+
+
 def _vort_config(text: str) -> Dict[str, Any]:
     try:
         return VortLM.from_config(text).config
@@ -259,10 +298,7 @@ def _train(a, lm: VortLM, cfg: Dict[str, Any], dist: _Dist, out: str, ck_path: s
     )
     start = 0
     if a.resume:
-        ck = torch.load(ck_path, map_location=dist.device, weights_only=True)
-        lm.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["optimizer"])
-        start = int(ck["step"])
+        start = _restore(ck_path, lm, opt, config_toml, steps, dist.device)
     loss_mod = _Loss(lm, float(tr["bigram_weight"]))
     if dist.world > 1:
         # some parameters get no gradient in some configs (the bigram table at weight 0, the
@@ -332,7 +368,15 @@ def _train(a, lm: VortLM, cfg: Dict[str, Any], dist: _Dist, out: str, ck_path: s
                     print(f"{out}: step {done}/{steps} loss {task_loss:.4f} {tps:.0f} tok/s", file=sys.stderr)
         if lead and ((ck_every > 0 and done % ck_every == 0) or done == steps):
             lm.save_pretrained(os.path.join(out, WEIGHTS), step=done)
-            save_torch_atomic({"model": lm.state_dict(), "optimizer": opt.state_dict(), "step": done}, ck_path)
+            save_torch_atomic(
+                {
+                    "model": lm.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "step": done,
+                    "config_sha256": _config_digest(config_toml),
+                },
+                ck_path,
+            )
         if a.crash_after_step is not None and done == a.crash_after_step and dist.rank == dist.world - 1:
             os.kill(os.getpid(), signal.SIGKILL)
     if progress:

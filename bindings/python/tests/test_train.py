@@ -246,3 +246,29 @@ def test_a_checkpoint_that_is_not_this_runs_is_refused_in_one_line(tmp_path):
         torch.save(ck, run / "torch_checkpoint.pt")
 
     assert "does not fit" in case("model", other_model)
+
+
+def test_a_second_trainer_on_one_directory_is_refused(tmp_path):
+    """Reliability III, D: the trainer locks its run directory (run.lock, as `vort train`
+    does): a second trainer, or a --resume, on a directory in use exits 2 in one line (two
+    trainers both exited 0 and left one run's config with the other's weights)."""
+    import time
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG % (400, 8))
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "vort.torch.train", "--out", str(out), "--config", str(cfg), "--quiet"]
+    first = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        t0 = time.time()
+        while not (out / "config.toml").exists():
+            assert first.poll() is None and time.time() - t0 < 120, first.stderr.read()
+            time.sleep(0.1)
+        for extra in ([], ["--resume"]):
+            p = train(out, cfg, 1, extra=extra, check=False)
+            lines = [line for line in p.stderr.splitlines() if line.strip()]
+            assert p.returncode == 2 and len(lines) == 1, (extra, p.stderr)
+            assert "another trainer holds this run" in lines[0], p.stderr
+    finally:
+        first.kill()
+        first.wait()

@@ -198,6 +198,7 @@ def train(argv: Optional[List[str]] = None) -> int:
 
     out = a.out
     ck_path = os.path.join(out, CHECKPOINT)
+    lock = _lock_run(out) if int(os.environ.get("RANK", "0")) == 0 else None  # noqa: F841
     if a.resume:
         if not os.path.isfile(ck_path):
             raise UserError(f"--resume: no {CHECKPOINT} in {out} (train it first, without --resume)")
@@ -226,6 +227,26 @@ def train(argv: Optional[List[str]] = None) -> int:
         return _train(a, lm, cfg, dist, out, ck_path)
     finally:
         dist.close()
+
+
+def _lock_run(out: str) -> Any:
+    """An exclusive advisory lock on `out`/run.lock (the file `vort train` locks), taken
+    before anything is checked or written, held until the process ends: a second trainer or a
+    --resume on the same directory is refused (it interleaved two runs' files, and neither
+    survived). Returns the open lock file (keep it alive)."""
+    import fcntl
+
+    try:
+        os.makedirs(out, exist_ok=True)
+        fh = open(os.path.join(out, "run.lock"), "a+b")
+    except OSError as e:
+        raise UserError(f"--out {out}: {e.strerror or e}") from None
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise UserError(f"--out {out}: another trainer holds this run (run.lock); wait for it or pick another --out") from None
+    return fh
 
 
 def _config_digest(config_toml: str) -> str:

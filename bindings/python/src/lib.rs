@@ -1122,14 +1122,7 @@ fn _save_export(
         // the buffers (FAVOR+ projections) are the config's seeded ones, as the torch model
         // read them (`_buffers`): stored so that the file carries its function
         for (name, var) in buffer_vars(&vm) {
-            let t = var.as_tensor();
-            tensors.insert(
-                format!("param/{name}"),
-                HostTensor {
-                    shape: t.dims().to_vec(),
-                    data: t.flatten_all()?.to_vec1()?,
-                },
-            );
+            tensors.insert(format!("param/{name}"), HostTensor::of(var.as_tensor())?);
         }
         for (name, var) in &names {
             let Some((shape, data)) = host.get(name) else {

@@ -122,9 +122,7 @@ pub fn run(a: RetrievalArgs) -> Result<(), CliError> {
     )?;
     bar.finish_and_clear();
     if let Some(out) = &a.out {
-        let json = serde_json::to_string_pretty(&r)
-            .map_err(|e| CliError::Io(format!("cannot serialise the result: {e}")))?;
-        checkpoint::write_atomic(out, json.as_bytes())?;
+        checkpoint::write_json(out, &r)?;
     }
     if a.json {
         return emit_json(&r);

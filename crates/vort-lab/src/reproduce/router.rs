@@ -360,9 +360,7 @@ pub fn diagnose(dir: &RunDir, progress: bool) -> Result<Diagnosis, TrainError> {
         (routing, step, ev.sequences),
         &crate::train::device(),
     )?;
-    let json =
-        serde_json::to_string_pretty(&d).map_err(|e| TrainError::Serialise(e.to_string()))?;
-    checkpoint::write_atomic(&cache, json.as_bytes())?;
+    checkpoint::write_json(&cache, &d)?;
     Ok(Diagnosis::Measured(Box::new(d)))
 }
 

@@ -291,8 +291,6 @@ pub fn write_report(
     results: &impl Serialize,
     markdown: &str,
 ) -> Result<(), TrainError> {
-    let json =
-        serde_json::to_string_pretty(results).map_err(|e| TrainError::Serialise(e.to_string()))?;
-    checkpoint::write_atomic(&out_dir.join("results.json"), json.as_bytes())?;
+    checkpoint::write_json(&out_dir.join("results.json"), results)?;
     checkpoint::write_atomic(&out_dir.join("report.md"), markdown.as_bytes())
 }

@@ -32,6 +32,22 @@ pub struct HostTensor {
     pub data: Vec<f32>,
 }
 
+impl HostTensor {
+    /// `t` on the host: its shape and its values as f32, row-major.
+    ///
+    /// # Errors
+    /// candle errors.
+    pub fn of(t: &candle_core::Tensor) -> Result<HostTensor, TrainError> {
+        Ok(HostTensor {
+            shape: t.dims().to_vec(),
+            data: t
+                .flatten_all()?
+                .to_dtype(candle_core::DType::F32)?
+                .to_vec1()?,
+        })
+    }
+}
+
 /// The content of a checkpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
@@ -418,6 +434,16 @@ pub(crate) fn io(path: &Path, source: std::io::Error) -> TrainError {
 /// I/O errors (the old `path`, if any, is untouched).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
     vort::fsio::write_atomic(path, bytes).map_err(|e| io(path, e))
+}
+
+/// `value` as pretty JSON through [`write_atomic`] (every cache and result file of the lab).
+///
+/// # Errors
+/// Serialisation and I/O errors.
+pub fn write_json<T: serde::Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), TrainError> {
+    let json =
+        serde_json::to_string_pretty(value).map_err(|e| TrainError::Serialise(e.to_string()))?;
+    write_atomic(path, json.as_bytes())
 }
 
 /// `section.key` -> value of every assignment of a TOML text (line by line: the layout the

@@ -558,9 +558,7 @@ pub fn evaluate_stream(
 /// # Errors
 /// I/O or serialisation errors.
 pub fn write(res: &EvalResult, path: &Path) -> Result<(), TrainError> {
-    let text =
-        serde_json::to_string_pretty(res).map_err(|e| TrainError::Serialise(e.to_string()))?;
-    checkpoint::write_atomic(path, text.as_bytes())
+    checkpoint::write_json(path, res)
 }
 
 /// Evaluates a trained model on its own held-out set: a run directory (its config.toml and
@@ -757,19 +755,16 @@ impl Trained {
         let vm = VarMap::new();
         let dev = super::device();
         let model = super::run_model(&cfg, &vm, &dev)?;
-        let names: Vec<String> = super::trainable_vars(&vm)
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect();
-        let buffers: Vec<String> = super::buffer_vars(&vm)
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect();
+        let vars = super::named_vars(&vm);
+        let (buffers, names): (Vec<String>, Vec<String>) = vars
+            .iter()
+            .map(|(n, _)| n.clone())
+            .partition(|n| vort::block::is_buffer(n));
         // a file written before the buffers were stored keeps the seeded ones (drawn from the
         // run seed, as when it was trained)
         let stored = ck.check_contents(cfg.train.steps, (&names, &buffers), &ck_path)?;
         // check every parameter first, then write them
-        let loaded = super::named_vars(&vm)
+        let loaded = vars
             .into_iter()
             .filter(|(n, _)| stored || !vort::block::is_buffer(n))
             .map(|(name, var)| {
@@ -857,13 +852,11 @@ pub fn export(path: &Path, out: &Path) -> Result<(usize, u64), TrainError> {
     // an export carries the buffers: those of a file written before they were stored are
     // written once, from the run seed (what the loaded model computes with)
     for (name, var) in super::buffer_vars(&vm) {
-        let t = var.as_tensor();
-        w.tensors
-            .entry(format!("param/{name}"))
-            .or_insert(checkpoint::HostTensor {
-                shape: t.dims().to_vec(),
-                data: t.flatten_all()?.to_vec1()?,
-            });
+        if let std::collections::btree_map::Entry::Vacant(slot) =
+            w.tensors.entry(format!("param/{name}"))
+        {
+            slot.insert(checkpoint::HostTensor::of(var.as_tensor())?);
+        }
     }
     let n = w.tensors.len();
     if n != super::named_vars(&vm).len() {

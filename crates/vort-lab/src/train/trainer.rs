@@ -268,12 +268,7 @@ impl Trainer {
     /// # Errors
     /// candle errors.
     pub fn checkpoint(&self) -> Result<Checkpoint, TrainError> {
-        let host = |t: &Tensor| -> Result<HostTensor, TrainError> {
-            Ok(HostTensor {
-                shape: t.dims().to_vec(),
-                data: t.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?,
-            })
-        };
+        let host = HostTensor::of;
         let mut tensors = BTreeMap::new();
         for s in &self.opt.slots {
             tensors.insert(format!("param/{}", s.name), host(s.var.as_tensor())?);

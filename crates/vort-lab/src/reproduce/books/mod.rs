@@ -585,9 +585,7 @@ fn record_data(data_dir: &Path, out_dir: &Path) -> Result<(), TrainError> {
         "function_words": lex.function_words.len(),
         "sources": lex.sources,
     });
-    let text =
-        serde_json::to_string_pretty(&info).map_err(|e| TrainError::Serialise(e.to_string()))?;
-    train::checkpoint::write_atomic(&out_dir.join("lexicon_sources.json"), text.as_bytes())
+    train::checkpoint::write_json(&out_dir.join("lexicon_sources.json"), &info)
 }
 
 /// The report: what was run and in which setting, then the sections (BPC by context and the

@@ -103,9 +103,7 @@ pub(super) fn measure(
             text_bytes: text.len(),
             result,
         };
-        let json =
-            serde_json::to_string_pretty(&row).map_err(|e| TrainError::Serialise(e.to_string()))?;
-        train::checkpoint::write_atomic(&dir.retrieval_path(), json.as_bytes())?;
+        train::checkpoint::write_json(&dir.retrieval_path(), &row)?;
         rows.push(row);
     }
     Ok((rows, skipped))

@@ -128,9 +128,7 @@ pub(super) fn measure(
             sampler_seed: opts.seed,
             output: String::from_utf8_lossy(&drawn.output).into_owned(),
         };
-        let json =
-            serde_json::to_string_pretty(&row).map_err(|e| TrainError::Serialise(e.to_string()))?;
-        train::checkpoint::write_atomic(&dir.sample_path(), json.as_bytes())?;
+        train::checkpoint::write_json(&dir.sample_path(), &row)?;
         rows.push(row);
     }
     Ok((rows, skipped))

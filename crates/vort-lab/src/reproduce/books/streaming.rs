@@ -259,9 +259,7 @@ fn past_horizon_streams(
 
 /// Writes a run's stream cache (`stream.json`) through the atomic writer.
 fn write_cache(dir: &RunDir, row: &StreamRow) -> Result<(), TrainError> {
-    let json =
-        serde_json::to_string_pretty(row).map_err(|e| TrainError::Serialise(e.to_string()))?;
-    train::checkpoint::write_atomic(&dir.stream_path(), json.as_bytes())
+    train::checkpoint::write_json(&dir.stream_path(), row)
 }
 
 /// The cached stream of a run, if one was written and parses.

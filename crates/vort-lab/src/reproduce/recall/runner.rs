@@ -65,9 +65,7 @@ fn extrapolate(
         answers: e.buckets.iter().map(|b| b.n).sum(),
         buckets: e.buckets,
     };
-    let json =
-        serde_json::to_string_pretty(&x).map_err(|e| TrainError::Serialise(e.to_string()))?;
-    checkpoint::write_atomic(&cache, json.as_bytes())?;
+    checkpoint::write_json(&cache, &x)?;
     Ok(x)
 }
 

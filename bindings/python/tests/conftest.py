@@ -122,15 +122,29 @@ eval_every = 0
 MIXERS = {
     "vort-shared-full": dict(mixer='kind = "vort"\nrouting = "full"', token_shift="true", short_conv=0, mlp_mult=2),
     "vort-banks-entity": dict(
-        mixer='kind = "vort"\nrouting = "entity-only"\nnodes = { mode = "banks", banks = 3, delta = 0.2, horizon = 0, eps = 1e-3 }',
+        mixer=(
+            'kind = "vort"\nrouting = "entity-only"\n'
+            'nodes = { mode = "banks", banks = 3, delta = 0.2, horizon = 0, eps = 1e-3 }'
+        ),
         token_shift="false",
         short_conv=4,
         mlp_mult=0,
     ),
-    "vort-fixed": dict(mixer='kind = "vort"\nrouting = { fixed = { alpha = 0.6 } }', token_shift="true", short_conv=3, mlp_mult=1),
-    "vort-learned": dict(mixer='kind = "vort"\nrouting = "learned"\nrouter_bias_init = 0.5', token_shift="false", short_conv=4, mlp_mult=0),
-    "vort-entropy-elu": dict(mixer='kind = "vort"\nrouting = "entropy-only"', token_shift="true", short_conv=0, mlp_mult=1, feature_map="elu"),
-    "power-law-taylor": dict(mixer='kind = "power-law"\nalpha = 0.7', token_shift="false", short_conv=2, mlp_mult=1, feature_map="taylor"),
+    "vort-fixed": dict(
+        mixer='kind = "vort"\nrouting = { fixed = { alpha = 0.6 } }', token_shift="true", short_conv=3, mlp_mult=1
+    ),
+    "vort-learned": dict(
+        mixer='kind = "vort"\nrouting = "learned"\nrouter_bias_init = 0.5',
+        token_shift="false",
+        short_conv=4,
+        mlp_mult=0,
+    ),
+    "vort-entropy-elu": dict(
+        mixer='kind = "vort"\nrouting = "entropy-only"', token_shift="true", short_conv=0, mlp_mult=1, feature_map="elu"
+    ),
+    "power-law-taylor": dict(
+        mixer='kind = "power-law"\nalpha = 0.7', token_shift="false", short_conv=2, mlp_mult=1, feature_map="taylor"
+    ),
     "exponential": dict(mixer='kind = "exponential"', token_shift="true", short_conv=4, mlp_mult=0),
     "retnet": dict(mixer='kind = "retnet"', token_shift="true", short_conv=0, mlp_mult=2),
     "mixture": dict(mixer='kind = "mixture"\nm = 3\nmin_rate = 1e-2', token_shift="false", short_conv=4, mlp_mult=1),

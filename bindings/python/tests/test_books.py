@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import vort
 
 BOOKS_TINY = """
@@ -60,7 +59,20 @@ def books_run(cli, tmp_path_factory):
 def test_generate_equals_vort_generate(cli, books_run):
     m = vort.load(books_run)
     got = m.generate(b"It was", 40, temperature=0.8, seed=3)
-    p = cli("generate", "--run", books_run, "--prompt", "It was", "--bytes", 40, "--temperature", 0.8, "--seed", 3, binary=True)
+    p = cli(
+        "generate",
+        "--run",
+        books_run,
+        "--prompt",
+        "It was",
+        "--bytes",
+        40,
+        "--temperature",
+        0.8,
+        "--seed",
+        3,
+        binary=True,
+    )
     # the CLI prints the bytes, then one newline
     assert p.stdout == got + b"\n"
     assert len(got) == 40
@@ -75,7 +87,9 @@ def test_torch_port_on_a_books_model(books_run):
     from vort.torch import VortLM
 
     m = vort.load(books_run)
-    tokens = np.frombuffer(b"It was the best of times, it was the worst of times, it was the ag", dtype=np.uint8)[:64].astype(np.int64)
+    tokens = np.frombuffer(b"It was the best of times, it was the worst of times, it was the ag", dtype=np.uint8)[
+        :64
+    ].astype(np.int64)
     want = m.logits(tokens)
     with torch.no_grad():
         got = VortLM.from_pretrained(books_run)(torch.from_numpy(tokens)[None])[0].numpy()
@@ -88,7 +102,9 @@ def test_torch_trained_books_model_generates_with_the_cli(cli, books_run, tmp_pa
 
     lm = VortLM.from_pretrained(books_run)
     opt = torch.optim.AdamW(lm.parameters(), lr=1e-2)
-    x = torch.from_numpy(np.frombuffer(b"It was the best of times, it was the worst of times." * 2, dtype=np.uint8)[:64].astype(np.int64))[None]
+    x = torch.from_numpy(
+        np.frombuffer(b"It was the best of times, it was the worst of times." * 2, dtype=np.uint8)[:64].astype(np.int64)
+    )[None]
     for _ in range(2):
         loss = torch.nn.functional.cross_entropy(lm(x)[0, :-1], x[0, 1:])
         opt.zero_grad()
@@ -119,11 +135,25 @@ def test_torch_trainer_with_two_ranks_on_books(cli, books_run, tmp_path):
     cfg.write_text(text)
     cli("train", "--config", cfg, "--out", tmp_path / "rust")
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "-m", "vort.torch.train", "--config", str(cfg), "--out", str(tmp_path / "torch")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "vort.torch.train",
+        "--config",
+        str(cfg),
+        "--out",
+        str(tmp_path / "torch"),
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert p.returncode == 0, p.stderr
-    rust = {m["step"]: m["task_loss"] for m in map(json.loads, (tmp_path / "rust" / "metrics.jsonl").read_text().splitlines())}
+    rust = {
+        m["step"]: m["task_loss"]
+        for m in map(json.loads, (tmp_path / "rust" / "metrics.jsonl").read_text().splitlines())
+    }
     ours = [json.loads(ln) for ln in (tmp_path / "torch" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in ours] == [2, 4]
     for m in ours:

@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-
 import vort
 from conftest import cli_error
 
@@ -15,7 +14,9 @@ def test_gl_weights_equal_the_cli(cli):
     for alpha in (0.05, 0.35, 0.5, 1.0):
         got = vort.gl_weights(alpha, lags)
         assert got.dtype == np.float64 and got.shape == (len(lags),)
-        out = json.loads(cli("kernel", "weights", "--alpha", alpha, "--lags", ",".join(map(str, lags)), "--json").stdout)
+        out = json.loads(
+            cli("kernel", "weights", "--alpha", alpha, "--lags", ",".join(map(str, lags)), "--json").stdout
+        )
         want = np.array([w["w"] for w in out["weights"]])
         np.testing.assert_array_equal(got, want)
     # the shape of lags is kept, and w_0 = 1, w_1 = alpha
@@ -26,7 +27,9 @@ def test_gl_weights_equal_the_cli(cli):
 def test_soe_equals_the_cli_and_is_certified(cli):
     for alpha, horizon, eps in [(0.35, 100000, 1e-4), (0.8, 4096, 1e-3), (0.1, 1e6, 1e-2)]:
         s = vort.soe(alpha, horizon, eps)
-        out = json.loads(cli("kernel", "soe", "--alpha", alpha, "--horizon", int(horizon), "--eps", eps, "--json").stdout)
+        out = json.loads(
+            cli("kernel", "soe", "--alpha", alpha, "--horizon", int(horizon), "--eps", eps, "--json").stdout
+        )
         assert s.S == out["S"] == len(s.c) == len(s.u)
         np.testing.assert_array_equal(s.c, [t["c"] for t in out["terms"]])
         np.testing.assert_array_equal(s.u, [t["u"] for t in out["terms"]])
@@ -40,7 +43,9 @@ def test_soe_equals_the_cli_and_is_certified(cli):
 
 def test_shared_nodes_equal_the_cli(cli):
     sh = vort.shared_nodes(0.2, 100000, 1e-3)
-    out = json.loads(cli("kernel", "shared", "--delta", 0.2, "--horizon", 100000, "--eps", 1e-3, "--alpha", 0.35, "--json").stdout)
+    out = json.loads(
+        cli("kernel", "shared", "--delta", 0.2, "--horizon", 100000, "--eps", 1e-3, "--alpha", 0.35, "--json").stdout
+    )
     assert sh.S == out["S"]
     np.testing.assert_array_equal(sh.u, [n["u"] for n in out["nodes"]])
     assert sh.max_rel_error == out["max_rel_error"] <= 1e-3

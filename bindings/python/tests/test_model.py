@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-
 import vort
 from conftest import cli_error, write_safetensors
 

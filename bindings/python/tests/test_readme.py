@@ -42,6 +42,8 @@ def test_front_readme_python_example_runs():
     """The README's "Use from Python" example runs from the repository root."""
     section = (REPO / "README.md").read_text().split("## Use from Python", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    p = subprocess.run([sys.executable, "-c", code + "\nprint(y.shape, state.pos)"], cwd=REPO, capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-c", code + "\nprint(y.shape, state.pos)"], cwd=REPO, capture_output=True, text=True
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "torch.Size([2, 100, 64]) 100"

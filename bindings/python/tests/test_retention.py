@@ -4,7 +4,6 @@ which is what the CLI's file holds)."""
 
 import numpy as np
 import pytest
-
 import vort
 from conftest import cli_error, read_safetensors, write_safetensors
 
@@ -70,9 +69,17 @@ def test_committed_pair(tmp_path):
     meta = raw[8 : 8 + int.from_bytes(raw[:8], "little")].decode()
     opts = dict(kv.split("=") for kv in meta.split('"opts":"')[1].split('"')[0].split())
     got = vort.retention(
-        x["phi_q"], x["phi_k"], x["v"], x["alpha"], form=opts["form"].lower(), memory=opts["memory"].lower(),
-        eps=float(opts["eps"]), delta=float(opts["delta"]), chunk=int(opts["chunk"]),
-        eps_den=float(opts["eps_den"]), horizon=None if opts["horizon"] == "T" else int(opts["horizon"]),
+        x["phi_q"],
+        x["phi_k"],
+        x["v"],
+        x["alpha"],
+        form=opts["form"].lower(),
+        memory=opts["memory"].lower(),
+        eps=float(opts["eps"]),
+        delta=float(opts["delta"]),
+        chunk=int(opts["chunk"]),
+        eps_den=float(opts["eps_den"]),
+        horizon=None if opts["horizon"] == "T" else int(opts["horizon"]),
     )
     np.testing.assert_array_equal(got.astype(np.float32), want)
 
@@ -96,7 +103,11 @@ def test_bad_input_is_a_value_error_with_the_cli_message(cli, tmp_path, what, ed
     inp, out = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
     write_safetensors(inp, x)
     flags = [f"--{k}={v}" for k, v in opts.items()]
-    p = cli("retention", "--input", inp, "--output", out, *flags, "--eps=1e-3", check=False) if "eps" not in opts else cli("retention", "--input", inp, "--output", out, *flags, check=False)
+    p = (
+        cli("retention", "--input", inp, "--output", out, *flags, "--eps=1e-3", check=False)
+        if "eps" not in opts
+        else cli("retention", "--input", inp, "--output", out, *flags, check=False)
+    )
     kw = dict(eps=1e-3, **opts) if "eps" not in opts else opts
     with pytest.raises(ValueError) as e:
         vort.retention(x["phi_q"], x["phi_k"], x["v"], x["alpha"], **kw)

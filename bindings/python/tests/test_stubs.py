@@ -30,8 +30,7 @@ def stub_params(fn: ast.FunctionDef, method: bool):
 def module_params(obj, method: bool):
     sig = inspect.signature(obj)
     out = [
-        (name, None if p.default is inspect.Parameter.empty else repr(p.default))
-        for name, p in sig.parameters.items()
+        (name, None if p.default is inspect.Parameter.empty else repr(p.default)) for name, p in sig.parameters.items()
     ]
     return out[1:] if method and out and out[0][0] in ("self", "$self") else out
 

@@ -55,7 +55,9 @@ def test_state_carries_across_calls():
     for cuts in ([5, 1, 30, 17], [1] * t):
         state, ys, at = None, [], 0
         for n in cuts:
-            yi, state = ret(q[:, :, at : at + n], k[:, :, at : at + n], v[:, :, at : at + n], a[:, :, at : at + n], state)
+            yi, state = ret(
+                q[:, :, at : at + n], k[:, :, at : at + n], v[:, :, at : at + n], a[:, :, at : at + n], state
+            )
             ys.append(yi)
             at += n
         err = (torch.cat(ys, dim=2) - y).abs().max() / y.abs().max()
@@ -122,7 +124,9 @@ def test_vortlm_from_pretrained_equals_the_rust_model(runs, name):
     lm = VortLM.from_pretrained(run).train()
     lm.zero_grad()
     out = lm(torch.from_numpy(tokens))
-    torch.nn.functional.cross_entropy(out.reshape(-1, rust.vocab), torch.from_numpy(tokens).roll(-1, 1).reshape(-1)).backward()
+    torch.nn.functional.cross_entropy(
+        out.reshape(-1, rust.vocab), torch.from_numpy(tokens).roll(-1, 1).reshape(-1)
+    ).backward()
     # parameters the logits do not depend on: the bigram table (its entropy is a
     # stop-gradient; the Rust trainer fits it by its own loss), and the router terms a
     # routing turns off (entity-only: b; entropy-only: the probe and a)
@@ -195,7 +199,10 @@ def test_rust_fused_op_gradcheck_float64():
 
     b, h, t, f, d, n = 1, 2, 9, 3, 2, 3
     g = torch.Generator().manual_seed(6)
-    q, k = torch.rand(b, h, t, f, generator=g, dtype=torch.float64), torch.rand(b, h, t, f, generator=g, dtype=torch.float64)
+    q, k = (
+        torch.rand(b, h, t, f, generator=g, dtype=torch.float64),
+        torch.rand(b, h, t, f, generator=g, dtype=torch.float64),
+    )
     vp = torch.rand(b, h, t, d + 1, generator=g, dtype=torch.float64)
     cw = torch.rand(b, h, t, n, generator=g, dtype=torch.float64) / n
     u = torch.rand(h, n, generator=g, dtype=torch.float64) * 0.5 + 0.01
@@ -212,9 +219,8 @@ def test_rust_fused_op_gradcheck_float64():
 def test_trained_in_torch_saved_and_scored_by_vort_eval(cli, runs, tmp_path):
     """The formats go both ways: a model trained in torch (a few AdamW steps from a run), saved
     with save_pretrained, is what `vort eval --run` scores, and loads back to its logits."""
-    from test_model import labelled_set, log_softmax
-
     from conftest import write_safetensors
+    from test_model import labelled_set, log_softmax
 
     run = runs("vort-shared-full")
     lm = VortLM.from_pretrained(run)
@@ -293,7 +299,11 @@ from vort.torch import KvState, RetentionState, VortAttention  # noqa: E402
 
 ATTENTION_MIXERS = [
     "vort",
-    {"kind": "vort", "routing": "full", "nodes": {"mode": "banks", "banks": 3, "delta": 0.2, "horizon": 0, "eps": 1e-3}},
+    {
+        "kind": "vort",
+        "routing": "full",
+        "nodes": {"mode": "banks", "banks": 3, "delta": 0.2, "horizon": 0, "eps": 1e-3},
+    },
     {"kind": "vort", "routing": "learned", "router_bias_init": 0.5},
     {"kind": "power-law", "alpha": 0.5},
     "exponential",
@@ -328,7 +338,9 @@ def test_vort_attention_streams_in_pieces_like_one_call(mixer):
     assert whole.shape == (2, 37, 16)
 
 
-@pytest.mark.parametrize("name", ["vort-shared-full", "vort-learned", "power-law-taylor", "exponential", "softmax-window"])
+@pytest.mark.parametrize(
+    "name", ["vort-shared-full", "vort-learned", "power-law-taylor", "exponential", "softmax-window"]
+)
 def test_vort_attention_is_vortlms_layer(runs, name):
     """VortAttention given a VortLM layer's state_dict computes that layer's output and the
     same gradients; its fresh parameters are the Rust core's Block::init draws; its buffers
@@ -337,9 +349,17 @@ def test_vort_attention_is_vortlms_layer(runs, name):
     lm = VortLM.from_pretrained(run)
     mc = lm.config["model"]
     layer = VortAttention(
-        mc["d_model"], mc["heads"], mc["head_dim"], mixer=mc["mixer"], features=mc["features"],
-        feature_map=mc["feature_map"], max_len=lm.config["task"]["seq_len"], chunk=mc["chunk"],
-        eps_den=mc["eps_den"], qk_scale_init=mc["qk_scale_init"], seed=lm.config["seed"],
+        mc["d_model"],
+        mc["heads"],
+        mc["head_dim"],
+        mixer=mc["mixer"],
+        features=mc["features"],
+        feature_map=mc["feature_map"],
+        max_len=lm.config["task"]["seq_len"],
+        chunk=mc["chunk"],
+        eps_den=mc["eps_den"],
+        qk_scale_init=mc["qk_scale_init"],
+        seed=lm.config["seed"],
     )
     theirs = lm.blocks[0].mix
     buffers = {k for k, _ in layer.named_buffers()}
@@ -366,7 +386,7 @@ def test_vort_attention_starts_from_the_rust_init_and_drops_into_a_torch_model()
     layer = VortAttention(32, 4, features=16, max_len=128, chunk=16, seed=5)
     again = VortAttention(32, 4, features=16, max_len=128, chunk=16, seed=5)
     other = VortAttention(32, 4, features=16, max_len=128, chunk=16, seed=6)
-    for (n, a), (_, b), (_, c) in zip(layer.state_dict().items(), again.state_dict().items(), other.state_dict().items()):
+    for (n, a), (_, b) in zip(layer.state_dict().items(), again.state_dict().items()):
         assert torch.equal(a, b), n
     assert not torch.equal(layer.mix.wq, other.mix.wq)
     assert not torch.equal(layer.mix.features.omega_t, other.mix.features.omega_t)
@@ -418,7 +438,10 @@ def test_vort_attention_refuses_bad_input():
         layer(torch.zeros(1, 4, 16), kv)
 
 
-@pytest.mark.parametrize("name", ["vort-shared-full", "vort-fixed", "power-law-taylor", "exponential", "mixture", "softmax", "softmax-window"])
+@pytest.mark.parametrize(
+    "name",
+    ["vort-shared-full", "vort-fixed", "power-law-taylor", "exponential", "mixture", "softmax", "softmax-window"],
+)
 def test_vortlm_streams_in_pieces_like_one_call(runs, name):
     """VortLM fed in pieces with its LMState gives the logits of one call (the short
     convolution's inputs, the previous token and every memory carried), and the streamed
@@ -474,7 +497,7 @@ def test_vort_retention_checks_its_state():
     with pytest.raises(ValueError, match="does not match"):
         ret(q3, k3, v3, a3, state=st)
     with pytest.raises(ValueError, match="position"):
-        ret(q, k, v, a, state=RetentionState(st.g, -10**6))
+        ret(q, k, v, a, state=RetentionState(st.g, -(10**6)))
     y, st2 = ret(q, k, v, a, state=st)
     assert st2.pos == 16
 

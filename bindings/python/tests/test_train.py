@@ -73,8 +73,15 @@ def train(out: Path, config: Path, ranks: int = 1, extra=(), check=True):
     if ranks == 1:
         cmd = [sys.executable, "-m", "vort.torch.train"]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-               "-m", "vort.torch.train"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={ranks}",
+            "-m",
+            "vort.torch.train",
+        ]
     cmd += ["--out", str(out), *extra]
     if "--resume" not in extra:
         cmd += ["--config", str(config)]

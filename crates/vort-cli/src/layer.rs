@@ -7,12 +7,12 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use vort::retention::checked::{retention_from_safetensors, Form, RetentionOpts};
 use vort::Mixer;
 use vort::{NodeMode, VortError};
 use vort_cli::bench::layer::{
     self as bench, CrossoverResult, DecodeResult, LayerBenchOpts, LayerBenchResult,
 };
-use vort_cli::retention_file::{retention_from_safetensors, Form, RetentionOpts};
 
 use crate::args::{parse_count, parse_real};
 use crate::error::CliError;

@@ -1,7 +1,7 @@
 """Type stubs of the Rust extension vort._vort (see src/lib.rs for the implementations)."""
 
 from os import PathLike
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -113,9 +113,7 @@ class Model:
         """Rebuilds the node tables for lags 1..=horizon."""
     def set_past_horizon(self, mode: str, tau: Optional[float] = None) -> None:
         """Past the tables' horizon: "refuse" (default), "soe-tail", or "tempered" (needs tau)."""
-    def generate(
-        self, prompt: bytes, n: int, temperature: float = 1.0, seed: int = 0
-    ) -> bytes:
+    def generate(self, prompt: bytes, n: int, temperature: float = 1.0, seed: int = 0) -> bytes:
         """n bytes sampled after ``prompt`` from a books model (as ``vort generate``)."""
     def _parameters(self) -> dict[str, npt.NDArray[np.float32]]: ...
     def _task_grads(
@@ -126,9 +124,7 @@ class Model:
 def load(path: Union[str, "PathLike[str]"]) -> Model:
     """A trained model from a run directory or a ``vort export`` file."""
 
-def _node_table(
-    memory: str, delta: float, horizon: _Count, eps: float, banks: int = 4
-) -> dict[str, Any]: ...
+def _node_table(memory: str, delta: float, horizon: _Count, eps: float, banks: int = 4) -> dict[str, Any]: ...
 def _panic() -> None: ...
 def _fused_chunk(
     q: npt.ArrayLike,
@@ -144,7 +140,7 @@ def _init(config_toml: str) -> Model: ...
 def _save_export(
     path: Union[str, "PathLike[str]"],
     config_toml: str,
-    params: dict[str, npt.ArrayLike],
+    params: Mapping[str, npt.ArrayLike],
     step: int,
 ) -> None: ...
 def _task_batch(

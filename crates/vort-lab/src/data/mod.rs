@@ -13,6 +13,7 @@
 //! - [`lexicon::Lexicon::load`] and [`lexicon::tag_bytes`] give every byte a word class.
 
 pub mod books;
+#[cfg(feature = "reports")]
 pub mod compressors;
 pub mod lexicon;
 pub mod rdata;

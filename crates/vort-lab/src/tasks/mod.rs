@@ -20,15 +20,21 @@
 //! position taken, only possible for lags within a few tokens of `seq_len`) is dropped rather
 //! than re-drawn, so the placed lags keep their law.
 
+#[cfg(feature = "corpus")]
 pub mod books;
 pub mod external;
 pub mod mqar;
+#[cfg(not(feature = "corpus"))]
+mod no_corpus;
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "corpus")]
 use books::BookCorpus;
+#[cfg(not(feature = "corpus"))]
+use no_corpus::BookCorpus;
 use vort::vort_math::rng::{derive, SplitMix64};
 
 /// Which task.

@@ -73,9 +73,11 @@ pub enum TrainError {
     #[error("the model produced non-finite outputs ({0}); the checkpoint's weights or its activations overflow, so no score is reported")]
     NonFinite(String),
     /// Writing a plot failed.
+    #[cfg(feature = "reports")]
     #[error(transparent)]
     Plot(#[from] crate::plot::PlotError),
     /// A compressor anchor of a books report could not be measured (a library failure).
+    #[cfg(feature = "reports")]
     #[error("compressor anchor: {0}")]
     Anchor(#[from] crate::data::compressors::AnchorError),
     /// Serialising JSON or TOML failed.

@@ -35,6 +35,7 @@ use crate::dims::Dims;
 use crate::error::{Result, VortError};
 use crate::nodes::NodeTable;
 
+pub mod checked;
 pub mod chunk;
 pub mod fused_chunk;
 pub mod naive;

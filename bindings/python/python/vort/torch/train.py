@@ -245,7 +245,9 @@ def _lock_run(out: str) -> Any:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         fh.close()
-        raise UserError(f"--out {out}: another trainer holds this run (run.lock); wait for it or pick another --out") from None
+        raise UserError(
+            f"--out {out}: another trainer holds this run (run.lock); wait for it or pick another --out"
+        ) from None
     return fh
 
 
@@ -260,6 +262,7 @@ def _restore(ck_path: str, lm: VortLM, opt: torch.optim.Optimizer, config_toml: 
     """Loads the checkpoint into `lm` and `opt`, and returns its step; a file that does not
     belong to this run (another config, another model, garbage, a step outside [0, steps])
     is a UserError of one line (exit 2)."""
+
     def refuse(why: str) -> UserError:
         return UserError(f"--resume: {ck_path} {why}; start a new run in another --out")
 
@@ -383,7 +386,14 @@ def _train(a, lm: VortLM, cfg: Dict[str, Any], dist: _Dist, out: str, ck_path: s
             elapsed = time.perf_counter() - t0
             tps = tokens_done / max(elapsed, 1e-9)
             if lead:
-                line = {"step": done, "loss": task_loss, "lr": lr, "tokens_per_s": tps, "elapsed_s": elapsed, "ranks": dist.world}
+                line = {
+                    "step": done,
+                    "loss": task_loss,
+                    "lr": lr,
+                    "tokens_per_s": tps,
+                    "elapsed_s": elapsed,
+                    "ranks": dist.world,
+                }
                 _append(os.path.join(out, METRICS), json.dumps(line) + "\n")
                 if progress:
                     print(f"{out}: step {done}/{steps} loss {task_loss:.4f} {tps:.0f} tok/s", file=sys.stderr)

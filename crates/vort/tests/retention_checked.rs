@@ -3,10 +3,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use vort::retention::checked::{retention_from_safetensors, Form, RetentionOpts};
 use vort::st::{self, Precision};
 use vort::vort_math::rng::XorShift64Star as Rng;
 use vort::{NodeMode, VortError};
-use vort_cli::retention_file::{retention_from_safetensors, Form, RetentionOpts};
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("vort-io-{}-{name}.safetensors", std::process::id()))

@@ -1,5 +1,6 @@
-//! `vort retention`: the layer's core on one head read from / written to safetensors, so anyone
-//! can check it against their own implementation.
+//! The retention contract on one head with every input checked: the forms behind `vort
+//! retention` and Python's `vort.retention`, read from / written to safetensors, so anyone can
+//! check the core against their own implementation.
 //!
 //! Input file: f32 or f64 tensors `phi_q` [T, F], `phi_k` [T, F] (nonnegative features),
 //! `v` [T, D] and `alpha` `[T]` (orders in [0, 1]). Output file: `y` [T, D] (f32), with the
@@ -11,14 +12,14 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use vort::dims::Dims;
-use vort::error::{Result, VortError};
-use vort::nodes::{NodeMode, NodeSpec};
-use vort::retention::{
+use crate::dims::Dims;
+use crate::error::{Result, VortError};
+use crate::nodes::{NodeMode, NodeSpec};
+use crate::retention::{
     chunk, exact_gl, fused_chunk, naive_recurrent, node_weights, normalise, with_ones, Inputs,
     OwnedInputs, Rates,
 };
-use vort::st::{self, Precision};
+use crate::st::{self, Precision};
 
 /// Longest input the naive (O(T²) memory) form accepts: its T x T f64 kernel is 2.1 GB here.
 pub const NAIVE_MAX_T: usize = 16_384;
@@ -28,18 +29,18 @@ pub const NAIVE_MAX_T: usize = 16_384;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Form {
-    /// O(T²), exact GL kernel, f64 ([`vort::retention::exact_gl`]).
+    /// O(T²), exact GL kernel, f64 ([`crate::retention::exact_gl`]).
     Naive,
-    /// One token at a time with the SOE states, f64 ([`vort::retention::naive_recurrent()`]).
+    /// One token at a time with the SOE states, f64 ([`crate::retention::naive_recurrent()`]).
     #[serde(alias = "naive_recurrent")]
     Recurrent,
     /// Chunked candle form with the SOE states, f32 (the training form's autodiff twin,
-    /// [`vort::retention::chunk()`]).
+    /// [`crate::retention::chunk()`]).
     #[default]
     #[serde(alias = "chunk")]
     Chunked,
     /// The fused op with the SOE states, f32 (the training form,
-    /// [`vort::retention::fused_chunk()`]).
+    /// [`crate::retention::fused_chunk()`]).
     #[serde(alias = "fused_chunk")]
     Fused,
 }

@@ -1,0 +1,162 @@
+//! Errors, the panic guard and the checks of numbers from Python: a user error is a
+//! `ValueError`, a failure of the run or the environment a `RuntimeError`, and a panic never
+//! crosses into Python.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use numpy::AllowTypeChange;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+use vort::error::VortError;
+use vort::model::ModelError;
+use vort_lab::train::TrainError;
+use vort_math::MathError;
+
+/// Joins a multi-line message into one line (as the CLI does before printing it).
+pub(crate) fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// What a guarded call can fail with: built without the GIL, turned into a Python exception
+/// after it is taken back.
+pub(crate) enum Failure {
+    /// The user's input (the CLI's exit status 2): `ValueError`.
+    Input(String),
+    /// The run or the environment (exit status 1), or a panic: `RuntimeError`.
+    Run(String),
+}
+
+pub(crate) type Res<T> = std::result::Result<T, Failure>;
+
+impl From<Failure> for PyErr {
+    fn from(f: Failure) -> PyErr {
+        match f {
+            Failure::Input(m) => PyValueError::new_err(m),
+            Failure::Run(m) => PyRuntimeError::new_err(m),
+        }
+    }
+}
+
+impl From<VortError> for Failure {
+    fn from(e: VortError) -> Failure {
+        let m = one_line(&e.to_string());
+        if e.is_input_error() {
+            Failure::Input(m)
+        } else {
+            Failure::Run(m)
+        }
+    }
+}
+
+impl From<TrainError> for Failure {
+    fn from(e: TrainError) -> Failure {
+        let m = one_line(&e.to_string());
+        if e.is_bad_input() {
+            Failure::Input(m)
+        } else {
+            Failure::Run(m)
+        }
+    }
+}
+
+impl From<ModelError> for Failure {
+    fn from(e: ModelError) -> Failure {
+        TrainError::from(e).into()
+    }
+}
+
+impl From<MathError> for Failure {
+    // the CLI maps every MathError to exit status 2 (a parameter out of its domain)
+    fn from(e: MathError) -> Failure {
+        Failure::Input(one_line(&e.to_string()))
+    }
+}
+
+impl From<candle_core::Error> for Failure {
+    fn from(e: candle_core::Error) -> Failure {
+        Failure::Run(one_line(&format!("candle: {e}")))
+    }
+}
+
+pub(crate) fn input(m: impl Into<String>) -> Failure {
+    Failure::Input(m.into())
+}
+
+/// The panic payload as text.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Runs `f` without the GIL and with panics caught: a panic is a `RuntimeError` with the
+/// CLI's wording for an internal error.
+pub(crate) fn guarded<T: Send>(py: Python<'_>, f: impl FnOnce() -> Res<T> + Send) -> PyResult<T> {
+    py.detach(|| match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r.map_err(PyErr::from),
+        Err(p) => Err(PyRuntimeError::new_err(format!(
+            "internal error: {} (please report this)",
+            one_line(&panic_message(p.as_ref()))
+        ))),
+    })
+}
+
+/// `catch_unwind` for the (short) parts that must hold the GIL (building Python objects).
+pub(crate) fn holding<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => Err(PyRuntimeError::new_err(format!(
+            "internal error: {} (please report this)",
+            one_line(&panic_message(p.as_ref()))
+        ))),
+    }
+}
+
+/// A count such as a horizon: a Python int, or a float with an integer value (1e5), >= 1.
+pub(crate) fn count(x: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
+    if let Ok(v) = x.extract::<u64>() {
+        if v >= 1 {
+            return Ok(v);
+        }
+    } else if let Ok(v) = x.extract::<f64>() {
+        if v.is_finite() && v >= 1.0 && v.fract() == 0.0 && v <= 2f64.powi(53) {
+            return Ok(v as u64);
+        }
+    }
+    Err(PyValueError::new_err(format!(
+        "{name} = {} must be an integer >= 1 (such as 4096 or 1e5)",
+        x.repr().map_or_else(|_| "?".to_string(), |r| r.to_string())
+    )))
+}
+
+/// _panic(): panics inside a guarded call (the tests check that it arrives as RuntimeError).
+#[pyfunction]
+pub(crate) fn _panic(py: Python<'_>) -> PyResult<()> {
+    guarded(py, || -> Res<()> {
+        panic!("deliberate panic for the tests")
+    })
+}
+
+/// The whole numbers of an array read as float64 (`what` names them in the error): a value
+/// with a fraction, NaN, inf or past ±2^53 is refused, where reading it as int64 truncated
+/// 1.7 to 1 and overflowed on 10**30 (an OverflowError).
+pub(crate) fn whole_numbers<'py, D: numpy::ndarray::Dimension>(
+    a: &numpy::PyArrayLike<'py, f64, D, AllowTypeChange>,
+    what: &str,
+) -> Res<Vec<i64>> {
+    const LIMIT: f64 = 9_007_199_254_740_992.0; // 2^53: every whole f64 below is exact
+    a.as_array()
+        .iter()
+        .map(|&x| {
+            if x.is_finite() && x.fract() == 0.0 && x.abs() <= LIMIT {
+                Ok(x as i64)
+            } else {
+                Err(input(format!(
+                    "{what} {x:?} is not a whole number in ±2^53"
+                )))
+            }
+        })
+        .collect()
+}

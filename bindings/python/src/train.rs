@@ -104,7 +104,7 @@ pub(crate) fn _save_export(
             config: cfg.to_toml()?,
             tensors,
         };
-        ck.save(&path)?;
+        ck.save_export(&path, &cfg.model_config())?;
         Ok(())
     })
 }

@@ -129,6 +129,14 @@ fn old_files_load_unchanged_and_their_export_is_self_contained() {
             .rename_f(|n| format!("param/{n}"));
         let plain = Model::new(&cfg.model_config(), vb).unwrap();
         assert_eq!(hidden(&plain), want, "{mixer}: candle over the export");
+        // and with the layer crate alone: the config from the export's metadata
+        let (own, vb) = vort::pretrained::load(&out, DType::F32, &dev).unwrap();
+        assert_eq!(own, cfg.model_config(), "{mixer}: the export's vort_config");
+        assert_eq!(
+            hidden(&Model::new(&own, vb).unwrap()),
+            want,
+            "{mixer}: pretrained::load"
+        );
         let _ = std::fs::remove_dir_all(&d);
     }
 }
@@ -194,5 +202,56 @@ fn buffers_are_never_trained_and_partial_files_are_refused() {
     .unwrap()
     .to_string();
     assert!(e.contains("features.omega_t"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The README's library path on a committed run: `vort export` it, then
+/// `vort::pretrained::load` + `Model::new` (the layer crate alone) give the logits of the
+/// lab's loader (what `vort eval` and `vort.load(...).logits` use) bit for bit. A run's own
+/// weights file, which has no `vort_config`, is refused with what to do.
+#[test]
+fn a_committed_run_exported_loads_with_the_layer_crate_alone() {
+    let dev = Device::Cpu;
+    let run = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../results/recall-quick/runs/L256-K16-d64/vort/lr1.0e-2/seed0");
+    let d = tmp("committed");
+    let out = d.join("model.safetensors");
+    eval::export(&run, &out).unwrap();
+    let (cfg, lab, _) = eval::load_inference_model(&run).unwrap();
+    let (own, vb) = vort::pretrained::load(&out, DType::F32, &dev).unwrap();
+    assert_eq!(own, cfg.model_config());
+    let model = Model::new(&own, vb).unwrap();
+    let t = 96;
+    let toks: Vec<u32> = (0..t as u32).map(|i| (i * 131 + 7) % 512).collect();
+    let x = Tensor::from_vec(toks, (1, t), &dev).unwrap();
+    let logits = |m: &Model| -> Vec<u32> {
+        let h = m.forward(&x).unwrap().hidden;
+        let l: Vec<f32> = m
+            .logits_at(&h, &(0..t).collect::<Vec<_>>())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        l.into_iter().map(f32::to_bits).collect()
+    };
+    let want = logits(&lab);
+    assert_eq!(want.len(), t * 512);
+    assert_eq!(logits(&model), want);
+    // the README's `Model::logits` [B, T, V]: the same numbers
+    let h = model.forward(&x).unwrap().hidden;
+    let all = model.logits(&h).unwrap();
+    assert_eq!(all.dims(), &[1, t, 512]);
+    let all: Vec<f32> = all.flatten_all().unwrap().to_vec1().unwrap();
+    assert_eq!(all.into_iter().map(f32::to_bits).collect::<Vec<_>>(), want);
+
+    let e = vort::pretrained::load(&run.join("weights.safetensors"), DType::F32, &dev)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("vort_config") && e.contains("vort export"),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -28,6 +28,7 @@
 //! - [`block`]: projections, q/k normalisation, router, VORT and the baselines in one block.
 //! - [`model`]: the sequence model (embeddings, blocks with short convolution and MLP, head),
 //!   its configuration, and streaming with [`model::ModelState`].
+//! - [`pretrained`]: a `vort export` file's config and tensors, for [`Model::new`].
 //! - [`tol`]: named tolerances and the relative-RMS error; [`error`]: the typed errors.
 //!
 //! # Use as a library
@@ -36,7 +37,21 @@
 //! (a `VarMap` filled by [`block::Block::init`], or a safetensors file), it implements
 //! [`candle_nn::Module`], and [`block::Block::step`] streams one token at a time with a state
 //! whose size does not grow with the context. The whole model is [`Model`], built by
-//! `Model::new(&Config, vb)` from its tensors alone (the FAVOR+ projections are stored).
+//! `Model::new(&Config, vb)` from its tensors alone (the FAVOR+ projections are stored);
+//! [`pretrained::load`] reads both from a `vort export` file:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use candle_core::{DType, Device, Tensor};
+//! let dev = Device::Cpu;
+//! // vort export --run RUN --out model.safetensors
+//! let (cfg, vb) = vort::pretrained::load("model.safetensors".as_ref(), DType::F32, &dev)?;
+//! let model = vort::Model::new(&cfg, vb)?;
+//! let hidden = model.forward(&Tensor::new(&[[1u32, 2, 3]], &dev)?)?.hidden; // [B, T, d_model]
+//! let logits = model.logits(&hidden)?; // [B, T, vocab]
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! Devices: the fused ops ([`ops`], the fused retention) have CPU kernels only; on any other
 //! candle device (CUDA, Metal) every one falls back to its plain candle twin
@@ -98,6 +113,7 @@ pub mod mixer;
 pub mod model;
 pub mod nodes;
 pub mod ops;
+pub mod pretrained;
 pub mod retention;
 pub mod st;
 pub mod tol;

@@ -934,6 +934,20 @@ impl Model {
         Ok(())
     }
 
+    /// Logits [B, T, V] of the final hidden states `hidden` [B, T, D] ([`ModelOutput::hidden`]):
+    /// the same products as [`Model::logits_at`] at every position.
+    ///
+    /// # Errors
+    /// A `hidden` that is not [B, T, d_model].
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor, ModelError> {
+        let (b, t, d) = hidden.dims3()?;
+        let v = self.head.dim(1)?;
+        Ok(hidden
+            .reshape((b * t, d))?
+            .matmul(&self.head)?
+            .reshape((b, t, v))?)
+    }
+
     /// Logits at selected flat positions of `hidden` [B, T, D]: positions index B·T -> [P, V].
     ///
     /// # Errors

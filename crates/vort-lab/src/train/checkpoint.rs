@@ -298,6 +298,23 @@ impl Checkpoint {
     /// # Errors
     /// I/O or serialisation errors (the previous file, if any, is left intact).
     pub fn save(&self, path: &Path) -> Result<(), TrainError> {
+        self.save_with(path, None)
+    }
+
+    /// [`Checkpoint::save`] for a `vort export` file: the metadata also carries the model's
+    /// [`vort::Config`] as JSON ([`vort::pretrained::CONFIG_KEY`]), which
+    /// [`vort::pretrained::load`] reads without this crate. The checksum is unchanged (the key
+    /// is derived from `config`, which it covers).
+    ///
+    /// # Errors
+    /// As [`Checkpoint::save`].
+    pub fn save_export(&self, path: &Path, model: &vort::Config) -> Result<(), TrainError> {
+        let json =
+            serde_json::to_string(model).map_err(|e| TrainError::Serialise(e.to_string()))?;
+        self.save_with(path, Some((vort::pretrained::CONFIG_KEY, json)))
+    }
+
+    fn save_with(&self, path: &Path, extra: Option<(&str, String)>) -> Result<(), TrainError> {
         let bytes: BTreeMap<&String, Vec<u8>> = self
             .tensors
             .iter()
@@ -327,6 +344,7 @@ impl Checkpoint {
             ),
         ]
         .into_iter()
+        .chain(extra.map(|(k, v)| (k.to_string(), v)))
         .collect();
         let buf = vort::st::serialize(views, &meta)
             .map_err(|e| corrupt(path, format!("serialise: {e}")))?;

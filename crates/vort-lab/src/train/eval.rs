@@ -846,7 +846,7 @@ pub fn export(path: &Path, out: &Path) -> Result<(usize, u64), TrainError> {
         }
     })?;
     // load the model first: an export is only written if it loads back into its config
-    let (_, _, vm, ck) = load_checked(path)?;
+    let (cfg, _, vm, ck) = load_checked(path)?;
     let step = ck.step;
     let mut w = ck.weights_only();
     // an export carries the buffers: those of a file written before they were stored are
@@ -868,7 +868,7 @@ pub fn export(path: &Path, out: &Path) -> Result<(usize, u64), TrainError> {
             ),
         });
     }
-    w.save(out)?;
+    w.save_export(out, &cfg.model_config())?;
     Ok((n, step))
 }
 

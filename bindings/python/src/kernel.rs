@@ -10,7 +10,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::errors::{count, guarded, holding, input, whole_numbers, Failure, Res};
+use crate::errors::{bytes_of, count, fits, guarded, holding, input, whole_numbers, Failure, Res};
 use vort::error::VortError;
 use vort::nodes::{NodeMode, NodeSpec, NodeTable, TableKind};
 use vort_math::shared::SharedSoe;
@@ -30,6 +30,7 @@ pub(crate) fn gl_weights<'py>(
     lags: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
 ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
     let shape = lags.shape().to_vec();
+    fits("gl_weights", bytes_of(lags.len(), 3 * 8))?;
     let lags: Vec<i64> = whole_numbers(&lags, "lag")?;
     let w = guarded(py, move || {
         lags.iter()
@@ -109,6 +110,7 @@ impl PySoe {
         lags: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
     ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
         let shape = lags.shape().to_vec();
+        fits("Soe.kernel", bytes_of(lags.len(), 3 * 8))?;
         let mut out = Vec::with_capacity(lags.len());
         for j in whole_numbers(&lags, "lag")? {
             let j = u64::try_from(j)
@@ -196,6 +198,9 @@ impl PyShared {
         alpha: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
     ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
         let mut shape = alpha.shape().to_vec();
+        // the orders, then S weights each, as a Vec and as the numpy array
+        let per = 8 * (1 + 2 * self.inner.len());
+        fits("SharedNodes.weights", bytes_of(alpha.len(), per))?;
         let a: Vec<f64> = alpha.as_array().iter().copied().collect();
         let delta = self.inner.delta;
         if let Some(bad) = a

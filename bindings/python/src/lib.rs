@@ -36,6 +36,7 @@ fn _vort(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(train::_save_export, m)?)?;
     m.add_function(wrap_pyfunction!(train::_task_batch, m)?)?;
     m.add_function(wrap_pyfunction!(train::_decayed_params, m)?)?;
+    m.add_function(wrap_pyfunction!(train::_check_memory, m)?)?;
     m.add_class::<kernel::PySoe>()?;
     m.add_class::<kernel::PyShared>()?;
     m.add_class::<model::PyModel>()?;

@@ -11,7 +11,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::errors::{count, guarded, holding, input, Failure, Res};
+use crate::errors::{bytes_of, count, fits, guarded, holding, input, Failure, Res};
 use vort::error::VortError;
 use vort::nodes::NodeMode;
 use vort::retention::checked::{retention_checked, Form, HeadInputs, RetentionOpts};
@@ -77,6 +77,13 @@ pub(crate) fn retention<'py>(
         chunk,
         eps_den,
     };
+    // the host copies of the inputs (f64), the forms' working tensors (allowed 4x the inputs)
+    // and the output: refused before any copy
+    let inputs = phi_q.len() + phi_k.len() + v.len() + alpha.len();
+    fits(
+        "retention",
+        bytes_of(inputs, 5 * 8) + bytes_of(v.len(), 2 * 8),
+    )?;
     let (q, k, vv) = (flat2(&phi_q), flat2(&phi_k), flat2(&v));
     let a = vort::st::Flat {
         data: alpha.as_array().iter().copied().collect(),

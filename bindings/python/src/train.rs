@@ -12,7 +12,7 @@ use numpy::{
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::errors::{guarded, input};
+use crate::errors::{bytes_of, fits, guarded, input};
 use crate::model::PyModel;
 use vort_lab::train::{buffer_vars, trainable_vars, RunConfig, TrainError};
 
@@ -22,6 +22,10 @@ use vort_lab::train::{buffer_vars, trainable_vars, RunConfig, TrainError};
 pub(crate) fn _init(py: Python<'_>, config_toml: String) -> PyResult<PyModel> {
     let (cfg, model, vm) = guarded(py, move || {
         let cfg = RunConfig::from_toml(&config_toml, "<config>")?;
+        // the parameters and one token's activations must fit before they are allocated (a
+        // d_model of 10^8 aborted the interpreter); not the training length: VortAttention
+        // builds its block from a config whose seq_len is only the node tables' horizon
+        cfg.check_inference_memory(1, None)?;
         let vm = VarMap::new();
         let model = vort_lab::train::run_model(&cfg, &vm, &vort_lab::train::device())?;
         Ok((cfg, model, vm))
@@ -160,6 +164,8 @@ pub(crate) fn _task_batch<'py>(
         if b == 0 {
             return Err(input("batch must be at least 1"));
         }
+        // tokens and targets (u32), the mask, and their numpy copies
+        fits("a task batch", bytes_of(b, cfg.task.seq_len) * 2.0 * 9.0)?;
         Ok(source.batch(cfg.seed, stream, step, b))
     })?;
     let (b, t) = (bt.b, bt.t);
@@ -179,5 +185,17 @@ pub(crate) fn _decayed_params(py: Python<'_>, config_toml: String) -> PyResult<V
     guarded(py, move || {
         let cfg = RunConfig::from_toml(&config_toml, "<config>")?;
         Ok(cfg.model.decayed_params())
+    })
+}
+
+/// _check_memory(config_toml): `vort train`'s check of a run config's memory estimate
+/// (parameters, AdamW state and the activations of one batch) against what this process may
+/// allocate; the torch trainer calls it before it writes anything. ValueError with the sizes
+/// that drive it (the CLI's words) when it does not fit.
+#[pyfunction]
+pub(crate) fn _check_memory(py: Python<'_>, config_toml: String) -> PyResult<()> {
+    guarded(py, move || {
+        let cfg = RunConfig::from_toml(&config_toml, "<config>")?;
+        Ok(cfg.check_memory(None)?)
     })
 }

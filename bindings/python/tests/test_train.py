@@ -279,3 +279,29 @@ def test_a_second_trainer_on_one_directory_is_refused(tmp_path):
     finally:
         first.kill()
         first.wait()
+
+
+def test_a_run_too_large_for_this_machine_is_refused_before_anything_is_written(tmp_path):
+    """Reliability III, A: `vort train`'s memory estimate, checked before the model is built
+    (d_model = 10^8 and batch_size = 10^9 aborted the interpreter after writing config.toml,
+    and the directory then refused both a fresh run and --resume)."""
+    for name, text in [
+        ("wide", (CONFIG % (STEPS, 8)).replace("d_model = 16", "d_model = 100000000")),
+        ("batch", CONFIG % (STEPS, 10**9)),
+    ]:
+        cfg = tmp_path / f"{name}.toml"
+        cfg.write_text(text)
+        out = tmp_path / name
+        p = train(out, cfg, 1, check=False)
+        assert p.returncode == 2 and "needs about" in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert not (out / "config.toml").exists()
+        # the directory takes a run that fits
+        p = train(out, runs_cfg(tmp_path), 1, check=False)
+        assert p.returncode == 0, p.stderr
+
+
+def runs_cfg(d: Path) -> Path:
+    cfg = d / "fits.toml"
+    cfg.write_text(CONFIG % (2, 8))
+    return cfg

@@ -94,7 +94,8 @@ pub fn generate(
     }
     let mut logits = model.step(u32::from(last[0]), &mut state)?;
     let mut rng = XorShift64Star::new(opts.seed);
-    let mut output = Vec::with_capacity(opts.bytes);
+    // grown as bytes come: reserving `bytes` up front aborted on 10^11 (issue #43 A)
+    let mut output = Vec::with_capacity(opts.bytes.min(1 << 20));
     for i in 0..opts.bytes {
         let byte = sample(&logits, opts.temperature, &mut rng)?;
         emit(byte)?;

@@ -212,6 +212,9 @@ def train(argv: Optional[List[str]] = None) -> int:
         if os.path.exists(os.path.join(out, CONFIG)):
             raise UserError(f"{out} already holds a run ({CONFIG}); --resume continues it")
     try:
+        # `vort train`'s memory estimate first: a run that cannot fit is refused before the
+        # model is allocated or anything is written (d_model = 10^8 aborted the interpreter)
+        _vort._check_memory(config_toml)
         lm = VortLM.from_config(config_toml)
     except ValueError as e:
         raise UserError(str(e)) from None

@@ -1,0 +1,74 @@
+"""Reliability III (issue #43), A and C: every size is checked before anything is copied or
+allocated, so work too large for this process is a ValueError (it aborted the interpreter,
+exit 134), and Ctrl-C stops a long `generate` with KeyboardInterrupt (it kept running).
+
+The huge inputs are broadcast views: free to make, terabytes to copy."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import vort
+from test_model import BOOKS_TINY
+
+HUGE = 10**12  # rows: 8 TB as float64
+
+
+def huge(*cols: int, value: float = 1.0) -> np.ndarray:
+    return np.broadcast_to(np.full(cols, value), (HUGE, *cols))
+
+
+def test_kernel_inputs_are_sized_before_they_are_copied():
+    with pytest.raises(ValueError, match="gl_weights needs about"):
+        vort.gl_weights(0.5, huge())
+    with pytest.raises(ValueError, match="Soe.kernel needs about"):
+        vort.soe(0.5, 1000, 1e-3).kernel(huge())
+    with pytest.raises(ValueError, match="SharedNodes.weights needs about"):
+        vort.shared_nodes(0.1, 1000, 1e-2).weights(huge(value=0.5))
+    q = huge(8)
+    with pytest.raises(ValueError, match="retention needs about .* GB, more than the"):
+        vort.retention(q, q, q[:, :4], q[:, 0])
+    # the ordinary sizes still run
+    assert vort.gl_weights(0.5, np.ones(1000)).shape == (1000,)
+
+
+@pytest.fixture(scope="module")
+def books_model(tmp_path_factory):
+    torch = pytest.importorskip("torch")  # noqa: F841
+    from vort.torch import VortLM
+
+    path = tmp_path_factory.mktemp("limits") / "books.safetensors"
+    VortLM.from_config(BOOKS_TINY).save_pretrained(path, step=0)
+    return path
+
+
+def test_model_calls_are_sized_before_they_allocate(books_model):
+    m = vort.load(books_model)
+    with pytest.raises(ValueError, match="Model.logits needs about"):
+        m.logits(huge())
+    with pytest.raises(ValueError, match="generate needs about"):
+        m.generate(b"hi", 10**13)
+    # and the model still works after the refusals
+    assert m.logits(np.arange(30) % 256).shape == (30, 256)
+    assert len(m.generate(b"hi", 3, seed=0)) == 3
+
+
+def test_ctrl_c_stops_a_long_generate(books_model):
+    """SIGINT one second into a generate of 10^7 bytes (tens of minutes): it raises
+    KeyboardInterrupt in the caller, and the model is usable afterwards."""
+    script = f"""
+import os, signal, threading, vort
+m = vort.load({str(books_model)!r})
+threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+try:
+    m.generate(b"hi", 10**7)
+    print("finished")
+except KeyboardInterrupt:
+    print("interrupted")
+print(len(m.generate(b"hi", 5, seed=0)))
+"""
+    # the timeout only guards against the old behaviour, a run of tens of minutes
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["interrupted", "5"], p.stdout

@@ -37,6 +37,8 @@ fn _vort(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(train::_task_batch, m)?)?;
     m.add_function(wrap_pyfunction!(train::_decayed_params, m)?)?;
     m.add_function(wrap_pyfunction!(train::_check_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(train::_check_output, m)?)?;
+    m.add_function(wrap_pyfunction!(train::_write_atomic, m)?)?;
     m.add_class::<kernel::PySoe>()?;
     m.add_class::<kernel::PyShared>()?;
     m.add_class::<model::PyModel>()?;

@@ -1,7 +1,7 @@
 //! The hooks of vort.torch and its trainer: a seeded model of a run config, the export
 //! writer, the task's batches and the decayed parameter names.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use candle_nn::VarMap;
@@ -12,7 +12,7 @@ use numpy::{
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::errors::{bytes_of, fits, guarded, input};
+use crate::errors::{bytes_of, fits, guarded, input, Failure};
 use crate::model::PyModel;
 use vort_lab::train::{buffer_vars, trainable_vars, RunConfig, TrainError};
 
@@ -197,5 +197,36 @@ pub(crate) fn _check_memory(py: Python<'_>, config_toml: String) -> PyResult<()>
     guarded(py, move || {
         let cfg = RunConfig::from_toml(&config_toml, "<config>")?;
         Ok(cfg.check_memory(None)?)
+    })
+}
+
+/// An error of the output rule: a refusal (not a regular file: a FIFO, /dev/null, a
+/// directory) is the user's, a ValueError; any other I/O failure is the environment's.
+fn output_error(path: &Path, e: std::io::Error) -> Failure {
+    if vort::fsio::is_refused(&e) {
+        input(format!("{}: {e}", path.display()))
+    } else {
+        Failure::Run(format!("{}: {e}", path.display()))
+    }
+}
+
+/// _check_output(path): the CLI's output rule for a file about to be written
+/// (`vort::fsio::check_output`): a FIFO, a device, a directory or a symlink chain ending in
+/// one is refused (ValueError) before anything is written.
+#[pyfunction]
+pub(crate) fn _check_output(py: Python<'_>, path: PathBuf) -> PyResult<()> {
+    guarded(py, move || {
+        vort::fsio::check_output::<&Path>(&path, &[]).map_err(|e| output_error(&path, e))
+    })
+}
+
+/// _write_atomic(path, data): the CLI's one atomic writer (`vort::fsio::write_atomic`: a
+/// temporary file, fsync, rename over the target, fsync of the directory; a symlink is
+/// followed and kept; a non-regular target is refused, ValueError), for the torch trainer's
+/// files.
+#[pyfunction]
+pub(crate) fn _write_atomic(py: Python<'_>, path: PathBuf, data: Vec<u8>) -> PyResult<()> {
+    guarded(py, move || {
+        vort::fsio::write_atomic(&path, &data).map_err(|e| output_error(&path, e))
     })
 }

@@ -305,3 +305,47 @@ def runs_cfg(d: Path) -> Path:
     cfg = d / "fits.toml"
     cfg.write_text(CONFIG % (2, 8))
     return cfg
+
+
+def test_the_trainer_writes_under_the_cli_output_rule(tmp_path):
+    """Reliability III, G: every file the trainer writes goes through the CLI's writer.
+    Symlinks are followed and kept (they became regular files); a FIFO, a link to /dev/null,
+    or an --out that is a file is refused with exit 2 and one line before anything is written
+    (a FIFO weights file gave a traceback after config.toml, and the directory was stuck)."""
+    cfg = runs_cfg(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "linked"
+    out.mkdir()
+    (out / "metrics.jsonl").symlink_to(elsewhere / "metrics.jsonl")  # dangling: created there
+    (out / "torch_checkpoint.pt").symlink_to(elsewhere / "ck.pt")
+    train(out, cfg, 1)
+    for name in ["metrics.jsonl", "torch_checkpoint.pt"]:
+        assert (out / name).is_symlink(), name
+    assert (elsewhere / "metrics.jsonl").read_text().strip() and (elsewhere / "ck.pt").stat().st_size > 0
+
+    def refused(out: Path, what: str):
+        p = train(out, cfg, 1, check=False)
+        assert p.returncode == 2 and what in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+        return p
+
+    null = tmp_path / "null"
+    null.mkdir()
+    (null / "metrics.jsonl").symlink_to("/dev/null")
+    refused(null, "metrics.jsonl")
+    assert not (null / "config.toml").exists() and Path("/dev/null").is_char_device()
+
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "weights.safetensors")
+    refused(fifo, "weights.safetensors")
+    assert not (fifo / "config.toml").exists()
+    (fifo / "weights.safetensors").unlink()
+    train(fifo, cfg, 1)  # the directory is not stuck
+
+    refused(Path("/dev/null"), "not a directory")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    refused(a_file, "not a directory")
+    assert a_file.read_text() == "x"

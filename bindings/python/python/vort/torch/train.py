@@ -21,10 +21,10 @@ Output (rank 0 only): ``DIR/config.toml`` (the resolved config), ``DIR/weights.s
 (the ``vort export`` format, read by ``vort eval --run DIR`` and ``vort generate --run DIR``
 when the run has no Rust checkpoint), ``DIR/torch_checkpoint.pt`` (parameters, AdamW state and
 step, for ``--resume``), ``DIR/metrics.jsonl`` (one line per logged step: step, loss, lr,
-tokens/s, elapsed seconds). Every file is written atomically (temporary file, fsync,
-``os.replace``, fsync of the directory), at every ``train.checkpoint_every`` steps and at the
-end; ``--resume`` continues from the checkpoint exactly (the data and the learning rate are
-functions of the step). Progress goes to stderr from rank 0 only.
+tokens/s, elapsed seconds). Every file is written by the CLI's atomic writer through the
+bindings (``vort::fsio``: symlinks kept, a FIFO or a device refused), at every
+``train.checkpoint_every`` steps and at the end; ``--resume`` continues from the checkpoint
+exactly (the data and the learning rate are functions of the step). Progress goes to stderr from rank 0 only.
 
 Exit status: 0 done, 2 for a user error (one ``error:`` line), 1 for the environment.
 """
@@ -67,32 +67,14 @@ def learning_rate(step: int, warmup: int, total: int, peak: float, min_ratio: fl
     return peak * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_atomic(path: str, data: bytes) -> None:
-    """Writes ``data`` to ``path`` through a temporary file in the same directory: fsync,
-    ``os.replace``, fsync of the directory (a reader sees the old file or the new one)."""
-    d = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp.{os.getpid()}")
+    """The CLI's one atomic writer, through the bindings (``vort::fsio::write_atomic``): a
+    temporary file, fsync, rename, fsync of the directory; a symlink is followed and kept, and
+    a target that is not a regular file (a FIFO, /dev/null) is refused, exit 2."""
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    _fsync_dir(d)
+        _vort._write_atomic(path, data)
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def save_torch_atomic(obj: Any, path: str) -> None:
@@ -198,7 +180,16 @@ def train(argv: Optional[List[str]] = None) -> int:
 
     out = a.out
     ck_path = os.path.join(out, CHECKPOINT)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UserError(f"--out {out} is not a directory (give a run directory to create or resume)")
     lock = _lock_run(out) if int(os.environ.get("RANK", "0")) == 0 else None  # noqa: F841
+    # the output rule for every file of the run, before anything is read or written: a FIFO
+    # at weights.safetensors blocked, a link to /dev/null was replaced by a regular file
+    for name in (CONFIG, METRICS, CHECKPOINT, WEIGHTS):
+        try:
+            _vort._check_output(os.path.join(out, name))
+        except ValueError as e:
+            raise UserError(f"--out {e}") from None
     if a.resume:
         if not os.path.isfile(ck_path):
             raise UserError(f"--resume: no {CHECKPOINT} in {out} (train it first, without --resume)")

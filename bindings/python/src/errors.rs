@@ -195,3 +195,46 @@ pub(crate) fn fits(what: &str, bytes: f64) -> Res<()> {
 pub(crate) fn bytes_of(n: usize, size: usize) -> f64 {
     n as f64 * size as f64
 }
+
+/// Refuses an array whose rank is not `dims.len()` (ValueError naming `name`, its wanted
+/// dimensions and its shape). Array arguments are taken with any rank and checked here: a
+/// fixed-rank argument raised a two-line TypeError ("dimensionality mismatch"), and a 2-d
+/// array of 10^12 rows given for a 1-d one was copied into a list first, which aborted.
+pub(crate) fn rank(
+    a: &numpy::PyArrayLikeDyn<'_, f64, numpy::AllowTypeChange>,
+    name: &str,
+    dims: &[&str],
+) -> Res<()> {
+    use numpy::PyUntypedArrayMethods as _;
+    if a.ndim() == dims.len() {
+        return Ok(());
+    }
+    Err(input(format!(
+        "{name} must be [{}] ({} dimension{}), not an array of shape {:?}",
+        dims.join(", "),
+        dims.len(),
+        if dims.len() == 1 { "" } else { "s" },
+        a.shape()
+    )))
+}
+
+/// A whole number in [lo, hi] from any Python number (an int, a numpy integer, or a float
+/// with an integral value such as 1e5), else a ValueError naming `name`: where pyo3's own
+/// conversions raised OverflowError for -1 or 2**64 and TypeError for 2.5 (issue #43 I).
+pub(crate) fn whole(x: &Bound<'_, PyAny>, name: &str, lo: i128, hi: i128) -> PyResult<i128> {
+    let v = if let Ok(v) = x.extract::<i128>() {
+        Some(v)
+    } else if let Ok(f) = x.extract::<f64>() {
+        // 2^100 as a float is exact, and out of every range asked for
+        (f.is_finite() && f.fract() == 0.0 && f.abs() < 2f64.powi(100)).then_some(f as i128)
+    } else {
+        None
+    };
+    match v {
+        Some(v) if (lo..=hi).contains(&v) => Ok(v),
+        _ => Err(PyValueError::new_err(format!(
+            "{name} = {} must be a whole number in [{lo}, {hi}]",
+            x.repr().map_or_else(|_| "?".to_string(), |r| r.to_string())
+        ))),
+    }
+}

@@ -7,7 +7,7 @@ use candle_core::{DType, Tensor};
 use candle_nn::VarMap;
 use numpy::ndarray::{Array1, Array2, ArrayD, IxDyn};
 use numpy::{
-    AllowTypeChange, IntoPyArray as _, PyArray1, PyArray2, PyArrayLike1, PyArrayLike2,
+    AllowTypeChange, IntoPyArray as _, PyArray1, PyArray2, PyArrayLikeDyn,
     PyUntypedArrayMethods as _,
 };
 use pyo3::exceptions::PyRuntimeError;
@@ -15,7 +15,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::errors::{
-    bytes_of, check_signals, count, fits, guarded, holding, input, whole_numbers, Failure, Res,
+    bytes_of, check_signals, count, fits, guarded, holding, input, rank, whole, whole_numbers,
+    Failure, Res,
 };
 use crate::kernel::table_dict;
 use crate::retention::{host_f64, to_numpy};
@@ -136,8 +137,9 @@ impl PyModel {
     fn logits<'py>(
         &self,
         py: Python<'py>,
-        tokens: PyArrayLike1<'py, f64, AllowTypeChange>,
+        tokens: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        rank(&tokens, "tokens", &["T"])?;
         let vocab = self.vocab();
         // the tokens, the logits (f32, and the numpy copy), then the model's activations at
         // this length (the CLI's inference estimate): refused before anything is allocated
@@ -185,10 +187,12 @@ impl PyModel {
     fn step<'py>(
         &self,
         py: Python<'py>,
-        token: i64,
+        token: &Bound<'py, PyAny>,
         state: &PyState,
     ) -> PyResult<(Bound<'py, PyArray1<f32>>, PyState)> {
         let vocab = self.vocab();
+        // out of i64 is outside every vocabulary too: check_tokens names it
+        let token = whole(token, "token", i64::MIN.into(), i64::MAX.into())? as i64;
         let model = &self.model;
         let mut st = state.inner.clone();
         let tokens = state.tokens + 1;
@@ -243,23 +247,26 @@ impl PyModel {
         guarded(py, move || Ok(lock(model).set_past_horizon(past)?))
     }
 
-    /// generate(prompt, n, temperature=1.0, seed=0) -> bytes
+    /// generate(prompt, n, temperature=1.0, seed=None) -> bytes (seed None: 0, as the CLI's)
     ///
     /// Samples n bytes after `prompt` from a books model, as `vort generate` does (the same
     /// sampler and seed give the same bytes). The node tables are rebuilt for 2^20 lags for
     /// the stream and restored afterwards.
-    #[pyo3(signature = (prompt, n, temperature = 1.0, seed = 0))]
+    #[pyo3(signature = (prompt, n, temperature = 1.0, seed = None))]
     fn generate<'py>(
         &self,
         py: Python<'py>,
         prompt: &[u8],
-        n: i64,
+        n: &Bound<'py, PyAny>,
         temperature: f64,
-        seed: u64,
+        seed: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        if n < 1 {
+        if whole(n, "n", i128::MIN, i128::MAX).is_ok_and(|n| n < 1) {
             return Err(input("--bytes must be >= 1").into());
         }
+        let n = whole(n, "n", 1, i64::MAX.into())? as i64;
+        // None: seed 0, as `vort generate`
+        let seed = seed.map_or(Ok(0), |s| whole(s, "seed", 0, u64::MAX.into()))? as u64;
         if !(temperature.is_finite() && temperature >= 0.0) {
             return Err(input(format!("--temperature {temperature:?} must be >= 0")).into());
         }
@@ -319,9 +326,10 @@ impl PyModel {
     fn _task_grads<'py>(
         &self,
         py: Python<'py>,
-        tokens: PyArrayLike2<'py, f64, AllowTypeChange>,
-        labels: PyArrayLike2<'py, f64, AllowTypeChange>,
+        tokens: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+        labels: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
     ) -> PyResult<(f64, Bound<'py, PyDict>)> {
+        rank(&tokens, "tokens", &["B", "T"])?;
         let shape = tokens.shape().to_vec();
         if labels.shape() != shape.as_slice() {
             return Err(input(format!(

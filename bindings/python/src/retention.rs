@@ -4,21 +4,20 @@
 use candle_core::{DType, Tensor};
 use numpy::ndarray::{Array2, ArrayD, IxDyn};
 use numpy::{
-    AllowTypeChange, IntoPyArray as _, PyArrayDyn, PyArrayLike1, PyArrayLike2, PyArrayLikeDyn,
-    PyUntypedArrayMethods as _,
+    AllowTypeChange, IntoPyArray as _, PyArrayDyn, PyArrayLikeDyn, PyUntypedArrayMethods as _,
 };
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::errors::{bytes_of, count, fits, guarded, holding, input, Failure, Res};
+use crate::errors::{bytes_of, count, fits, guarded, holding, input, rank, whole, Failure, Res};
 use vort::error::VortError;
 use vort::nodes::NodeMode;
 use vort::retention::checked::{retention_checked, Form, HeadInputs, RetentionOpts};
 use vort::retention::Rates;
 
 /// An array as the CLI's reader hands it over (values as f64, the shape), for `HeadInputs`.
-pub(crate) fn flat2(x: &PyArrayLike2<'_, f64, AllowTypeChange>) -> vort::st::Flat {
+pub(crate) fn flat(x: &PyArrayLikeDyn<'_, f64, AllowTypeChange>) -> vort::st::Flat {
     vort::st::Flat {
         data: x.as_array().iter().copied().collect(),
         shape: x.shape().to_vec(),
@@ -27,33 +26,41 @@ pub(crate) fn flat2(x: &PyArrayLike2<'_, f64, AllowTypeChange>) -> vort::st::Fla
 }
 
 /// retention(phi_q, phi_k, v, alpha, *, form="chunked", memory="shared", delta=0.1,
-/// eps=1e-3, horizon=None, eps_den=1e-6, banks=4, chunk=64) -> numpy.ndarray
+/// eps=1e-3, horizon=None, eps_den=1e-6, banks=None, chunk=None) -> numpy.ndarray
 ///
 /// The layer's retention core on one head, the computation of `vort retention` (the README's
 /// "What `vort retention` computes"): phi_q, phi_k [T, F] (features >= 0), v [T, D], alpha
 /// [T] in [0, 1] -> y [T, D]. float32 for the chunked and fused forms (they compute in f32),
-/// float64 for naive and recurrent. The GIL is released while it runs.
+/// float64 for naive and recurrent. `banks` (None: 4) and `chunk` (None: 64) take any whole
+/// number. The GIL is released while it runs.
 ///
 /// Raises ValueError with the CLI's message for every bad input or option.
 #[pyfunction]
 #[pyo3(signature = (phi_q, phi_k, v, alpha, *, form = "chunked", memory = "shared",
-    delta = 0.1, eps = 1e-3, horizon = None, eps_den = 1e-6, banks = 4, chunk = 64))]
+    delta = 0.1, eps = 1e-3, horizon = None, eps_den = 1e-6, banks = None, chunk = None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn retention<'py>(
     py: Python<'py>,
-    phi_q: PyArrayLike2<'py, f64, AllowTypeChange>,
-    phi_k: PyArrayLike2<'py, f64, AllowTypeChange>,
-    v: PyArrayLike2<'py, f64, AllowTypeChange>,
-    alpha: PyArrayLike1<'py, f64, AllowTypeChange>,
+    phi_q: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+    phi_k: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+    v: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+    alpha: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
     form: &str,
     memory: &str,
     delta: f64,
     eps: f64,
     horizon: Option<&Bound<'py, PyAny>>,
     eps_den: f64,
-    banks: usize,
-    chunk: usize,
+    banks: Option<&Bound<'py, PyAny>>,
+    chunk: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    // None: the defaults (4 banks, chunks of 64); any number else, checked as a whole number
+    let banks = banks.map_or(Ok(4), |b| whole(b, "banks", 0, 1 << 20))? as usize;
+    let chunk = chunk.map_or(Ok(64), |c| whole(c, "chunk", 0, 1 << 31))? as usize;
+    rank(&phi_q, "phi_q", &["T", "F"])?;
+    rank(&phi_k, "phi_k", &["T", "F"])?;
+    rank(&v, "v", &["T", "D"])?;
+    rank(&alpha, "alpha", &["T"])?;
     let form: Form = form.parse().map_err(|e: VortError| Failure::from(e))?;
     let memory: NodeMode = memory.parse().map_err(|e: VortError| Failure::from(e))?;
     // the CLI's own checks (vort-cli's layer.rs), with its words
@@ -84,12 +91,7 @@ pub(crate) fn retention<'py>(
         "retention",
         bytes_of(inputs, 5 * 8) + bytes_of(v.len(), 2 * 8),
     )?;
-    let (q, k, vv) = (flat2(&phi_q), flat2(&phi_k), flat2(&v));
-    let a = vort::st::Flat {
-        data: alpha.as_array().iter().copied().collect(),
-        shape: alpha.shape().to_vec(),
-        dtype: "F64".into(),
-    };
+    let (q, k, vv, a) = (flat(&phi_q), flat(&phi_k), flat(&v), flat(&alpha));
     let (y, t, d) = guarded(py, move || {
         opts.node_spec(1).validate()?;
         let x = HeadInputs::new(q, k, vv, a)?;

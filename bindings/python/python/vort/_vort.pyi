@@ -73,8 +73,8 @@ def retention(
     eps: float = 1e-3,
     horizon: Optional[_Count] = None,
     eps_den: float = 1e-6,
-    banks: int = 4,
-    chunk: int = 64,
+    banks: Optional[int] = None,
+    chunk: Optional[int] = None,
 ) -> npt.NDArray[Any]:
     """y [T, D] of ``vort retention`` on one head (float32 for chunked/fused, float64 else)."""
 
@@ -113,7 +113,7 @@ class Model:
         """Rebuilds the node tables for lags 1..=horizon."""
     def set_past_horizon(self, mode: str, tau: Optional[float] = None) -> None:
         """Past the tables' horizon: "refuse" (default), "soe-tail", or "tempered" (needs tau)."""
-    def generate(self, prompt: bytes, n: int, temperature: float = 1.0, seed: int = 0) -> bytes:
+    def generate(self, prompt: bytes, n: int, temperature: float = 1.0, seed: Optional[int] = None) -> bytes:
         """n bytes sampled after ``prompt`` from a books model (as ``vort generate``)."""
     def _parameters(self) -> dict[str, npt.NDArray[np.float32]]: ...
     def _task_grads(

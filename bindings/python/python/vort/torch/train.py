@@ -9,6 +9,8 @@ through the bindings), ``train.batch_size`` sequences; with W ranks, rank r take
 answer cross-entropy is the mean over every answer of the global batch (each rank's sum is
 divided by the global answer count, times W, so DDP's gradient average is the global mean),
 so W ranks take the steps one process takes on the whole batch, up to float summation order.
+For the same reason ``--resume`` may use another number of ranks than the run started with:
+it lands within rounding of the uninterrupted run (tested: ``tests/test_train.py``).
 
 The optimizer is the Rust trainer's: AdamW (decoupled decay, on the matrices only when
 ``train.decay_matrices_only``; the bigram table at ``bigram_lr_scale`` times the rate), linear

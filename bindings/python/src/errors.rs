@@ -5,7 +5,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use numpy::AllowTypeChange;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use vort::error::VortError;
@@ -95,15 +95,97 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Runs `f` without the GIL and with panics caught: a panic is a `RuntimeError` with the
-/// CLI's wording for an internal error.
+/// CLI's wording for an internal error. On Python's main thread, SIGINT is caught for the
+/// call ([`sigint`]): the computations that check [`vort_math::interrupt`] stop, and the call
+/// raises KeyboardInterrupt.
 pub(crate) fn guarded<T: Send>(py: Python<'_>, f: impl FnOnce() -> Res<T> + Send) -> PyResult<T> {
-    py.detach(|| match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => r.map_err(PyErr::from),
-        Err(p) => Err(PyRuntimeError::new_err(format!(
-            "internal error: {} (please report this)",
-            one_line(&panic_message(p.as_ref()))
-        ))),
+    let main = is_main_thread(py);
+    py.detach(|| {
+        let guard = main.then(sigint::Guard::install);
+        let r = catch_unwind(AssertUnwindSafe(f));
+        drop(guard);
+        if main && vort_math::interrupt::clear() {
+            return Err(PyKeyboardInterrupt::new_err("interrupted"));
+        }
+        match r {
+            Ok(r) => r.map_err(PyErr::from),
+            Err(p) => Err(PyRuntimeError::new_err(format!(
+                "internal error: {} (please report this)",
+                one_line(&panic_message(p.as_ref()))
+            ))),
+        }
     })
+}
+
+/// Whether the caller runs on Python's main thread (the one SIGINT's KeyboardInterrupt is
+/// raised in); false when that cannot be told.
+fn is_main_thread(py: Python<'_>) -> bool {
+    (|| -> PyResult<bool> {
+        let threading = py.import("threading")?;
+        let main = threading.call_method0("main_thread")?;
+        Ok(main.is(&threading.call_method0("current_thread")?))
+    })()
+    .unwrap_or(false)
+}
+
+/// SIGINT during a long call: Python's own handler only sets a flag that the interpreter
+/// reads between bytecodes, which never come while Rust runs. For the call, a handler of
+/// ours requests a stop ([`vort_math::interrupt::request`], one atomic store); Python's is
+/// put back after. Installed only over Python's handler: a SIGINT that is ignored or left at
+/// the default stays so.
+mod sigint {
+    use std::sync::Mutex;
+
+    /// Calls in flight, and the handler to put back when the last one ends.
+    static SAVED: Mutex<(usize, Option<libc::sigaction>)> = Mutex::new((0, None));
+
+    extern "C" fn on_sigint(_: libc::c_int) {
+        vort_math::interrupt::request();
+    }
+
+    /// Our handler while alive (nested and concurrent calls share one installation).
+    pub(super) struct Guard;
+
+    impl Guard {
+        pub(super) fn install() -> Guard {
+            let mut saved = SAVED.lock().unwrap_or_else(|e| e.into_inner());
+            if saved.0 == 0 {
+                // SAFETY: sigaction with zeroed structs filled as POSIX asks; the handler only
+                // stores to an atomic (async-signal-safe).
+                unsafe {
+                    let mut old: libc::sigaction = std::mem::zeroed();
+                    if libc::sigaction(libc::SIGINT, std::ptr::null(), &mut old) == 0
+                        && old.sa_sigaction != libc::SIG_IGN
+                        && old.sa_sigaction != libc::SIG_DFL
+                    {
+                        let mut new: libc::sigaction = std::mem::zeroed();
+                        new.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as usize;
+                        libc::sigemptyset(&mut new.sa_mask);
+                        if libc::sigaction(libc::SIGINT, &new, std::ptr::null_mut()) == 0 {
+                            saved.1 = Some(old);
+                        }
+                    }
+                }
+            }
+            saved.0 += 1;
+            Guard
+        }
+    }
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let mut saved = SAVED.lock().unwrap_or_else(|e| e.into_inner());
+            saved.0 -= 1;
+            if saved.0 == 0 {
+                if let Some(old) = saved.1.take() {
+                    // SAFETY: puts back the handler read in `install`.
+                    unsafe {
+                        libc::sigaction(libc::SIGINT, &old, std::ptr::null_mut());
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `catch_unwind` for the (short) parts that must hold the GIL (building Python objects).

@@ -299,6 +299,11 @@ impl PyModel {
             let r = lab_generate(&mut m, &prompt, &opts, |_| {
                 emitted += 1;
                 if emitted % 64 == 0 {
+                    // the stop our SIGINT handler requests, or (off the main thread, where
+                    // it is not installed) Python's own signal check
+                    if vort::vort_math::interrupt::requested() {
+                        return Err(TrainError::Flag("interrupted".into()));
+                    }
                     if let Err(f) = check_signals() {
                         stop = Some(f);
                         return Err(TrainError::Flag("interrupted".into()));

@@ -72,3 +72,40 @@ print(len(m.generate(b"hi", 5, seed=0)))
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["interrupted", "5"], p.stdout
+
+
+def test_ctrl_c_stops_a_long_node_table_build(books_model):
+    """SIGINT one second into builds that ran for minutes and ignored it (the certified node
+    set at δ = 1e-12, horizon 1e12: 166 s; a model's tables for 10^12 lags): each raises
+    KeyboardInterrupt, the next call works, and Python's own SIGINT handling is back."""
+    script = f"""
+import os, signal, threading, time, vort
+
+def sigint_in(s):
+    threading.Timer(s, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+m = vort.load({str(books_model)!r})
+for name, call in [("shared_nodes", lambda: vort.shared_nodes(1e-12, 1e12, 1e-12)),
+                   ("set_horizon", lambda: m.set_horizon(10**12))]:
+    sigint_in(1.0)
+    try:
+        call()
+        print(name, "finished")
+    except KeyboardInterrupt:
+        print(name, "interrupted")
+print("works", vort.shared_nodes(0.2, 1000, 1e-2).S > 0, len(m.generate(b"hi", 3, seed=0)))
+sigint_in(0.5)
+try:
+    time.sleep(60)
+    print("slept")
+except KeyboardInterrupt:
+    print("python")
+"""
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [
+        "shared_nodes interrupted",
+        "set_horizon interrupted",
+        "works True 3",
+        "python",
+    ], p.stdout

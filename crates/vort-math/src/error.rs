@@ -26,6 +26,10 @@ pub enum MathError {
         eps: f64,
         achieved: f64,
     },
+    /// A stop was requested while the computation ran ([`crate::interrupt`]: Ctrl-C from
+    /// Python); nothing was built.
+    #[error("interrupted")]
+    Interrupted,
 }
 
 /// Checks that `a` is a finite order in [0, 1].

@@ -11,6 +11,7 @@
 
 pub mod error;
 pub mod gl;
+pub mod interrupt;
 pub mod limits;
 pub mod recurrence;
 pub mod rng;

@@ -121,6 +121,7 @@ impl SharedSoe {
         layouts.sort_by_key(|l| (l.len(), std::cmp::Reverse(l.n_trap()), l.gap));
         let mut best = f64::INFINITY;
         for layout in layouts {
+            crate::interrupt::check()?;
             let quick = quick_check_grid(&layout, &grid, eps);
             if quick > eps {
                 best = best.min(quick);

@@ -173,6 +173,7 @@ impl Soe {
         candidates.sort_by_key(|(_, terms)| terms.len());
         let mut best = f64::INFINITY;
         for (h, terms) in candidates {
+            crate::interrupt::check()?;
             let certificate = certify(&terms, alpha, horizon)?;
             if certificate.max_rel_error <= eps {
                 return Ok(Soe {
@@ -497,6 +498,9 @@ pub fn certify(terms: &[SoeTerm], a: f64, t: u64) -> Result<Certificate, MathErr
         .into_par_iter()
         .map(|b| {
             let start = b * block + 1;
+            if crate::interrupt::requested() {
+                return (0.0, start); // never reported: the check below returns the error
+            }
             let end = ((b + 1) * block).min(exhaustive);
             let mut pow: Vec<f64> = terms.iter().map(|s| (-s.u * start as f64).exp()).collect();
             let lam: Vec<f64> = terms.iter().map(SoeTerm::lambda).collect();
@@ -518,6 +522,7 @@ pub fn certify(terms: &[SoeTerm], a: f64, t: u64) -> Result<Certificate, MathErr
             worst
         })
         .reduce(|| (0.0, 1), |x, y| if y.0 > x.0 { y } else { x });
+    crate::interrupt::check()?;
     let mut sampled = 0;
     if t > exhaustive {
         let lags = check_lags(t, exhaustive, CERTIFICATE_SAMPLES_PER_EFOLD);

@@ -88,6 +88,9 @@ pub fn generate(
     // the last one as the first decode step (its logits predict the first new byte)
     let (head, last) = prompt.split_at(prompt.len() - 1);
     for piece in head.chunks(PREFILL_PIECE) {
+        // a stop requested from Python (Ctrl-C) ends a long prefill between pieces
+        vort::vort_math::interrupt::check()
+            .map_err(|e| ModelError::Layer(vort::VortError::from(e)))?;
         let toks: Vec<u32> = piece.iter().map(|&b| u32::from(b)).collect();
         let n = toks.len();
         model.forward_with_state(&Tensor::from_vec(toks, (1, n), &device)?, &mut state)?;

@@ -320,3 +320,18 @@ pub(crate) fn whole(x: &Bound<'_, PyAny>, name: &str, lo: i128, hi: i128) -> PyR
         ))),
     }
 }
+
+/// `x` as float64 of any rank, after refusing complex input (ValueError naming `name`):
+/// numpy's cast dropped the imaginary part with a warning at most (issue #43 J).
+pub(crate) fn real_array<'py>(
+    x: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<numpy::PyArrayLikeDyn<'py, f64, AllowTypeChange>> {
+    let numpy = x.py().import("numpy")?;
+    if numpy.call_method1("iscomplexobj", (x,))?.is_truthy()? {
+        return Err(PyValueError::new_err(format!(
+            "{name} holds complex numbers: give real values"
+        )));
+    }
+    x.extract()
+}

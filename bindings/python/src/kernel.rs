@@ -2,15 +2,14 @@
 //! layer uses them (for vort.torch).
 
 use numpy::ndarray::{Array2, ArrayD, IxDyn};
-use numpy::{
-    AllowTypeChange, IntoPyArray as _, PyArray1, PyArrayDyn, PyArrayLikeDyn,
-    PyUntypedArrayMethods as _,
-};
+use numpy::{IntoPyArray as _, PyArray1, PyArrayDyn, PyUntypedArrayMethods as _};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::errors::{bytes_of, count, fits, guarded, holding, input, whole_numbers, Failure, Res};
+use crate::errors::{
+    bytes_of, count, fits, guarded, holding, input, real_array, whole_numbers, Failure, Res,
+};
 use vort::error::VortError;
 use vort::nodes::{NodeMode, NodeSpec, NodeTable, TableKind};
 use vort_math::shared::SharedSoe;
@@ -27,8 +26,9 @@ use vort_math::{gl, Soe as RustSoe};
 pub(crate) fn gl_weights<'py>(
     py: Python<'py>,
     alpha: f64,
-    lags: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+    lags: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
+    let lags = real_array(lags, "lags")?;
     let shape = lags.shape().to_vec();
     fits("gl_weights", bytes_of(lags.len(), 3 * 8))?;
     let lags: Vec<i64> = whole_numbers(&lags, "lag")?;
@@ -107,8 +107,9 @@ impl PySoe {
     fn kernel<'py>(
         &self,
         py: Python<'py>,
-        lags: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+        lags: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
+        let lags = real_array(lags, "lags")?;
         let shape = lags.shape().to_vec();
         fits("Soe.kernel", bytes_of(lags.len(), 3 * 8))?;
         let mut out = Vec::with_capacity(lags.len());
@@ -195,8 +196,9 @@ impl PyShared {
     fn weights<'py>(
         &self,
         py: Python<'py>,
-        alpha: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+        alpha: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
+        let alpha = real_array(alpha, "alpha")?;
         let mut shape = alpha.shape().to_vec();
         // the orders, then S weights each, as a Vec and as the numpy array
         let per = 8 * (1 + 2 * self.inner.len());

@@ -6,17 +6,14 @@ use std::sync::Mutex;
 use candle_core::{DType, Tensor};
 use candle_nn::VarMap;
 use numpy::ndarray::{Array1, Array2, ArrayD, IxDyn};
-use numpy::{
-    AllowTypeChange, IntoPyArray as _, PyArray1, PyArray2, PyArrayLikeDyn,
-    PyUntypedArrayMethods as _,
-};
+use numpy::{IntoPyArray as _, PyArray1, PyArray2, PyUntypedArrayMethods as _};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::errors::{
-    bytes_of, check_signals, count, fits, guarded, holding, input, rank, whole, whole_numbers,
-    Failure, Res,
+    bytes_of, check_signals, count, fits, guarded, holding, input, rank, real_array, whole,
+    whole_numbers, Failure, Res,
 };
 use crate::kernel::table_dict;
 use crate::retention::{host_f64, to_numpy};
@@ -137,8 +134,9 @@ impl PyModel {
     fn logits<'py>(
         &self,
         py: Python<'py>,
-        tokens: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+        tokens: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let tokens = real_array(tokens, "tokens")?;
         rank(&tokens, "tokens", &["T"])?;
         let vocab = self.vocab();
         // the tokens, the logits (f32, and the numpy copy), then the model's activations at
@@ -331,9 +329,10 @@ impl PyModel {
     fn _task_grads<'py>(
         &self,
         py: Python<'py>,
-        tokens: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
-        labels: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+        tokens: &Bound<'py, PyAny>,
+        labels: &Bound<'py, PyAny>,
     ) -> PyResult<(f64, Bound<'py, PyDict>)> {
+        let (tokens, labels) = (real_array(tokens, "tokens")?, real_array(labels, "labels")?);
         rank(&tokens, "tokens", &["B", "T"])?;
         let shape = tokens.shape().to_vec();
         if labels.shape() != shape.as_slice() {

@@ -10,7 +10,9 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::errors::{bytes_of, count, fits, guarded, holding, input, rank, whole, Failure, Res};
+use crate::errors::{
+    bytes_of, count, fits, guarded, holding, input, rank, real_array, whole, Failure, Res,
+};
 use vort::error::VortError;
 use vort::nodes::NodeMode;
 use vort::retention::checked::{retention_checked, Form, HeadInputs, RetentionOpts};
@@ -41,10 +43,10 @@ pub(crate) fn flat(x: &PyArrayLikeDyn<'_, f64, AllowTypeChange>) -> vort::st::Fl
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn retention<'py>(
     py: Python<'py>,
-    phi_q: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
-    phi_k: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
-    v: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
-    alpha: PyArrayLikeDyn<'py, f64, AllowTypeChange>,
+    phi_q: &Bound<'py, PyAny>,
+    phi_k: &Bound<'py, PyAny>,
+    v: &Bound<'py, PyAny>,
+    alpha: &Bound<'py, PyAny>,
     form: &str,
     memory: &str,
     delta: f64,
@@ -57,6 +59,8 @@ pub(crate) fn retention<'py>(
     // None: the defaults (4 banks, chunks of 64); any number else, checked as a whole number
     let banks = banks.map_or(Ok(4), |b| whole(b, "banks", 0, 1 << 20))? as usize;
     let chunk = chunk.map_or(Ok(64), |c| whole(c, "chunk", 0, 1 << 31))? as usize;
+    let (phi_q, phi_k) = (real_array(phi_q, "phi_q")?, real_array(phi_k, "phi_k")?);
+    let (v, alpha) = (real_array(v, "v")?, real_array(alpha, "alpha")?);
     rank(&phi_q, "phi_q", &["T", "F"])?;
     rank(&phi_k, "phi_k", &["T", "F"])?;
     rank(&v, "v", &["T", "D"])?;

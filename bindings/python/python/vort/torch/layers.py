@@ -18,6 +18,7 @@ from .nodes import NodeWeights
 from .ops import (
     RetentionState,
     _beyond_horizon,
+    _floats,
     _normalise,
     _with_ones,
     retention_core,
@@ -343,6 +344,9 @@ class VortAttention(nn.Module):
     ) -> Tuple[Tensor, Union[RetentionState, KvState]]:
         if hidden_states.dim() != 3 or hidden_states.shape[-1] != self.hidden_size:
             raise ValueError(f"hidden_states {tuple(hidden_states.shape)} must be [B, T, {self.hidden_size}]")
+        _floats(hidden_states=hidden_states, entropy=entropy)
+        if hidden_states.shape[1] == 0:
+            raise ValueError("hidden_states hold no position (T = 0)")
         if entropy is not None and tuple(entropy.shape) != tuple(hidden_states.shape[:2]):
             raise ValueError(f"entropy {tuple(entropy.shape)} must be [B, T] = {tuple(hidden_states.shape[:2])}")
         return self.mix.run(hidden_states, entropy, past_state)

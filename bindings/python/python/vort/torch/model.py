@@ -109,6 +109,8 @@ class VortLM(nn.Module):
     def save_pretrained(self, path: Union[str, "os.PathLike[str]"], step: Optional[int] = None) -> None:
         """Writes the parameters as a ``vort export`` file (float32, with the run config and a
         checksum; atomic), which ``vort eval --run`` and ``vort generate --run`` take."""
+        if not os.fspath(path):
+            raise ValueError("save_pretrained: the path is empty")
         params = {k: v.detach().to("cpu", torch.float32).contiguous().numpy() for k, v in self.named_parameters()}
         _vort._save_export(os.fspath(path), self.config_toml, params, self.steps if step is None else int(step))
 
@@ -145,6 +147,10 @@ class VortLM(nn.Module):
         states are detached, as the Rust model's streams are)."""
         if tokens.dim() != 2:
             raise ValueError(f"tokens {tuple(tokens.shape)} must be [B, T]")
+        if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+            raise ValueError(f"tokens are {tokens.dtype}: token ids are an integer tensor (.long())")
+        if tokens.shape[1] == 0:
+            raise ValueError("tokens hold no position (T = 0)")
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab):
             raise ValueError(f"a token is outside the vocabulary of {self.vocab}")
         b, t = tokens.shape

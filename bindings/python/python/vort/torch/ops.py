@@ -4,6 +4,7 @@ the torch custom op ``vort::fused_chunk``: the chunk form and its state, as in t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Union
 
@@ -140,6 +141,30 @@ def _(q, k, vp, cw, u, chunk):
     return q.new_empty(*q.shape[:-1], vp.shape[-1])
 
 
+def _whole(x: Any, name: str, lo: int = 1) -> int:
+    """An int >= lo (a float with an integral value too), else ValueError: ``chunk=1.5`` was
+    truncated to 1 (issue #43 J)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} = {x!r} must be a whole number >= {lo}")
+    if isinstance(x, (float, np.floating)) and not (math.isfinite(x) and float(x).is_integer()):
+        raise ValueError(f"{name} = {x!r} must be a whole number >= {lo}")
+    if int(x) < lo:
+        raise ValueError(f"{name} = {x!r} must be a whole number >= {lo}")
+    return int(x)
+
+
+def _floats(**tensors: Optional[Tensor]) -> None:
+    """One real floating dtype for every tensor given (None: not given): mixed dtypes, complex
+    numbers or integers gave raw torch errors (issue #43 I)."""
+    dtypes = {n: t.dtype for n, t in tensors.items() if t is not None}
+    for n, dt in dtypes.items():
+        if not dt.is_floating_point:
+            raise ValueError(f"{n} is {dt}: the layer takes real floating tensors")
+    if len(set(dtypes.values())) > 1:
+        kinds = ", ".join(f"{n} {dt}" for n, dt in dtypes.items())
+        raise ValueError(f"the inputs must share one dtype ({kinds}): cast them with .to(dtype)")
+
+
 def _host(x: Tensor) -> np.ndarray:
     return x.detach().cpu().numpy()
 
@@ -220,8 +245,7 @@ class VortRetention(nn.Module):
         if backend not in ("torch", "rust"):
             raise ValueError(f"backend `{backend}` is not one of torch|rust")
         self.backend = backend
-        if chunk < 1:
-            raise ValueError("--chunk must be >= 1")
+        chunk = _whole(chunk, "chunk")
         if table is None:
             table = _vort._node_table(memory, delta, horizon, eps, banks)
         self.nodes = NodeWeights(table)
@@ -247,6 +271,9 @@ class VortRetention(nn.Module):
             raise ValueError(f"v {tuple(v.shape)} must be [{b}, {h}, {t}, D]")
         if tuple(alpha.shape) != (b, h, t):
             raise ValueError(f"alpha {tuple(alpha.shape)} must be [{b}, {h}, {t}]")
+        _floats(phi_q=phi_q, phi_k=phi_k, v=v, alpha=alpha)
+        if t == 0:
+            raise ValueError("the inputs hold no position (T = 0)")
         if state is not None:
             _check_retention_state(state, (b, h, self.nodes.n, phi_q.shape[3], v.shape[3] + 1))
         pos = 0 if state is None else state.pos

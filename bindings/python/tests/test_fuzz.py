@@ -1,7 +1,8 @@
 """The Python entry points under a fuzz (issue #43, 4): fuzz_entry_points.py throws 300
-mutated inputs at each public function in a subprocess; every call returns or raises
-ValueError or RuntimeError (TypeError only for a value of the wrong type), and the interpreter
-never crashes (exit 134 was the old answer to a huge array)."""
+mutated inputs at each public function in a subprocess (60-100 at the model's stateful
+ones); every call returns or raises ValueError or RuntimeError (TypeError only for a value of
+the wrong type), and the interpreter never crashes (exit 134 was the old answer to a huge
+array)."""
 
 import subprocess
 import sys
@@ -21,7 +22,7 @@ def test_every_entry_point_returns_or_raises_a_python_error(tmp_path):
     p = subprocess.run([sys.executable, str(script), str(path), "300"], capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
     lines = p.stdout.splitlines()
-    assert len(lines) == 11 and all("300 calls" in ln for ln in lines), p.stdout
+    assert len(lines) == 11 and all(" calls, " in ln for ln in lines), p.stdout
     # the fuzz reaches the code, not only the argument parsers: some calls of each return
     for ln in lines:
         assert "'returned'" in ln, ln

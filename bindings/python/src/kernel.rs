@@ -28,15 +28,27 @@ pub(crate) fn gl_weights<'py>(
     alpha: f64,
     lags: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
+    at_lags(py, lags, "gl_weights", |j| Ok(gl::weight(alpha, j)?))
+}
+
+/// `f` at every lag of `lags` (whole numbers >= 0, any shape) as float64 of that shape, with
+/// the GIL released while `f` runs; `what` names the call in the size check (the lags, the
+/// values and the numpy array: 3 x 8 bytes a lag, checked before anything is copied).
+fn at_lags<'py>(
+    py: Python<'py>,
+    lags: &Bound<'py, PyAny>,
+    what: &str,
+    f: impl Fn(u64) -> Res<f64> + Send,
+) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
     let lags = real_array(lags, "lags")?;
     let shape = lags.shape().to_vec();
-    fits("gl_weights", bytes_of(lags.len(), 3 * 8))?;
+    fits(what, bytes_of(lags.len(), 3 * 8))?;
     let lags: Vec<i64> = whole_numbers(&lags, "lag")?;
     let w = guarded(py, move || {
         lags.iter()
             .map(|&j| {
                 let j = u64::try_from(j).map_err(|_| input(format!("lag {j} must be >= 0")))?;
-                Ok(gl::weight(alpha, j)?)
+                f(j)
             })
             .collect::<Res<Vec<f64>>>()
     })?;
@@ -109,18 +121,8 @@ impl PySoe {
         py: Python<'py>,
         lags: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
-        let lags = real_array(lags, "lags")?;
-        let shape = lags.shape().to_vec();
-        fits("Soe.kernel", bytes_of(lags.len(), 3 * 8))?;
-        let mut out = Vec::with_capacity(lags.len());
-        for j in whole_numbers(&lags, "lag")? {
-            let j = u64::try_from(j)
-                .map_err(|_| PyValueError::new_err(format!("lag {j} must be >= 0")))?;
-            out.push(self.inner.kernel(j));
-        }
-        let a = ArrayD::from_shape_vec(IxDyn(&shape), out)
-            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-        Ok(a.into_pyarray(py))
+        let inner = &self.inner;
+        at_lags(py, lags, "Soe.kernel", |j| Ok(inner.kernel(j)))
     }
     fn __repr__(&self) -> String {
         format!(

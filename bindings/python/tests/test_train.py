@@ -155,14 +155,20 @@ def test_the_run_directory_scores_the_same_with_vort_eval(runs, cli):
         assert torch.equal(v, state[k]), k
 
 
-def test_a_rank_killed_mid_run_leaves_a_checkpoint_that_resumes(runs):
-    d = runs["dir"]
-    run = d / "crashed"
-    # the last rank dies (SIGKILL) after step 5; checkpoints every 2 steps
+def crashed_run(runs, name: str) -> Path:
+    """A 2-rank run whose last rank dies (SIGKILL) after step 5, checkpointing every 2 steps:
+    its checkpoint is step 4's, the last one before the crash, whole (written atomically)."""
+    run = runs["dir"] / name
     p = train(run, runs["cfg"]["b8"], 2, extra=["--crash-after-step", "5"], check=False)
     assert p.returncode != 0, p.stderr
     step, _ = params(run)
-    assert step == 4, step  # the last one before the crash, whole (written atomically)
+    assert step == 4, step
+    return run
+
+
+def test_a_rank_killed_mid_run_leaves_a_checkpoint_that_resumes(runs):
+    d = runs["dir"]
+    run = crashed_run(runs, "crashed")
     assert not [f for f in os.listdir(run) if ".tmp." in f]
     train(run, runs["cfg"]["b8"], 2, extra=["--resume"])
     s, resumed = params(run)
@@ -181,10 +187,7 @@ def test_a_resume_with_another_world_size_lands_within_rounding(runs):
     which the gradient is summed changes, and the run lands within DDP_RTOL of the
     uninterrupted one (measured 2.4e-7 when the issue was filed)."""
     d = runs["dir"]
-    run = d / "crashed-then-one"
-    p = train(run, runs["cfg"]["b8"], 2, extra=["--crash-after-step", "5"], check=False)
-    assert p.returncode != 0, p.stderr
-    assert params(run)[0] == 4
+    run = crashed_run(runs, "crashed-then-one")
     train(run, runs["cfg"]["b8"], 1, extra=["--resume"])
     s, resumed = params(run)
     _, straight = params(d / "two")

@@ -24,6 +24,9 @@ mod train;
 #[pymodule]
 fn _vort(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // certified node tables are built once per recipe and kept on disk, as the CLI does
+    // (VORT_CACHE_DIR="" turns that off)
+    vort::nodes::cache::use_disk(vort::nodes::cache::default_dir());
     m.add_function(wrap_pyfunction!(kernel::gl_weights, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::soe, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::shared_nodes, m)?)?;

@@ -211,6 +211,10 @@ pub enum BenchCommand {
     /// books-d256) with every mixer: tokens/s, FLOPs per token, MFU against a same-run sgemm,
     /// busy cores and peak memory.
     Train(crate::train_bench::BenchTrainArgs),
+    /// The first byte of `vort generate` from a books model, with the certified node tables
+    /// uncached (every layer builds its own: the baseline), cold (built once), warm on disk
+    /// and warm in the process: medians and ratios against uncached.
+    Generate(crate::generate_bench::BenchGenerateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -259,6 +263,7 @@ pub fn run_bench(cmd: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Layer(a) => a,
         BenchCommand::Stream(a) => return crate::stream::run(a),
         BenchCommand::Train(a) => return crate::train_bench::run(a),
+        BenchCommand::Generate(a) => return crate::generate_bench::run(a),
     };
     let options = LayerBenchOpts {
         plain: a.plain,
@@ -313,9 +318,7 @@ pub fn run_bench(cmd: BenchCommand) -> Result<(), CliError> {
         load_avg_after: vort_cli::bench::load_avg_1min(),
     };
     if let Some(path) = &a.out {
-        let text = serde_json::to_string_pretty(&report)
-            .map_err(|e| CliError::Io(format!("cannot serialise the result: {e}")))?;
-        vort_lab::train::checkpoint::write_atomic(path, (text + "\n").as_bytes())?;
+        crate::output::write_json(path, &report)?;
     }
     if a.json {
         return emit_json(&report);

@@ -12,6 +12,7 @@ mod data;
 mod error;
 mod experiment;
 mod generate;
+mod generate_bench;
 mod kernel;
 mod layer;
 mod output;
@@ -123,6 +124,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return clap_error(e),
     };
+    // certified node tables are built once per recipe and kept (issue #43: generate's first
+    // byte); VORT_CACHE_DIR="" turns the disk copy off
+    vort::nodes::cache::use_disk(vort::nodes::cache::default_dir());
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

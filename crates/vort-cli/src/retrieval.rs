@@ -68,13 +68,7 @@ pub fn run(a: RetrievalArgs) -> Result<(), CliError> {
     }
     crate::experiment::check_trained_path(&a.run, "train one with `vort train --task books`")?;
     if let Some(out) = &a.out {
-        vort::fsio::check_output(out, &vort_lab::train::protected_paths(&a.run)).map_err(|e| {
-            if vort::fsio::is_refused(&e) {
-                CliError::Usage(format!("--out {e}"))
-            } else {
-                CliError::Io(format!("--out {}: {e}", out.display()))
-            }
-        })?;
+        crate::output::check_out_beside_run(out, &a.run)?;
     }
     let trained = eval::Trained::load(&a.run)?;
     let cfg = trained.cfg.clone();

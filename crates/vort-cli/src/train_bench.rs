@@ -4,10 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use vort_cli::bench::train::{bench_train, references, TrainBenchRun};
-use vort_lab::train::checkpoint::write_atomic;
 
 use crate::error::CliError;
-use crate::output::{emit, emit_json};
+use crate::output::{emit, emit_json, write_json};
 
 #[derive(Debug, Args)]
 pub struct BenchTrainArgs {
@@ -61,9 +60,7 @@ pub fn run(a: BenchTrainArgs) -> Result<(), CliError> {
         }
     })?;
     if let Some(path) = &a.out {
-        let text = serde_json::to_string_pretty(&result)
-            .map_err(|e| CliError::Io(format!("cannot serialise the result: {e}")))?;
-        write_atomic(path, (text + "\n").as_bytes())?;
+        write_json(path, &result)?;
     }
     if a.json {
         return emit_json(&result);

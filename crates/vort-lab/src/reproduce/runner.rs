@@ -145,12 +145,14 @@ fn same_config(
 /// cells are their tasks; books names a mixer as its preset does, synthetic by its kind).
 pub fn run_path(cell: &str, mixer: &str, swept_lr: Option<f64>, seed: u64) -> String {
     match swept_lr {
-        Some(lr) => format!(
-            "runs/{cell}/{mixer}/lr{}/seed{seed}",
-            super::recall::lr_label(lr)
-        ),
+        Some(lr) => format!("runs/{cell}/{mixer}/lr{}/seed{seed}", lr_label(lr)),
         None => format!("runs/{cell}/{mixer}/seed{seed}"),
     }
+}
+
+/// A learning rate as run paths and reports name it: two significant digits (`3.0e-3`).
+pub fn lr_label(lr: f64) -> String {
+    format!("{lr:.1e}")
 }
 
 /// How often a call looks again at the runs another process trains.

@@ -40,6 +40,7 @@ mod verdicts;
 use std::path::Path;
 
 pub use super::preset::{CellSpec, MixerSpec, Preset, Role, Section};
+use super::runner::lr_label;
 pub use super::stats::MIN_BIN;
 use super::stats::{pct, sum_rows, wilson};
 pub use lags::paper_lag_number;
@@ -215,10 +216,6 @@ fn cell_row(c: &CellResult) -> String {
         steps.join(", "),
         tps
     )
-}
-
-pub(crate) fn lr_label(lr: f64) -> String {
-    format!("{lr:.1e}")
 }
 
 fn mixer_names(rep: &RecallReport) -> Vec<String> {

@@ -31,6 +31,8 @@ use vort_math::Soe;
 
 use crate::error::{Result, VortError};
 
+pub mod cache;
+
 /// How a VORT node table stores orders (docs/DESIGN.md §2): banks of fixed orders or shared nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -199,7 +201,8 @@ impl NodeTable {
         Self::banks_at(&orders, horizon, eps)
     }
 
-    /// Banks at explicit increasing orders in [0, 1].
+    /// Banks at explicit increasing orders in [0, 1] (each order's SOE from [`cache`] when it
+    /// was built before).
     ///
     /// # Errors
     /// Orders not strictly increasing or outside [0, 1], or an SOE that cannot be certified.
@@ -211,8 +214,8 @@ impl NodeTable {
         }
         let soes: Vec<Soe> = orders
             .iter()
-            .map(|&a| Soe::build(a, horizon, eps))
-            .collect::<std::result::Result<_, _>>()?;
+            .map(|&a| cache::order_soe(a, horizon, eps))
+            .collect::<Result<_>>()?;
         let n: usize = soes.iter().map(|s| s.len()).sum();
         let mut u = Vec::with_capacity(n);
         let mut weights = vec![vec![0.0; n]; orders.len()];
@@ -236,13 +239,13 @@ impl NodeTable {
         })
     }
 
-    /// Shared nodes for orders in [δ, 1] (`SharedSoe::build`).
+    /// Shared nodes for orders in [δ, 1] (`SharedSoe::build`), built once per (δ, horizon,
+    /// eps) in the process and on disk where [`cache::use_disk`] names a directory.
     ///
     /// # Errors
     /// δ outside (0, 1) or a node set that cannot be certified.
     pub fn shared(delta: f64, horizon: u64, eps: f64) -> Result<NodeTable> {
-        let s = SharedSoe::build(delta, horizon, eps)?;
-        Ok(Self::from_shared(&s))
+        cache::shared_table(delta, horizon, eps)
     }
 
     /// Wraps an already built [`SharedSoe`].

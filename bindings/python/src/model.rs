@@ -480,12 +480,8 @@ pub(crate) fn load(py: Python<'_>, path: PathBuf) -> PyResult<PyModel> {
 
 /// The CLI's check of a trained path (`vort eval --run`, `vort generate --run`), same words.
 pub(crate) fn check_trained_path(path: &Path) -> Res<()> {
-    if path.is_file() || path.join("config.toml").is_file() {
-        return Ok(());
-    }
-    Err(input(format!(
-        "{} is neither a run directory (no config.toml) nor a file of `vort export`; train one \
-         with `vort train`",
-        path.display()
-    )))
+    Ok(vort_lab::train::RunDir::check_trained(
+        path,
+        "train one with `vort train`",
+    )?)
 }

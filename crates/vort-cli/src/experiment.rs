@@ -6,7 +6,7 @@ use clap::Args;
 use vort_lab::reproduce::recall::Preset;
 use vort_lab::reproduce::{self, Scale};
 use vort_lab::tasks::TaskKind;
-use vort_lab::train::{self, RunConfig, TrainError, CONFIG_FILE};
+use vort_lab::train::{self, RunConfig, RunDir, TrainError, CONFIG_FILE};
 
 use crate::args::parse_count;
 use crate::error::CliError;
@@ -147,14 +147,15 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
                 given.join(", ")
             )));
         }
-        if !dir.join(CONFIG_FILE).is_file() {
+        let saved_path = RunDir::new(&dir).config_path();
+        if !saved_path.is_file() {
             return Err(CliError::Usage(format!(
                 "nothing to resume in {} (no {CONFIG_FILE})",
                 dir.display()
             )));
         }
         // The saved config is the run's identity: the flags given must name the same run.
-        let mut saved = RunConfig::load(&dir.join(CONFIG_FILE))?;
+        let mut saved = RunConfig::load(&saved_path)?;
         let task = a.task.unwrap_or(saved.task.kind);
         let mixer = a.mixer.unwrap_or(saved.model.mixer.kind());
         if saved.task.kind != task || saved.model.mixer.kind() != mixer {
@@ -292,16 +293,10 @@ pub struct EvalArgs {
     json: bool,
 }
 
-/// Refuses (exit 2) a path that is neither a run directory nor a file of `vort export`;
-/// `hint` ends the message (what to do instead).
+/// Refuses (exit 2) a path that is neither a run directory nor a file of `vort export`
+/// ([`RunDir::check_trained`]); `hint` ends the message (what to do instead).
 pub fn check_trained_path(path: &Path, hint: &str) -> Result<(), CliError> {
-    if path.is_file() || path.join(CONFIG_FILE).is_file() {
-        return Ok(());
-    }
-    Err(CliError::Usage(format!(
-        "{} is neither a run directory (no {CONFIG_FILE}) nor a file of `vort export`; {hint}",
-        path.display()
-    )))
+    Ok(RunDir::check_trained(path, hint)?)
 }
 
 pub fn run_eval(a: EvalArgs) -> Result<(), CliError> {
@@ -329,7 +324,7 @@ pub struct ExportArgs {
 }
 
 pub fn run_export(a: ExportArgs) -> Result<(), CliError> {
-    if !a.run.join(CONFIG_FILE).is_file() {
+    if !RunDir::new(&a.run).config_path().is_file() {
         return Err(CliError::Usage(format!(
             "{} is not a run directory (no {CONFIG_FILE}); train one with `vort train`",
             a.run.display()

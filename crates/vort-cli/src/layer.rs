@@ -94,7 +94,8 @@ fn model_opts(path: &Path, form: Form) -> Result<RetentionOpts, CliError> {
     // a run directory's mixer first, from its config.toml alone: a run of another mixer is
     // refused as such before its checkpoint is read
     if path.is_dir() {
-        let cfg = vort_lab::train::RunConfig::load(&path.join(vort_lab::train::CONFIG_FILE))?;
+        let cfg =
+            vort_lab::train::RunConfig::load(&vort_lab::train::RunDir::new(path).config_path())?;
         if !matches!(cfg.model.mixer, Mixer::Vort { .. }) {
             return Err(not_vort(&cfg.model.mixer));
         }

@@ -10,10 +10,7 @@ use candle_core::{DType, Device, Tensor, D};
 use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
-use super::{
-    checkpoint, marks_tensor, tokens_tensor, RunConfig, TrainError, CHECKPOINT_FILE, CONFIG_FILE,
-    EVAL_FILE,
-};
+use super::{checkpoint, marks_tensor, tokens_tensor, RunConfig, RunDir, TrainError};
 use crate::tasks::{bucket_in, Source, Stream};
 use vort::model::Model;
 
@@ -572,7 +569,7 @@ pub fn run(model_path: &Path) -> Result<EvalResult, TrainError> {
     let source = Source::open(&cfg.task)?;
     let res = evaluate(&model, &source, &cfg, step, &super::device())?;
     if model_path.is_dir() {
-        write(&res, &model_path.join(EVAL_FILE))?;
+        write(&res, &RunDir::new(model_path).eval_path())?;
     }
     Ok(res)
 }
@@ -677,8 +674,8 @@ pub fn inference_checkpoint(
     if path.is_file() {
         return Ok((checkpoint::Checkpoint::load(path)?, path.to_path_buf()));
     }
-    let ck_path = path.join(CHECKPOINT_FILE);
-    let w_path = path.join(super::WEIGHTS_FILE);
+    let dir = RunDir::new(path);
+    let (ck_path, w_path) = (dir.checkpoint_path(), dir.weights_path());
     let path = if !ck_path.exists() && w_path.exists() {
         w_path
     } else {
@@ -699,7 +696,7 @@ fn inference_config(path: &Path, ck: &checkpoint::Checkpoint) -> Result<RunConfi
             &format!("{} (metadata `config`)", path.display()),
         )
     } else {
-        RunConfig::load(&path.join(CONFIG_FILE))
+        RunConfig::load(&RunDir::new(path).config_path())
     }
 }
 

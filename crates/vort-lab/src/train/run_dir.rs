@@ -70,6 +70,22 @@ impl RunDir {
         &self.path
     }
 
+    /// Refuses a path that is neither a run directory (it has `config.toml`) nor a file (`vort
+    /// export`'s weights, or a checkpoint): the check of every command and call that reads a
+    /// trained model, before anything is opened. `hint` ends the message (what to do instead).
+    ///
+    /// # Errors
+    /// [`TrainError::Flag`] (the user's to fix) naming the path.
+    pub fn check_trained(path: &Path, hint: &str) -> Result<(), TrainError> {
+        if path.is_file() || RunDir::new(path).config_path().is_file() {
+            return Ok(());
+        }
+        Err(TrainError::Flag(format!(
+            "{} is neither a run directory (no {CONFIG_FILE}) nor a file of `vort export`; {hint}",
+            path.display()
+        )))
+    }
+
     /// `config.toml`.
     pub fn config_path(&self) -> PathBuf {
         self.path.join(CONFIG_FILE)

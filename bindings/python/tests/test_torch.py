@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import vort  # noqa: E402
-from vort.torch import VortLM, VortRetention  # noqa: E402
+from vort.torch import MixerConfig, VortConfig, VortLM, VortRetention  # noqa: E402
 
 
 def inputs(b, h, t, f, d, seed=0, dtype=torch.float64):
@@ -130,7 +130,7 @@ def test_vortlm_from_pretrained_equals_the_rust_model(runs, name):
     # parameters the logits do not depend on: the bigram table (its entropy is a
     # stop-gradient; the Rust trainer fits it by its own loss), and the router terms a
     # routing turns off (entity-only: b; entropy-only: the probe and a)
-    routing = lm.config["model"]["mixer"].get("routing")
+    routing = lm.model_config.mixer.routing
     unused = {"bigram"}
     unused |= {f"blocks.{i}.mix.router.b" for i in range(2)} if routing == "entity-only" else set()
     if routing == "entropy-only":
@@ -347,29 +347,30 @@ def test_vort_attention_is_vortlms_layer(runs, name):
     (FAVOR+ projection, node tables) are in state_dict."""
     run = runs(name)
     lm = VortLM.from_pretrained(run)
-    mc = lm.config["model"]
+    mc = lm.model_config
     layer = VortAttention(
-        mc["d_model"],
-        mc["heads"],
-        mc["head_dim"],
-        mixer=mc["mixer"],
-        features=mc["features"],
-        feature_map=mc["feature_map"],
+        mc.d_model,
+        mc.heads,
+        mc.head_dim,
+        mixer=mc.mixer,
+        features=mc.features,
+        feature_map=mc.feature_map,
         max_len=lm.config["task"]["seq_len"],
-        chunk=mc["chunk"],
-        eps_den=mc["eps_den"],
-        qk_scale_init=mc["qk_scale_init"],
+        chunk=mc.chunk,
+        eps_den=mc.eps_den,
+        qk_scale_init=mc.qk_scale_init,
         seed=lm.config["seed"],
     )
+    assert layer.config.mixer == mc.mixer
     theirs = lm.blocks[0].mix
     buffers = {k for k, _ in layer.named_buffers()}
-    if mc["feature_map"] == "favor" and mc["mixer"]["kind"] != "softmax":
+    if mc.feature_map == "favor" and mc.mixer.kind != "softmax":
         assert "mix.features.omega_t" in buffers
-    if mc["mixer"]["kind"] in ("vort", "power-law"):
+    if mc.mixer.kind in ("vort", "power-law"):
         assert "mix.nodes.u" in buffers
     assert set(layer.mix.state_dict()) == set(theirs.state_dict())
     layer.mix.load_state_dict(theirs.state_dict())
-    x = hidden(2, 19, mc["d_model"], seed=1).requires_grad_()
+    x = hidden(2, 19, mc.d_model, seed=1).requires_grad_()
     ent = torch.rand(2, 19, generator=torch.Generator().manual_seed(2))
     y, _ = layer(x, entropy=ent)
     want = theirs(x, ent)
@@ -377,6 +378,71 @@ def test_vort_attention_is_vortlms_layer(runs, name):
     (gx,) = torch.autograd.grad((y * y).sum(), x)
     (wx,) = torch.autograd.grad((want * want).sum(), x)
     assert torch.equal(gx, wx)
+    # the same layer from the mixer's table as a dict: the same parameters and buffers
+    same = VortAttention(
+        mc.d_model,
+        mc.heads,
+        mc.head_dim,
+        mixer=mc.mixer.to_dict(),
+        features=mc.features,
+        feature_map=mc.feature_map,
+        max_len=lm.config["task"]["seq_len"],
+        chunk=mc.chunk,
+        eps_den=mc.eps_den,
+        qk_scale_init=mc.qk_scale_init,
+        seed=lm.config["seed"],
+    )
+    fresh = VortAttention(
+        mc.d_model,
+        mc.heads,
+        mc.head_dim,
+        mixer=mc.mixer,
+        features=mc.features,
+        feature_map=mc.feature_map,
+        max_len=lm.config["task"]["seq_len"],
+        chunk=mc.chunk,
+        eps_den=mc.eps_den,
+        qk_scale_init=mc.qk_scale_init,
+        seed=lm.config["seed"],
+    )
+    for (ka, a), (kb, b) in zip(same.state_dict().items(), fresh.state_dict().items()):
+        assert ka == kb and torch.equal(a, b), ka
+
+
+@pytest.mark.parametrize(
+    "name", ["vort-shared-full", "vort-learned", "power-law-taylor", "exponential", "softmax-window"]
+)
+def test_the_typed_config_reads_and_writes_the_rust_tables(runs, name):
+    """VortConfig.from_dict of a run's [model] table writes back the same table (to_dict),
+    field for field, and VortLM carries it typed."""
+    lm = VortLM.from_pretrained(runs(name))
+    table = lm.config["model"]
+    typed = VortConfig.from_dict(table)
+    assert typed == lm.model_config
+    assert typed.to_dict() == table
+    assert MixerConfig.from_dict(table["mixer"]) == typed.mixer
+
+
+def test_the_typed_config_refuses_what_rust_would_not_read():
+    """A misspelt or foreign setting, a wrong type or an unknown kind is a ValueError naming
+    it, where a dict would have been passed on and ignored."""
+    cases = [
+        (lambda: MixerConfig.from_dict({"kind": "exponential", "alpha": 0.5}), "alpha"),
+        (lambda: MixerConfig.from_dict({"kind": "power-law", "routing": "full"}), "routing"),
+        (lambda: MixerConfig.from_dict({"kind": "vort", "nodes": {"delt": 0.1}}), "delt"),
+        (lambda: MixerConfig.from_dict({"kind": "mixture", "m": 2.5}), "whole number"),
+        (lambda: MixerConfig.from_dict({"kind": "softmax", "window": "8"}), "number"),
+        (lambda: MixerConfig.from_dict({"kind": "gru"}), "gru"),
+        (lambda: MixerConfig(kind="gru"), "gru"),
+        (lambda: VortConfig.from_dict({"d_model": 64, "dmodel": 3}), "dmodel"),
+        (lambda: VortConfig.from_dict({"token_shift": 1}), "true or false"),
+        (lambda: VortAttention(32, 4, mixer={"kind": "power-law", "alpah": 0.5}), "alpah"),
+    ]
+    for make, word in cases:
+        with pytest.raises(ValueError, match=word):
+            make()
+    assert VortConfig.from_dict({"head_dim": 16.0}).head_dim == 16
+    assert MixerConfig.from_dict("softmax") == MixerConfig(kind="softmax")
 
 
 def test_vort_attention_starts_from_the_rust_init_and_drops_into_a_torch_model():
@@ -431,7 +497,7 @@ def test_vort_attention_refuses_bad_input():
         layer(torch.zeros(1, 33, 16))
     with pytest.raises(ValueError, match="multiple of num_heads"):
         VortAttention(15, 2)
-    with pytest.raises(ValueError, match="unknown variant"):
+    with pytest.raises(ValueError, match="mixer kind `lstm` is not one of"):
         VortAttention(16, 2, mixer="lstm")
     with pytest.raises(ValueError, match="softmax KV cache"):
         _, kv = VortAttention(16, 2, mixer="softmax")(torch.zeros(1, 4, 16))

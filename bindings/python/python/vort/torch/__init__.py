@@ -14,6 +14,7 @@ at once, across chunks the state G [B, H, N, F, D+1] carried by one recurrence p
     y       = o[..., :D] / (o[..., D] + eps_den)
 """
 
+from .config import MixerConfig, NodeConfig, VortConfig
 from .layers import KvState, VortAttention
 from .model import LMState, VortLM
 from .nodes import NodeWeights
@@ -22,9 +23,12 @@ from .ops import RetentionState, VortRetention, fused_chunk, retention_core
 __all__ = [
     "KvState",
     "LMState",
+    "MixerConfig",
+    "NodeConfig",
     "NodeWeights",
     "RetentionState",
     "VortAttention",
+    "VortConfig",
     "VortLM",
     "VortRetention",
     "fused_chunk",

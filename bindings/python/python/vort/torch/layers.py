@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import _vort
+from .config import MixerConfig, VortConfig
 from .nodes import NodeWeights
 from .ops import (
     RetentionState,
@@ -123,11 +124,12 @@ class _Mixer(nn.Module):
 
     rates: Tensor  # buffer: the fixed rates of the retnet and mixture baselines
 
-    def __init__(self, mc: Dict[str, Any], mixer: Dict[str, Any], buf: Dict[str, Any]):
+    def __init__(self, mc: VortConfig, buf: Dict[str, Any]):
         super().__init__()
-        dm, h, dh = mc["d_model"], mc["heads"], mc["head_dim"]
-        self.h, self.dh, self.chunk, self.eps_den = h, dh, mc["chunk"], mc["eps_den"]
-        self.kind = mixer["kind"]
+        mixer = mc.mixer
+        dm, h, dh = mc.d_model, mc.heads, mc.head_dim
+        self.h, self.dh, self.chunk, self.eps_den = h, dh, mc.chunk, mc.eps_den
+        self.kind = mixer.kind
         self.wq = nn.Parameter(torch.zeros(dm, h * dh))
         self.wk = nn.Parameter(torch.zeros(dm, h * dh))
         self.wv = nn.Parameter(torch.zeros(dm, h * dh))
@@ -142,7 +144,7 @@ class _Mixer(nn.Module):
             self.features = _Features(buf["feature_map"], dh, buf.get("projection"))
         if self.kind == "vort":
             self.nodes = NodeWeights(buf["tables"][0])
-            routing = mixer.get("routing", "full")
+            routing = mixer.routing
             if isinstance(routing, dict) and "oracle" in routing:
                 raise ValueError(
                     "oracle routing reads the task's memorable marks at every token; the torch "
@@ -151,18 +153,18 @@ class _Mixer(nn.Module):
             if isinstance(routing, dict):
                 self.fixed_alpha = float(routing["fixed"]["alpha"])
             else:
-                self.router = _Router(dm, h, float(mixer["nodes"]["delta"]), routing)
+                self.router = _Router(dm, h, float(mixer.nodes.delta), routing)
         elif self.kind == "power-law":
             self.nodes = NodeWeights(buf["tables"][0])
-            self.fixed_alpha = float(mixer["alpha"])
+            self.fixed_alpha = float(mixer.alpha)
         elif self.kind == "exponential":
             self.decay_rho = nn.Parameter(torch.zeros(h, 1))
         elif self.kind in ("retnet", "mixture"):
             self.register_buffer("rates", torch.tensor(buf["fixed_rates"], dtype=torch.float64))
             if self.kind == "mixture":
-                self.mix_logits = nn.Parameter(torch.zeros(h, int(mixer["m"])))
+                self.mix_logits = nn.Parameter(torch.zeros(h, int(mixer.m)))
         elif self.kind == "softmax":
-            self.window = int(mixer.get("window", 0))
+            self.window = int(mixer.window)
         else:
             raise ValueError(
                 f"mixer `{self.kind}` is not supported by vort.torch (expected "
@@ -275,11 +277,12 @@ class VortAttention(nn.Module):
     parameters are ``Block::init``'s from ``seed``, the node tables those the Rust layer
     certifies on lags up to ``max_len`` (where the mixer's horizon is 0).
 
-    mixer: a kind (vort|power-law|exponential|retnet|mixture|softmax) or the ``[model.mixer]``
-    table as a dict, e.g. ``{"kind": "vort", "routing": "entity-only", "nodes": {"mode":
-    "shared", "banks": 4, "delta": 0.1, "horizon": 0, "eps": 1e-3}}``; a plain "vort" routes
-    by the entity probe only (no entropy signal needed). entropy [B, T] in [0, 1] (the
-    routings that read it; None: 0).
+    mixer: a kind (vort|power-law|exponential|retnet|mixture|softmax), a ``MixerConfig``, or
+    the ``[model.mixer]`` table as a dict, e.g. ``{"kind": "vort", "routing": "entity-only",
+    "nodes": {"mode": "shared", "banks": 4, "delta": 0.1, "horizon": 0, "eps": 1e-3}}``; a
+    plain "vort" (or ``{"kind": "vort"}``) routes by the entity probe only (no entropy signal
+    needed). entropy [B, T] in [0, 1] (the routings that read it; None: 0). ``config`` is the
+    layer's ``VortConfig`` (one block, no MLP, no token shift, no convolution).
     """
 
     def __init__(
@@ -288,7 +291,7 @@ class VortAttention(nn.Module):
         num_heads: int,
         head_dim: Optional[int] = None,
         *,
-        mixer: Union[str, Dict[str, Any]] = "vort",
+        mixer: Union[str, MixerConfig, Dict[str, Any]] = "vort",
         features: int = 32,
         feature_map: str = "favor",
         max_len: int = 4096,
@@ -302,10 +305,13 @@ class VortAttention(nn.Module):
             if num_heads < 1 or hidden_size % num_heads:
                 raise ValueError(f"hidden_size {hidden_size} is not a multiple of num_heads {num_heads}: give head_dim")
             head_dim = hidden_size // num_heads
-        table = {"kind": mixer} if isinstance(mixer, str) else dict(mixer)
-        if table == {"kind": "vort"}:
-            table["routing"] = "entity-only"
-        mixer_toml = "\n".join(f"{k} = {_toml_value(v)}" for k, v in table.items())
+        if isinstance(mixer, MixerConfig):
+            chosen = mixer
+        elif mixer == "vort" or (isinstance(mixer, dict) and mixer == {"kind": "vort"}):
+            chosen = MixerConfig(kind="vort", routing="entity-only")
+        else:
+            chosen = MixerConfig.from_dict(mixer)
+        mixer_toml = "\n".join(f"{k} = {_toml_value(v)}" for k, v in chosen.to_dict().items())
         # a one-block model of the Rust core; only its block is kept (the task section sets
         # the length the node tables are certified to, nothing else)
         text = (
@@ -318,9 +324,8 @@ class VortAttention(nn.Module):
             f"eps_den = {float(eps_den)!r}\n\n[model.mixer]\n{mixer_toml}\n"
         )
         rust = _vort._init(text)
-        config = json.loads(rust.config_json)
-        self.config = config["model"]
-        self.mix = _Mixer(self.config, self.config["mixer"], rust._buffers()[0])
+        self.config = VortConfig.from_dict(json.loads(rust.config_json)["model"])
+        self.mix = _Mixer(self.config, rust._buffers()[0])
         prefix = "blocks.0.mix."
         params = {k[len(prefix) :]: v for k, v in rust._parameters().items() if k.startswith(prefix)}
         mine = dict(self.mix.named_parameters())

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import _vort
+from .config import VortConfig
 from .layers import _gelu, _Mixer, _rms_norm, _short_conv
 
 
@@ -39,15 +40,15 @@ class _Layer(nn.Module):
     conv: Optional[nn.Parameter]
     mlp: Optional[_Mlp]
 
-    def __init__(self, mc: Dict[str, Any], buf: Dict[str, Any]):
+    def __init__(self, mc: VortConfig, buf: Dict[str, Any]):
         super().__init__()
-        dm = mc["d_model"]
-        self.mix = _Mixer(mc, mc["mixer"], buf)
+        dm = mc.d_model
+        self.mix = _Mixer(mc, buf)
         self.norm1 = nn.Parameter(torch.ones(dm))
-        self.conv = nn.Parameter(torch.zeros(mc["short_conv"], dm)) if mc["short_conv"] > 0 else None
-        if mc["mlp_mult"] > 0:
+        self.conv = nn.Parameter(torch.zeros(mc.short_conv, dm)) if mc.short_conv > 0 else None
+        if mc.mlp_mult > 0:
             self.norm2 = nn.Parameter(torch.ones(dm))
-            self.mlp = _Mlp(dm, mc["mlp_mult"] * dm)
+            self.mlp = _Mlp(dm, mc.mlp_mult * dm)
         else:
             self.mlp = None
 
@@ -69,18 +70,17 @@ class VortLM(nn.Module):
 
     def __init__(self, config: Dict[str, Any], buffers: List[Dict[str, Any]], vocab: int):
         super().__init__()
-        mc = config["model"]
-        self.config = config
-        dm = mc["d_model"]
+        self.config = config  # the whole run config (task, model, train), as parsed from JSON
+        self.model_config = mc = VortConfig.from_dict(config["model"])
+        dm = mc.d_model
         self.vocab, self.d_model = vocab, dm
         self.emb = nn.Parameter(torch.zeros(vocab, dm))
-        self.prev_emb = nn.Parameter(torch.zeros(vocab, dm)) if mc["token_shift"] else None
-        mixer = mc["mixer"]
-        routing = mixer.get("routing", "full") if mixer["kind"] == "vort" else None
+        self.prev_emb = nn.Parameter(torch.zeros(vocab, dm)) if mc.token_shift else None
+        routing = mc.mixer.routing if mc.mixer.kind == "vort" else None
         uses_entropy = routing in ("full", "entropy-only")
         self.bigram = nn.Parameter(torch.zeros(vocab, vocab)) if uses_entropy else None
-        if len(buffers) != mc["layers"]:
-            raise ValueError(f"{len(buffers)} block buffers for {mc['layers']} layers")
+        if len(buffers) != mc.layers:
+            raise ValueError(f"{len(buffers)} block buffers for {mc.layers} layers")
         self.blocks = nn.ModuleList(_Layer(mc, buf) for buf in buffers)
         self.norm_f = nn.Parameter(torch.ones(dm))
         self.head = nn.Parameter(torch.zeros(dm, vocab))

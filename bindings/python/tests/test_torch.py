@@ -338,6 +338,24 @@ def test_vort_attention_streams_in_pieces_like_one_call(mixer):
     assert whole.shape == (2, 37, 16)
 
 
+def _layer_of(lm, mixer):
+    """A VortAttention with the settings of `lm`'s layers and the given mixer."""
+    mc = lm.model_config
+    return VortAttention(
+        mc.d_model,
+        mc.heads,
+        mc.head_dim,
+        mixer=mixer,
+        features=mc.features,
+        feature_map=mc.feature_map,
+        max_len=lm.config["task"]["seq_len"],
+        chunk=mc.chunk,
+        eps_den=mc.eps_den,
+        qk_scale_init=mc.qk_scale_init,
+        seed=lm.config["seed"],
+    )
+
+
 @pytest.mark.parametrize(
     "name", ["vort-shared-full", "vort-learned", "power-law-taylor", "exponential", "softmax-window"]
 )
@@ -348,19 +366,7 @@ def test_vort_attention_is_vortlms_layer(runs, name):
     run = runs(name)
     lm = VortLM.from_pretrained(run)
     mc = lm.model_config
-    layer = VortAttention(
-        mc.d_model,
-        mc.heads,
-        mc.head_dim,
-        mixer=mc.mixer,
-        features=mc.features,
-        feature_map=mc.feature_map,
-        max_len=lm.config["task"]["seq_len"],
-        chunk=mc.chunk,
-        eps_den=mc.eps_den,
-        qk_scale_init=mc.qk_scale_init,
-        seed=lm.config["seed"],
-    )
+    layer = _layer_of(lm, mc.mixer)
     assert layer.config.mixer == mc.mixer
     theirs = lm.blocks[0].mix
     buffers = {k for k, _ in layer.named_buffers()}
@@ -379,32 +385,8 @@ def test_vort_attention_is_vortlms_layer(runs, name):
     (wx,) = torch.autograd.grad((want * want).sum(), x)
     assert torch.equal(gx, wx)
     # the same layer from the mixer's table as a dict: the same parameters and buffers
-    same = VortAttention(
-        mc.d_model,
-        mc.heads,
-        mc.head_dim,
-        mixer=mc.mixer.to_dict(),
-        features=mc.features,
-        feature_map=mc.feature_map,
-        max_len=lm.config["task"]["seq_len"],
-        chunk=mc.chunk,
-        eps_den=mc.eps_den,
-        qk_scale_init=mc.qk_scale_init,
-        seed=lm.config["seed"],
-    )
-    fresh = VortAttention(
-        mc.d_model,
-        mc.heads,
-        mc.head_dim,
-        mixer=mc.mixer,
-        features=mc.features,
-        feature_map=mc.feature_map,
-        max_len=lm.config["task"]["seq_len"],
-        chunk=mc.chunk,
-        eps_den=mc.eps_den,
-        qk_scale_init=mc.qk_scale_init,
-        seed=lm.config["seed"],
-    )
+    same = _layer_of(lm, mc.mixer.to_dict())
+    fresh = _layer_of(lm, mc.mixer)
     for (ka, a), (kb, b) in zip(same.state_dict().items(), fresh.state_dict().items()):
         assert ka == kb and torch.equal(a, b), ka
 

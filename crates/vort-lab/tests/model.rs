@@ -301,6 +301,59 @@ fn step_by_step_decoding_equals_one_pass() {
     );
 }
 
+/// `Model::decode` runs B streams at once: each row's logits are those of its own batch-1
+/// stream (`step`), for every mixer kind, and its refusals are typed.
+#[test]
+fn batched_decode_is_each_stream_on_its_own() {
+    let dev = Device::Cpu;
+    let t = 13;
+    let rows = 3;
+    let seq = |r: usize| -> Vec<u32> { (0..t).map(|i| ((i * (r + 2) + r) % 11) as u32).collect() };
+    for kind in vort_lab::reproduce::KINDS {
+        let vm = VarMap::new();
+        let m = Model::seeded(&Config::new(cfg(kind), 11, t), 2, &vm, &dev).unwrap();
+        // the B = 3 streams together, after a batched prefill of their first 5 tokens
+        let prefix: Vec<u32> = (0..rows).flat_map(|r| seq(r)[..5].to_vec()).collect();
+        let mut st = m.new_state();
+        m.forward_with_state(&Tensor::from_vec(prefix, (rows, 5), &dev).unwrap(), &mut st)
+            .unwrap();
+        let mut together = Vec::new();
+        for i in 5..t {
+            let col: Vec<u32> = (0..rows).map(|r| seq(r)[i]).collect();
+            let logits = m.decode(&Tensor::from_vec(col, rows, &dev).unwrap(), &mut st);
+            let logits = logits.unwrap();
+            assert_eq!(logits.dims(), [rows, 11], "{kind}");
+            together.push(logits);
+        }
+        // each stream alone, at batch 1
+        for r in 0..rows {
+            let mut one = m.new_state();
+            let head = Tensor::from_vec(seq(r)[..5].to_vec(), (1, 5), &dev).unwrap();
+            m.forward_with_state(&head, &mut one).unwrap();
+            for (k, i) in (5..t).enumerate() {
+                let alone = m.step(seq(r)[i], &mut one).unwrap();
+                let got = together[k].get(r).unwrap();
+                let err = rel_rms(&got, &alone);
+                // the same recurrence per row; only the products' blocking may differ
+                assert!(err < 1e-6, "{kind} row {r} position {i}: rel-RMS {err:.2e}");
+            }
+        }
+        let bad = [
+            Tensor::from_vec(vec![1u32, 2], (1, 2), &dev).unwrap(),
+            Tensor::from_vec(vec![1f32, 2., 3.], 3, &dev).unwrap(),
+            Tensor::from_vec(vec![1u32, 11, 2], 3, &dev).unwrap(),
+            Tensor::from_vec(vec![1u32, 2], 2, &dev).unwrap(),
+        ];
+        for tokens in &bad {
+            let e = m.decode(tokens, &mut st).unwrap_err().to_string();
+            assert!(
+                e.contains("[B]") || e.contains("vocabulary") || e.contains("batch"),
+                "{kind}: {e}"
+            );
+        }
+    }
+}
+
 /// A stream longer than the memory's certified horizon is refused before anything is scored;
 /// after `set_horizon` the same model streams it, with identical scores on the prefix.
 #[test]

@@ -53,6 +53,10 @@
 //! # }
 //! ```
 //!
+//! Streaming: [`Model::forward_with_state`] continues B streams by a piece each (a prompt's
+//! prefill), [`Model::decode`] by one token each (tokens `[B]` -> logits `[B, V]`), both through
+//! the same [`model::ModelState`]; [`Model::step`] is decode at batch 1.
+//!
 //! Devices: the fused ops ([`ops`], the fused retention) have CPU kernels only; on any other
 //! candle device (CUDA, Metal) every one falls back to its plain candle twin
 //! ([`ops::fused_on`]), which gives the same outputs, states and gradients within f32 rounding

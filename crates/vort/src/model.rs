@@ -808,25 +808,46 @@ impl Model {
         Ok(())
     }
 
-    /// Decodes one token: feeds `token` (batch 1) after the stream in `state` and returns the
-    /// next-token logits `[V]`, through each block's recurrent form ([`Block::step`]; inference,
-    /// no gradient). O(1) memory for the retention memories (the state is the same
-    /// [`ModelState`] that [`Model::forward_with_state`] carries, so a prompt can be prefilled
-    /// in pieces and continued token by token).
+    /// Decodes one token: feeds `token` after the stream in `state` (batch 1) and returns the
+    /// next-token logits `[V]`: [`Model::decode`] of one row.
     ///
     /// # Errors
-    /// A token outside the vocabulary, a state of another batch size, a stream past the
-    /// memory's certified horizon.
+    /// As [`Model::decode`].
     pub fn step(&self, token: u32, state: &mut ModelState) -> Result<Tensor, ModelError> {
-        if token as usize >= self.vocab {
+        let tokens = Tensor::from_vec(vec![token], 1, self.device())?;
+        Ok(self.decode(&tokens, state)?.squeeze(0)?)
+    }
+
+    /// Decodes one token per stream: feeds tokens `[B]` (u32) after the B streams in `state` and
+    /// returns the next-token logits [B, V], through each block's recurrent form
+    /// ([`Block::step`]; inference, no gradient). O(1) memory for the retention memories: the
+    /// state is the same [`ModelState`] that [`Model::forward_with_state`] carries, so prompts
+    /// are prefilled in pieces and continued token by token, each row its own stream.
+    ///
+    /// # Errors
+    /// Tokens that are not `[B]` u32, a token outside the vocabulary, a state of another batch
+    /// size, a stream past the memory's certified horizon.
+    pub fn decode(&self, tokens: &Tensor, state: &mut ModelState) -> Result<Tensor, ModelError> {
+        let ids: Vec<u32> = match (tokens.rank(), tokens.dtype()) {
+            (1, DType::U32) => tokens.to_vec1()?,
+            _ => {
+                return Err(ModelError::Invalid(format!(
+                    "decode takes one u32 token per stream, [B]; got {:?} {:?}",
+                    tokens.dims(),
+                    tokens.dtype()
+                )))
+            }
+        };
+        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= self.vocab) {
             return Err(ModelError::Invalid(format!(
-                "token {token} is outside the vocabulary of {}",
+                "token {bad} is outside the vocabulary of {}",
                 self.vocab
             )));
         }
-        let tokens = Tensor::from_vec(vec![token], (1, 1), self.device())?;
-        let out = self.run(&tokens, None, Some(state), true)?;
-        Ok(self.logits_at(&out.hidden, &[0])?.squeeze(0)?)
+        let b = ids.len();
+        let out = self.run(&tokens.reshape((b, 1))?, None, Some(state), true)?;
+        let rows: Vec<usize> = (0..b).collect();
+        self.logits_at(&out.hidden, &rows)
     }
 
     /// Per block, where the retention state's normaliser mass sits (None for a block with no

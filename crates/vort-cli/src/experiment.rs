@@ -442,11 +442,25 @@ impl ReproduceArgs {
 
 pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
     let scale = a.scale();
-    let name = match a.what {
-        Experiments::Synthetic => "synthetic",
-        Experiments::Books => "books",
-        Experiments::Recall => "recall",
+    let experiment: Box<dyn reproduce::Experiment> = match a.what {
+        Experiments::Recall => Box::new(reproduce::Recall),
+        Experiments::Synthetic => Box::new(reproduce::Synthetic),
+        Experiments::Books => Box::new(reproduce::Books {
+            data_dir: a
+                .data
+                .to_str()
+                .ok_or_else(|| {
+                    CliError::Usage(format!("--data {} is not valid UTF-8", a.data.display()))
+                })?
+                .into(),
+            // a preset of one's own streams the whole first test book
+            stream_bytes: match a.config {
+                Some(_) => usize::MAX,
+                None => reproduce::books::stream_bytes(scale),
+            },
+        }),
     };
+    let name = experiment.name();
     let mode = if a.report_only {
         reproduce::runner::Mode::report_only(true)
     } else {
@@ -475,29 +489,8 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         preset.only(&a.cells).map_err(CliError::Usage)?;
     }
     // a preset of another experiment would fail late, or train the wrong task
-    let kinds_ok = |ok: &dyn Fn(TaskKind) -> bool| -> Result<(), CliError> {
-        for c in preset.unswept_runs()? {
-            if !ok(c.task.kind) {
-                return Err(CliError::Usage(format!(
-                    "{}: the preset trains the {} task; `reproduce {name}` needs {}",
-                    a.config.as_deref().unwrap_or(Path::new("preset")).display(),
-                    c.task.kind,
-                    match a.what {
-                        Experiments::Books => "books",
-                        Experiments::Synthetic => "zipf or label-copy",
-                        Experiments::Recall => "mqar",
-                    }
-                )));
-            }
-        }
-        Ok(())
-    };
-    match a.what {
-        Experiments::Books => kinds_ok(&|k| k == TaskKind::Books)?,
-        Experiments::Synthetic => kinds_ok(&|k| TaskKind::SYNTHETIC.contains(&k))?,
-        Experiments::Recall => kinds_ok(&|k| k == TaskKind::Mqar)?,
-    }
-    let recall_preset = Some(preset.clone()).filter(|_| a.what == Experiments::Recall);
+    let source = a.config.as_deref().unwrap_or(Path::new("preset")).display();
+    experiment.check_preset(&preset, &source.to_string())?;
     if a.fresh {
         // with --cell, only those cells' runs (runs/<cell>) go
         let targets: Vec<PathBuf> = if a.cells.is_empty() {
@@ -512,73 +505,10 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
             eprintln!("--fresh: removed {}", runs.display());
         }
     }
-    let shard_done = |shard: reproduce::Shard, n: usize, diverged: usize| {
-        emit(&format!(
-            "shard {shard}: {n} runs ({diverged} diverged) in {}; no report written (copy every \
-             shard's runs/ into one directory, then run with --report-only)\n",
-            out.join("runs").display()
-        ))
-    };
-    let n = match a.what {
-        Experiments::Synthetic => {
-            let plan = reproduce::Plan {
-                label: preset.name.clone(),
-                runs: preset.unswept_runs()?,
-            };
-            if let Some(shard) = a.shard {
-                let (n, d) = reproduce::train_shard(&plan.named(), shard, &out, true)?;
-                return shard_done(shard, n, d.len());
-            }
-            reproduce::run_plan(&plan, &out, mode)?.runs.len()
-        }
-        Experiments::Books => {
-            let data = a.data.to_str().ok_or_else(|| {
-                CliError::Usage(format!("--data {} is not valid UTF-8", a.data.display()))
-            })?;
-            let mut runs = preset.named_runs()?;
-            for r in &mut runs {
-                r.config.task.data_dir = data.into();
-            }
-            if let Some(shard) = a.shard {
-                let (n, d) = reproduce::train_shard(&runs, shard, &out, true)?;
-                return shard_done(shard, n, d.len());
-            }
-            // a preset of one's own streams the whole first test book
-            let stream = match a.config {
-                Some(_) => usize::MAX,
-                None => reproduce::books::stream_bytes(scale),
-            };
-            reproduce::books::run_plan(&preset.name, &runs, &out, stream, mode)?
-                .runs
-                .len()
-        }
-        Experiments::Recall => {
-            let Some(preset) = recall_preset else {
-                return Err(CliError::Io(
-                    "internal: the recall preset was not read".into(),
-                ));
-            };
-            if let Some(shard) = a.shard {
-                let rep = reproduce::recall::run_shard(&preset, &out, true, shard)?;
-                let pairs = rep.cells.len();
-                return emit(&format!(
-                    "shard {shard}: {pairs} (cell, mixer) pairs, {} runs in {}; no report \
-                     written (copy every shard's runs/ into one directory, then run with \
-                     --report-only)\n",
-                    rep.cells
-                        .iter()
-                        .map(|c| c.sweep.len() + c.seeds.len() - 1)
-                        .sum::<usize>(),
-                    out.join("runs").display()
-                ));
-            }
-            let rep = reproduce::recall::run(&preset, &out, true, !a.report_only)?;
-            if rep.gate_passed == Some(false) {
-                eprintln!("gate FAILED: softmax attention did not solve the gate cell");
-            }
-            rep.cells.iter().map(|c| c.seeds.len()).sum()
-        }
-    };
+    if let Some(shard) = a.shard {
+        return emit(&(experiment.shard(&preset, &out, shard)? + "\n"));
+    }
+    let n = experiment.run(&preset, &out, mode)?;
     emit(&format!(
         "{n} runs; report written to {}\n",
         out.join("report.md").display()

@@ -788,3 +788,43 @@ fn report_only_on_a_directory_without_runs_is_refused() {
     assert!(e.contains("--report-only"), "{e}");
     let _ = std::fs::remove_dir_all(&missing);
 }
+
+/// A preset of another experiment is refused before anything is written or trained, naming
+/// the task it trains and what the experiment needs (each experiment's own check, through
+/// the one `Experiment` trait).
+#[test]
+fn a_preset_of_another_experiment_is_refused() {
+    let configs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+    let cases = [
+        (
+            "books",
+            "recall/quick.toml",
+            "the mqar task; `reproduce books` needs books",
+        ),
+        (
+            "recall",
+            "books/d256.toml",
+            "the books task; `reproduce recall` needs mqar",
+        ),
+        (
+            "synthetic",
+            "recall/quick.toml",
+            "the mqar task; `reproduce synthetic` needs zipf or label-copy",
+        ),
+    ];
+    for (what, preset, words) in cases {
+        let out = tmp(&format!("wrong-preset-{what}"));
+        let preset = configs.join(preset);
+        let args = [
+            "reproduce",
+            what,
+            "--config",
+            preset.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        let e = assert_one_line_error(&vort(&args), 2);
+        assert!(e.contains(words), "{what}: {e}");
+        assert!(!out.exists(), "{what}: {} was written", out.display());
+    }
+}

@@ -1,14 +1,17 @@
 //! `reproduce`: the experiments that put the paper's claims beside measurements, each with its
 //! report: `recall` (Zoology's MQAR: the gate, the grid, the lag claim), `books` (byte-level
 //! language modelling, the PG-19 claim) and the superseded synthetic tasks (this module's
-//! [`run`]). The helpers they share are here: the scale, training or reusing a run, and the
-//! paper's learned orders.
+//! [`run`]). Each is an [`Experiment`] ([`Recall`], [`Books`], [`Synthetic`]: what its presets
+//! train, a shard, the whole run and its report), which `vort reproduce` dispatches to. The
+//! helpers they share are here: the scale, training or reusing a run, and the paper's learned
+//! orders.
 
 /// The mixer kinds of the synthetic and books reproductions, in report order (RetNet's fixed
 /// decays joined with the recall reproduction).
 pub const KINDS: [&str; 5] = ["vort", "power-law", "exponential", "mixture", "softmax"];
 
 pub mod books;
+pub mod experiment;
 pub mod paper;
 pub mod preset;
 pub mod recall;
@@ -23,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::plot::Series;
 use crate::train::{RunConfig, TrainError};
+pub use experiment::{Books, Experiment, Recall, Synthetic};
 use preset::NamedRun;
 pub use synthetic::{paper_number, preset, run, run_plan, Plan, Report, Row};
 

@@ -101,7 +101,8 @@ pub struct RunConfig {
     pub seed: u64,
     /// The task.
     pub task: TaskConfig,
-    /// The model.
+    /// The model (read in the current form or the older flat one, `train/model_table.rs`).
+    #[serde(deserialize_with = "super::model_table::deserialize")]
     pub model: ModelConfig,
     /// The optimisation.
     pub train: TrainConfig,

@@ -29,6 +29,7 @@ pub mod stream;
 mod config;
 mod error;
 mod estimate;
+mod model_table;
 mod run;
 mod run_dir;
 mod trainer;

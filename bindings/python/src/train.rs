@@ -211,12 +211,12 @@ fn output_error(path: &Path, e: std::io::Error) -> Failure {
 }
 
 /// _check_output(path): the CLI's output rule for a file about to be written
-/// (`vort::fsio::check_output`): a FIFO, a device, a directory or a symlink chain ending in
+/// (`vort::fsio::target`): a FIFO, a device, a directory or a symlink chain ending in
 /// one is refused (ValueError) before anything is written.
 #[pyfunction]
 pub(crate) fn _check_output(py: Python<'_>, path: PathBuf) -> PyResult<()> {
     guarded(py, move || {
-        vort::fsio::check_output::<&Path>(&path, &[]).map_err(|e| output_error(&path, e))
+        vort::fsio::target(&path).map(|_| ()).map_err(|e| output_error(&path, e))
     })
 }
 

@@ -164,7 +164,7 @@ pub fn run_retention(a: RetentionArgs) -> Result<(), CliError> {
     if let Some(m) = &a.model {
         protected.extend(vort_lab::train::protected_paths(m));
     }
-    vort::fsio::check_output(&a.output, &protected)
+    vort_lab::train::check_output(&a.output, &protected)
         .map_err(|e| CliError::Usage(format!("--output {e}")))?;
     let report = retention_from_safetensors(&a.input, &a.output, &opts)?;
     if a.json {

@@ -36,7 +36,7 @@ pub fn write_json<T: Serialize>(path: &std::path::Path, value: &T) -> Result<(),
 /// Refuses an `--out` that is one of `run`'s files or lies inside its directory (the output
 /// rule for commands that read a run), exit 2; an unreadable path is exit 1.
 pub fn check_out_beside_run(out: &std::path::Path, run: &std::path::Path) -> Result<(), CliError> {
-    vort::fsio::check_output(out, &vort_lab::train::protected_paths(run)).map_err(|e| {
+    vort_lab::train::check_output(out, &vort_lab::train::protected_paths(run)).map_err(|e| {
         if vort::fsio::is_refused(&e) {
             CliError::Usage(format!("--out {e}"))
         } else {

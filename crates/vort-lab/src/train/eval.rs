@@ -835,7 +835,7 @@ fn load_checked(
 pub fn export(path: &Path, out: &Path) -> Result<(usize, u64), TrainError> {
     // the output rule first (not a run file, not inside the run read): nothing is loaded
     // for an output that would be refused
-    vort::fsio::check_output(out, &super::protected_paths(path)).map_err(|e| {
+    super::check_output(out, &super::protected_paths(path)).map_err(|e| {
         if vort::fsio::is_refused(&e) {
             TrainError::Flag(format!("--out {e}"))
         } else {

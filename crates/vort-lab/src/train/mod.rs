@@ -30,6 +30,7 @@ mod config;
 mod error;
 mod estimate;
 mod model_table;
+mod output_rule;
 mod run;
 mod run_dir;
 mod trainer;
@@ -69,9 +70,11 @@ pub const EVAL_FILE: &str = "eval.json";
 pub const WEIGHTS_FILE: &str = "weights.safetensors";
 /// The lock file of a run directory ([`RunLock`]).
 pub const LOCK_FILE: &str = "run.lock";
-/// What a command that reads the trained model at `path` must not overwrite: a run
-/// directory and each of its files (resolved separately, since a run file may be a symlink to
-/// a file elsewhere), or the one file (a checkpoint or an export) it reads.
+pub use output_rule::check_output;
+
+/// What a command that reads the trained model at `path` must not overwrite ([`check_output`]):
+/// a run directory and each of its files (resolved separately, since a run file may be a
+/// symlink to a file elsewhere), or the one file (a checkpoint or an export) it reads.
 pub fn protected_paths(path: &Path) -> Vec<PathBuf> {
     let mut p = vec![path.to_path_buf()];
     if path.is_dir() {

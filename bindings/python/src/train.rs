@@ -216,7 +216,9 @@ fn output_error(path: &Path, e: std::io::Error) -> Failure {
 #[pyfunction]
 pub(crate) fn _check_output(py: Python<'_>, path: PathBuf) -> PyResult<()> {
     guarded(py, move || {
-        vort::fsio::target(&path).map(|_| ()).map_err(|e| output_error(&path, e))
+        vort::fsio::target(&path)
+            .map(|_| ())
+            .map_err(|e| output_error(&path, e))
     })
 }
 

@@ -36,7 +36,10 @@ use crate::error::Result;
 /// The file format; bump it when the builders change their output for the same recipe (the
 /// crate version is in the key as well).
 const FORMAT: &str = "vort-node-cache-v1";
-/// Recipes kept in the process before the oldest are dropped (a table at 2^20 is ~1.5 MB).
+/// The largest cache file read (a shared table at 2^20 lags is ~16 KB of JSON).
+const MAX_FILE_BYTES: u64 = 16 << 20;
+/// Recipes kept in the process; one more empties the map, which refills as tables are asked for
+/// (a shared table at 2^20 lags, with its Hermite tabulation, is ~1.5 MB).
 const MEMORY_ENTRIES: usize = 64;
 
 /// A recipe, with every float as its bits (the key is exact).
@@ -257,8 +260,9 @@ fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
 fn read_disk<T: DeserializeOwned>(recipe: &Recipe, certified: impl Fn(&T) -> bool) -> Option<T> {
     let path = disk_dir()?.join(recipe.file_name());
     let meta = std::fs::metadata(&path).ok()?;
-    // a FIFO or a device in the cache never blocks a model load (issue #43 B)
-    if !meta.is_file() {
+    // a FIFO or a device in the cache never blocks a model load (issue #43 B), and a file far
+    // larger than any table (~16 KB at 2^20 lags) is not read
+    if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
         return None;
     }
     let text = std::fs::read_to_string(&path).ok()?;

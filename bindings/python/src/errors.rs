@@ -54,6 +54,13 @@ impl From<VortError> for Failure {
 
 impl From<TrainError> for Failure {
     fn from(e: TrainError) -> Failure {
+        // a refusal of the output rule names its path itself ("D is a directory, ..."):
+        // without the "D: " prefix of the I/O error, as the CLI words it
+        if let TrainError::Io { source, .. } = &e {
+            if vort::fsio::is_refused(source) {
+                return Failure::Input(one_line(&source.to_string()));
+            }
+        }
         let m = one_line(&e.to_string());
         if e.is_bad_input() {
             Failure::Input(m)

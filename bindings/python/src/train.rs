@@ -204,7 +204,8 @@ pub(crate) fn _check_memory(py: Python<'_>, config_toml: String) -> PyResult<()>
 /// directory) is the user's, a ValueError; any other I/O failure is the environment's.
 fn output_error(path: &Path, e: std::io::Error) -> Failure {
     if vort::fsio::is_refused(&e) {
-        input(format!("{}: {e}", path.display()))
+        // the refusal names the path itself
+        input(e.to_string())
     } else {
         Failure::Run(format!("{}: {e}", path.display()))
     }

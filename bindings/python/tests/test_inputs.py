@@ -1,6 +1,8 @@
 """Reliability III (issue #43), I and J: user errors are ValueError with words, never a raw
 torch error, an OverflowError or a silent coercion."""
 
+import tempfile
+
 import numpy as np
 import pytest
 import vort
@@ -45,6 +47,11 @@ def test_the_torch_layers_check_their_inputs():
         layer(torch.ones(1, 4, 16, dtype=torch.long))
     with pytest.raises(ValueError, match="the path is empty"):
         lm.save_pretrained("")
+    # a refused target is named once, as the CLI names it (it read "D: D is a directory")
+    with tempfile.TemporaryDirectory() as d:
+        with pytest.raises(ValueError) as e:
+            lm.save_pretrained(d)
+        assert str(e.value).count(d) == 1 and "is a directory" in str(e.value), e.value
     # the good inputs still run
     assert lm(torch.tensor([[1, 2, 3]])).shape == (1, 3, 256)
     assert r(q, q, v, a)[0].shape == (1, 2, 8, 4)

@@ -175,28 +175,12 @@ pub(super) fn shared_table(delta: f64, horizon: u64, eps: f64) -> Result<NodeTab
         horizon,
         eps: eps.to_bits(),
     };
-    if !enabled() {
-        let s = SharedSoe::build(delta, horizon, eps)?;
-        BUILT.fetch_add(1, Ordering::Relaxed);
-        return Ok(NodeTable::from_shared(&s));
-    }
-    if let Some(t) = remembered::<NodeTable>(&recipe) {
-        return Ok(t);
-    }
-    let from_disk =
-        read_disk::<SharedSoe>(&recipe, |s| shared_is_certified(s, delta, horizon, eps));
-    let soe = match from_disk {
-        Some(s) => s,
-        None => {
-            let s = SharedSoe::build(delta, horizon, eps)?;
-            BUILT.fetch_add(1, Ordering::Relaxed);
-            write_disk(&recipe, &s);
-            s
-        }
-    };
-    let table = NodeTable::from_shared(&soe);
-    remember(recipe, table.clone());
-    Ok(table)
+    cached(
+        recipe,
+        || Ok(SharedSoe::build(delta, horizon, eps)?),
+        |s| shared_is_certified(s, delta, horizon, eps),
+        NodeTable::from_shared,
+    )
 }
 
 /// One order's SOE `Soe::build(a, horizon, eps)`, from the cache when it holds it.
@@ -206,25 +190,47 @@ pub(super) fn order_soe(alpha: f64, horizon: u64, eps: f64) -> Result<Soe> {
         horizon,
         eps: eps.to_bits(),
     };
+    cached(
+        recipe,
+        || Ok(Soe::build(alpha, horizon, eps)?),
+        |s| order_is_certified(s, alpha, horizon, eps),
+        Soe::clone,
+    )
+}
+
+/// The one path of both levels: `recipe`'s value from the process, else its payload P from
+/// disk (when `certified` accepts it), else `build` (written to disk); `wrap` makes the value
+/// the process keeps from the payload (the shared table adds its Hermite tabulation).
+fn cached<P, T>(
+    recipe: Recipe,
+    build: impl FnOnce() -> Result<P>,
+    certified: impl Fn(&P) -> bool,
+    wrap: impl FnOnce(&P) -> T,
+) -> Result<T>
+where
+    P: Serialize + DeserializeOwned + PartialEq,
+    T: Clone + Send + Sync + 'static,
+{
     if !enabled() {
-        let s = Soe::build(alpha, horizon, eps)?;
+        let payload = build()?;
         BUILT.fetch_add(1, Ordering::Relaxed);
-        return Ok(s);
+        return Ok(wrap(&payload));
     }
-    if let Some(s) = remembered::<Soe>(&recipe) {
-        return Ok(s);
+    if let Some(t) = remembered::<T>(&recipe) {
+        return Ok(t);
     }
-    let soe = match read_disk::<Soe>(&recipe, |s| order_is_certified(s, alpha, horizon, eps)) {
-        Some(s) => s,
+    let payload = match read_disk::<P>(&recipe, certified) {
+        Some(p) => p,
         None => {
-            let s = Soe::build(alpha, horizon, eps)?;
+            let p = build()?;
             BUILT.fetch_add(1, Ordering::Relaxed);
-            write_disk(&recipe, &s);
-            s
+            write_disk(&recipe, &p);
+            p
         }
     };
-    remember(recipe, soe.clone());
-    Ok(soe)
+    let value = wrap(&payload);
+    remember(recipe, value.clone());
+    Ok(value)
 }
 
 fn remembered<T: Clone + 'static>(recipe: &Recipe) -> Option<T> {

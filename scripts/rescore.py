@@ -9,6 +9,8 @@ A run is a directory with config.toml, eval.json and weights.safetensors (`vort 
 and the committed files are never touched.
 Floats are compared exactly (Python's json round-trips f64, and vort writes them with
 serde_json's float_roundtrip). Exit status 1 when any run differs, with the differing keys.
+Key names are not numbers: a committed file's older key `memory` is read as `mixer`, its
+current name (vort reads both), and nothing else is renamed.
 """
 import json
 import shutil
@@ -34,6 +36,18 @@ def diff(a, b, path=""):
     return [] if a == b else [path or "."]
 
 
+RENAMED = {"memory": "mixer"}  # older key -> current key (serde aliases in vort)
+
+
+def current_keys(v):
+    """The JSON value `v` with older key names replaced by their current ones."""
+    if isinstance(v, dict):
+        return {RENAMED.get(k, k): current_keys(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [current_keys(x) for x in v]
+    return v
+
+
 def main():
     args = sys.argv[1:]
     vort = "target/release/vort"
@@ -53,7 +67,8 @@ def main():
             print(f"FAIL {run}: exit {got.returncode}: {got.stderr.strip()}")
             bad += 1
             continue
-        d = diff(json.loads(got.stdout), json.loads((run / "eval.json").read_text()))
+        committed = current_keys(json.loads((run / "eval.json").read_text()))
+        d = diff(current_keys(json.loads(got.stdout)), committed)
         print(f"{'same' if not d else 'DIFF'} {run}" + (f": {d[:5]}" if d else ""))
         bad += bool(d)
     print(f"{len(runs) - bad} of {len(runs)} runs re-score bit-identically")

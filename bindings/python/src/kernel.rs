@@ -292,20 +292,20 @@ pub(crate) fn table_dict<'py>(py: Python<'py>, t: &NodeTable) -> PyResult<Bound<
     Ok(d)
 }
 
-/// _node_table(memory, delta, horizon, eps, banks) -> dict: the node table `vort retention`
+/// _node_table(mode, delta, horizon, eps, banks) -> dict: the node table `vort retention`
 /// and the layer build for these settings (`NodeSpec::build`).
 #[pyfunction]
-#[pyo3(signature = (memory, delta, horizon, eps, banks = 4))]
+#[pyo3(signature = (mode, delta, horizon, eps, banks = 4))]
 pub(crate) fn _node_table<'py>(
     py: Python<'py>,
-    memory: &str,
+    mode: &str,
     delta: f64,
     horizon: &Bound<'py, PyAny>,
     eps: f64,
     banks: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
     let horizon = count(horizon, "horizon")?;
-    let mode: NodeMode = memory.parse().map_err(|e: VortError| Failure::from(e))?;
+    let mode: NodeMode = mode.parse().map_err(|e: VortError| Failure::from(e))?;
     let spec = NodeSpec {
         mode,
         banks,

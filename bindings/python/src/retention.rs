@@ -27,18 +27,19 @@ pub(crate) fn flat(x: &PyArrayLikeDyn<'_, f64, AllowTypeChange>) -> vort::st::Fl
     }
 }
 
-/// retention(phi_q, phi_k, v, alpha, *, form="chunked", memory="shared", delta=0.1,
+/// retention(phi_q, phi_k, v, alpha, *, form="chunked", mode="shared", delta=0.1,
 /// eps=1e-3, horizon=None, eps_den=1e-6, banks=None, chunk=None) -> numpy.ndarray
 ///
 /// The layer's retention core on one head, the computation of `vort retention` (the README's
 /// "What `vort retention` computes"): phi_q, phi_k [T, F] (features >= 0), v [T, D], alpha
 /// [T] in [0, 1] -> y [T, D]. float32 for the chunked and fused forms (they compute in f32),
 /// float64 for naive and recurrent. `banks` (None: 4) and `chunk` (None: 64) take any whole
-/// number. The GIL is released while it runs.
+/// number. `mode` is the node mode, shared or banks (`memory=`, its older name, is accepted).
+/// The GIL is released while it runs.
 ///
 /// Raises ValueError with the CLI's message for every bad input or option.
 #[pyfunction]
-#[pyo3(signature = (phi_q, phi_k, v, alpha, *, form = "chunked", memory = "shared",
+#[pyo3(signature = (phi_q, phi_k, v, alpha, *, form = "chunked", mode = None, memory = None,
     delta = 0.1, eps = 1e-3, horizon = None, eps_den = 1e-6, banks = None, chunk = None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn retention<'py>(
@@ -48,7 +49,8 @@ pub(crate) fn retention<'py>(
     v: &Bound<'py, PyAny>,
     alpha: &Bound<'py, PyAny>,
     form: &str,
-    memory: &str,
+    mode: Option<&str>,
+    memory: Option<&str>,
     delta: f64,
     eps: f64,
     horizon: Option<&Bound<'py, PyAny>>,
@@ -66,7 +68,7 @@ pub(crate) fn retention<'py>(
     rank(&v, "v", &["T", "D"])?;
     rank(&alpha, "alpha", &["T"])?;
     let form: Form = form.parse().map_err(|e: VortError| Failure::from(e))?;
-    let memory: NodeMode = memory.parse().map_err(|e: VortError| Failure::from(e))?;
+    let mode = node_mode(mode, memory)?;
     // the CLI's own checks (vort-cli's layer.rs), with its words
     if chunk == 0 {
         return Err(input("--chunk must be >= 1").into());
@@ -80,7 +82,7 @@ pub(crate) fn retention<'py>(
     }
     let opts = RetentionOpts {
         form,
-        memory,
+        mode,
         eps,
         horizon,
         banks,
@@ -214,4 +216,17 @@ pub(crate) fn _fused_chunk<'py>(
         }
         Ok(list.into_any())
     })
+}
+
+/// The node mode of `mode=` or of `memory=`, its older name (not both; default shared).
+pub(crate) fn node_mode(mode: Option<&str>, memory: Option<&str>) -> PyResult<NodeMode> {
+    let name = match (mode, memory) {
+        (Some(_), Some(_)) => {
+            return Err(
+                input("give the node mode as mode= (or memory=, its older name), not both").into(),
+            )
+        }
+        (m, old) => m.or(old).unwrap_or("shared"),
+    };
+    Ok(name.parse().map_err(|e: VortError| Failure::from(e))?)
 }

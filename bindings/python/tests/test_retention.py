@@ -19,7 +19,7 @@ def head(t=75, f=6, d=5, seed=0, dtype=np.float32):
 
 
 CASES = [
-    # form, memory, extra options (as keyword arguments and as CLI flags)
+    # form, node mode, extra options (as keyword arguments and as CLI flags)
     ("chunked", "shared", dict(eps=1e-3, delta=0.1, chunk=16)),
     ("fused", "shared", dict(eps=1e-4, delta=0.2, chunk=8)),
     ("recurrent", "shared", dict(eps=1e-3, delta=0.1, horizon=200)),
@@ -29,15 +29,15 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("form,memory,opts", CASES)
-def test_retention_equals_the_cli(cli, tmp_path, form, memory, opts):
-    x = head(seed=len(form) + len(memory))
+@pytest.mark.parametrize("form,mode,opts", CASES)
+def test_retention_equals_the_cli(cli, tmp_path, form, mode, opts):
+    x = head(seed=len(form) + len(mode))
     inp, out = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
     write_safetensors(inp, x)
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in opts.items()]
-    cli("retention", "--input", inp, "--output", out, "--form", form, "--mode", memory, *flags)
+    cli("retention", "--input", inp, "--output", out, "--form", form, "--mode", mode, *flags)
     want = read_safetensors(out)["y"]
-    got = vort.retention(x["phi_q"], x["phi_k"], x["v"], x["alpha"], form=form, memory=memory, **opts)
+    got = vort.retention(x["phi_q"], x["phi_k"], x["v"], x["alpha"], form=form, mode=mode, **opts)
     f32 = form in ("chunked", "fused", "chunk", "fused_chunk")
     assert got.dtype == (np.float32 if f32 else np.float64)
     assert got.shape == want.shape == (75, 5)
@@ -74,7 +74,7 @@ def test_committed_pair(tmp_path):
         x["v"],
         x["alpha"],
         form=opts["form"].lower(),
-        memory=opts["memory"].lower(),
+        mode=opts.get("mode", opts.get("memory", "")).lower(),  # `memory=` in older files
         eps=float(opts["eps"]),
         delta=float(opts["delta"]),
         chunk=int(opts["chunk"]),
@@ -125,3 +125,16 @@ def test_shapes_are_checked():
         vort.retention(x["phi_q"], x["phi_k"][:-1], x["v"], x["alpha"])
     with pytest.raises(ValueError, match="alpha"):
         vort.retention(x["phi_q"], x["phi_k"], x["v"], x["alpha"][:-1])
+
+
+def test_the_node_mode_keeps_its_older_name():
+    """`memory=` is the older name of `mode=` (memory means RAM elsewhere): the same table, and
+    both at once is a ValueError."""
+    x = head(seed=3)
+    args = (x["phi_q"], x["phi_k"], x["v"], x["alpha"])
+    new = vort.retention(*args, mode="banks", banks=3)
+    old = vort.retention(*args, memory="banks", banks=3)
+    np.testing.assert_array_equal(new, old)
+    assert not np.array_equal(new, vort.retention(*args))
+    with pytest.raises(ValueError, match="not both"):
+        vort.retention(*args, mode="banks", memory="banks")

@@ -21,12 +21,12 @@ def inputs(b, h, t, f, d, seed=0, dtype=torch.float64):
     )
 
 
-@pytest.mark.parametrize("memory,chunk,t", [("shared", 16, 75), ("shared", 64, 37), ("banks", 8, 61)])
-def test_retention_equals_vort_retention(memory, chunk, t):
+@pytest.mark.parametrize("mode,chunk,t", [("shared", 16, 75), ("shared", 64, 37), ("banks", 8, 61)])
+def test_retention_equals_vort_retention(mode, chunk, t):
     """Every head of a batch against the Rust core on that head: float64 against the f64
     recurrent form (same node table, same kernel), float32 against the f32 chunked form."""
     b, h, f, d = 2, 3, 6, 5
-    opts = dict(memory=memory, delta=0.15, eps=1e-3, horizon=200, banks=3)
+    opts = dict(mode=mode, delta=0.15, eps=1e-3, horizon=200, banks=3)
     q, k, v, a = inputs(b, h, t, f, d)
     ret = VortRetention(chunk=chunk, **opts)
     y64, _ = ret(q, k, v, a)

@@ -212,7 +212,7 @@ fn eval_lines(e: &vort_lab::eval::EvalResult) -> String {
     let mut s = format!(
         "eval {} / {} (seed {}, step {}): accuracy {:.1}% on {} sequences\n",
         e.task,
-        e.memory,
+        e.mixer,
         e.seed,
         e.step,
         100.0 * e.accuracy,

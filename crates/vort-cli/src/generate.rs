@@ -114,7 +114,7 @@ pub fn run(a: GenerateArgs) -> Result<(), CliError> {
     };
     // the config first (checked, memory estimate included): nothing is built for a model that
     // is not a books model
-    let trained = eval::Trained::load(&a.run)?;
+    let trained = eval::TrainedModel::load(&a.run)?;
     let cfg = &trained.cfg;
     if cfg.task.kind != TaskKind::Books {
         return Err(CliError::Usage(format!(

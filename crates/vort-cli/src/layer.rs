@@ -108,7 +108,7 @@ fn model_opts(path: &Path, form: Form) -> Result<RetentionOpts, CliError> {
     };
     Ok(RetentionOpts {
         form,
-        memory: nodes.mode,
+        mode: nodes.mode,
         eps: nodes.eps,
         horizon: Some(nodes.horizon),
         banks: nodes.banks,
@@ -137,7 +137,7 @@ pub fn run_retention(a: RetentionArgs) -> Result<(), CliError> {
         Some(path) => model_opts(path, a.form)?,
         None => RetentionOpts {
             form: a.form,
-            memory: a.mode,
+            mode: a.mode,
             eps: a.eps,
             horizon: a.horizon,
             banks: usize::try_from(a.banks).unwrap_or(usize::MAX),
@@ -178,7 +178,7 @@ pub fn run_retention(a: RetentionArgs) -> Result<(), CliError> {
         d = report.d,
         out = a.output.display(),
         form = a.form,
-        mem = opts.memory,
+        mem = opts.mode,
         n = report.nodes,
         err = report.kernel_max_rel_error,
         clamped = if report.clamped_orders > 0 {
@@ -348,7 +348,7 @@ fn render(r: &LayerBenchReport) -> String {
         o.eps,
         o.reps,
         r.flop_count,
-        "memory",
+        "mode",
         "nodes",
         "fwd ms",
         "fwd+bwd ms",
@@ -359,7 +359,7 @@ fn render(r: &LayerBenchReport) -> String {
     for l in &r.layer {
         s += &format!(
             "{:<8} {:>6} {:>10.1} {:>10.1} {:>12.1} {:>9.0}% {:>14}\n",
-            l.memory,
+            l.mode,
             l.nodes,
             l.fwd_ms,
             l.fwd_bwd_ms,

@@ -70,7 +70,7 @@ pub fn run(a: RetrievalArgs) -> Result<(), CliError> {
     if let Some(out) = &a.out {
         crate::output::check_out_beside_run(out, &a.run)?;
     }
-    let trained = eval::Trained::load(&a.run)?;
+    let trained = eval::TrainedModel::load(&a.run)?;
     let cfg = trained.cfg.clone();
     if cfg.task.kind != TaskKind::Books {
         return Err(CliError::Usage(format!(

@@ -102,7 +102,7 @@ fn plot_drift(r: &StreamDriftResult, path: &Path) -> Result<(), CliError> {
         .iter()
         .map(|m| {
             let pts = m.bins.iter().map(|b| (b.hi as f64, b.rel_rms)).collect();
-            Series::line(format!("{} ({} nodes)", m.memory, m.nodes), pts)
+            Series::line(format!("{} ({} nodes)", m.mode, m.nodes), pts)
         })
         .collect();
     series.push(Series::dashed(
@@ -145,7 +145,7 @@ fn render(r: &StreamDriftResult) -> String {
         load(r.load_avg_before),
         load(r.load_avg_after),
         r.budget,
-        "memory",
+        "mode",
         "nodes",
         "rel RMS",
         "worst window",
@@ -155,12 +155,7 @@ fn render(r: &StreamDriftResult) -> String {
     for m in &r.modes {
         s += &format!(
             "{:<8} {:>6} {:>14.3e} {:>14.3e} {:>14.3e} {:>9.1}\n",
-            m.memory,
-            m.nodes,
-            m.rel_rms_overall,
-            m.rel_rms_max_bin,
-            m.state_rel_rms_final,
-            m.wall_s
+            m.mode, m.nodes, m.rel_rms_overall, m.rel_rms_max_bin, m.state_rel_rms_final, m.wall_s
         );
     }
     for m in &r.modes {
@@ -172,14 +167,14 @@ fn render(r: &StreamDriftResult) -> String {
             s += &format!(
                 "{}: largest relative final-state error on the node u = {:.3e}: numerator {:.2e}, \
                  denominator {:.2e}\n",
-                m.memory, w.u, w.num_rel_rms, w.den_rel_rms
+                m.mode, w.u, w.num_rel_rms, w.den_rel_rms
             );
         }
     }
     s += "\nrelative RMS per window [lo, hi) of stream positions\n";
     s += &format!("{:>9} {:>9}", "lo", "hi");
     for m in &r.modes {
-        s += &format!(" {:>11}", m.memory);
+        s += &format!(" {:>11}", m.mode);
     }
     s += "\n";
     if let Some(first) = r.modes.first() {

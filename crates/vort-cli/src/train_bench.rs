@@ -21,7 +21,7 @@ pub struct BenchTrainArgs {
     out: Option<PathBuf>,
     /// Print the results as JSON: {"sgemm_gflops", "sgemm_gflops_before",
     /// "sgemm_gflops_after", "load_avg_before", "load_avg_after",
-    /// "runs": [{"name", "memory", "tokens_per_s", "flops_per_token", "mfu", "busy_cores",
+    /// "runs": [{"name", "mixer", "tokens_per_s", "flops_per_token", "mfu", "busy_cores",
     /// "peak_rss_bytes", "nodes", "steps"}]}.
     #[arg(long)]
     json: bool,

@@ -54,7 +54,7 @@ fn tiny_bench_measures_every_mixer() {
             );
             assert!(run.peak_rss_bytes > 0, "{run:?}");
         }
-        assert_eq!(run.nodes == 0, run.memory == "softmax", "{run:?}");
+        assert_eq!(run.nodes == 0, run.mixer == "softmax", "{run:?}");
     }
     assert!(bench_train(&refs, 0, 0, |_| {}).is_err(), "0 timed steps");
 }

@@ -546,7 +546,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         assert_eq!(r.result.options.periods, vec![40]);
         assert!(r.result.options.lags.is_empty());
         assert_eq!(r.result.repeats[0].bits.len(), 5);
-        let cache = out.join(format!("runs/books/{}/seed0/retrieval.json", r.memory));
+        let cache = out.join(format!("runs/books/{}/seed0/retrieval.json", r.mixer));
         assert!(cache.is_file(), "{}", cache.display());
     }
     assert!(
@@ -564,23 +564,23 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     // every run's training curve is its own metrics: 3 steps, a tenth each, in bits per byte
     assert_eq!(rep.curves.len(), 3);
     for (c, r) in runs.iter().zip(&rep.curves) {
-        assert_eq!((r.memory.as_str(), r.steps), (c.name.as_str(), 3));
+        assert_eq!((r.mixer.as_str(), r.steps), (c.name.as_str(), 3));
         let logged =
-            vort_lab::train::RunDir::new(out.join(format!("runs/books/{}/seed0", r.memory)))
+            vort_lab::train::RunDir::new(out.join(format!("runs/books/{}/seed0", r.mixer)))
                 .metrics();
         let bits: Vec<(u64, f64)> = logged
             .iter()
             .map(|m| (m.step, m.task_loss / std::f64::consts::LN_2))
             .collect();
-        assert_eq!(r.tenths, bits, "{}", r.memory);
+        assert_eq!(r.tenths, bits, "{}", r.mixer);
         assert!(r.late_slope.is_none(), "one step in the last 30% of 3");
         let held_out: Vec<(u64, f64)> = logged
             .iter()
             .filter_map(|m| Some((m.step, m.val_loss? / std::f64::consts::LN_2)))
             .collect();
-        let checks = if r.memory == "vort" { 3 } else { 0 };
-        assert_eq!(held_out.len(), checks, "{}", r.memory);
-        assert_eq!(r.held_out, held_out, "{}", r.memory);
+        let checks = if r.mixer == "vort" { 3 } else { 0 };
+        assert_eq!(held_out.len(), checks, "{}", r.mixer);
+        assert_eq!(r.held_out, held_out, "{}", r.mixer);
     }
     assert!(md.contains("## Training curves"), "{md}");
     // the routed VORT run: α by byte class and its router's inputs, measured from its weights
@@ -599,16 +599,16 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     );
     // every window is also scored on its own, and the windows add up to the buckets
     for r in &rep.runs {
-        assert_eq!(r.per_window.len(), 2, "{}", r.memory);
+        assert_eq!(r.per_window.len(), 2, "{}", r.mixer);
         for (b, bucket) in r.buckets.iter().enumerate() {
             let n: usize = r.per_window.iter().map(|w| w.n[b]).sum();
-            assert_eq!(n, bucket.n, "{} bucket {b}", r.memory);
+            assert_eq!(n, bucket.n, "{} bucket {b}", r.mixer);
             if n > 0 {
                 let nll: f64 = r.per_window.iter().map(|w| w.nll[b]).sum();
                 assert!(
                     (nll / n as f64 - bucket.nll).abs() < 1e-9,
                     "{} bucket {b}",
-                    r.memory
+                    r.mixer
                 );
             }
         }
@@ -624,7 +624,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     let d = books::paired_window_diffs(&rep.runs, "vort", "exponential", 0);
     let (v, e) = (&rep.runs[0], &rep.runs[1]);
     assert_eq!(
-        (v.memory.as_str(), e.memory.as_str()),
+        (v.mixer.as_str(), e.mixer.as_str()),
         ("vort", "exponential")
     );
     assert_eq!(d.len(), 2);
@@ -649,7 +649,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
             let (mass, slow) = (d.normaliser.unwrap(), d.slow_share.unwrap());
             assert!(mass.is_finite() && mass > 0.0, "{mass}");
             assert!((0.0..=1.0).contains(&slow), "{slow}");
-            assert_eq!(d.alpha.is_some(), s.memory == "vort");
+            assert_eq!(d.alpha.is_some(), s.mixer == "vort");
             if let Some(a) = d.alpha {
                 assert!((0.1..=1.0).contains(&a), "α = {a} outside [δ, 1]");
             }
@@ -657,7 +657,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         assert!(
             (bits / scored as f64 - s.result.bits).abs() < 1e-6,
             "{}",
-            s.memory
+            s.mixer
         );
         // the reset sweep over the 3 whole windows the book has: every 1 and 2 windows, then
         // never (the carried stream's own first 3 pieces)
@@ -669,7 +669,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         // cached in the run directory with the step of the parameters streamed
         assert_eq!(s.step, 3);
         assert!(out
-            .join(format!("runs/books/{}/seed0/stream.json", s.memory))
+            .join(format!("runs/books/{}/seed0/stream.json", s.mixer))
             .is_file());
     }
     assert!(
@@ -695,10 +695,10 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     // the same kernel to the SOE's ε = 1e-3, so the BPC agrees closely
     for s in &rep.streams {
         let Some(t) = &s.at_trained_horizon else {
-            assert_eq!(s.memory, "exponential", "VORT has node tables");
+            assert_eq!(s.mixer, "exponential", "VORT has node tables");
             continue;
         };
-        assert_eq!(s.memory, "vort");
+        assert_eq!(s.mixer, "vort");
         assert_eq!(
             (t.bytes, t.piece, t.pieces.len()),
             (s.result.bytes, 32, s.result.pieces.len())
@@ -924,7 +924,7 @@ name = "books"
     }
     assert!(!out.join("runs/books/power-law").exists());
     // one row per name: the kinds first (vort), then the rungs in preset order
-    let rows: Vec<&str> = rep.rows.iter().map(|r| r.memory.as_str()).collect();
+    let rows: Vec<&str> = rep.rows.iter().map(|r| r.mixer.as_str()).collect();
     assert_eq!(
         rows,
         [
@@ -935,7 +935,7 @@ name = "books"
             "oracle"
         ]
     );
-    let memories: Vec<&str> = rep.runs.iter().map(|e| e.memory.as_str()).collect();
+    let memories: Vec<&str> = rep.runs.iter().map(|e| e.mixer.as_str()).collect();
     assert_eq!(
         memories,
         [
@@ -946,12 +946,12 @@ name = "books"
             "oracle"
         ]
     );
-    let curves: Vec<&str> = rep.curves.iter().map(|c| c.memory.as_str()).collect();
+    let curves: Vec<&str> = rep.curves.iter().map(|c| c.mixer.as_str()).collect();
     assert_eq!(curves, memories);
     let beside_compressors: Vec<String> =
         books::anchors::model_rows(&rep.runs, rep.anchors.as_ref().unwrap())
             .into_iter()
-            .map(|m| m.memory)
+            .map(|m| m.mixer)
             .collect();
     assert_eq!(beside_compressors, rows);
     // the two fixed orders are different models: different scores on the same windows
@@ -989,21 +989,21 @@ name = "books"
     assert!(md.contains("Rule-set α (oracle)"), "{md}");
     // VORT and the learned order are streamed and sampled; the oracle is skipped, with the
     // reason, and so are its samples; the fixed orders are not a streamed kind
-    let streamed: Vec<&str> = rep.streams.iter().map(|s| s.memory.as_str()).collect();
+    let streamed: Vec<&str> = rep.streams.iter().map(|s| s.mixer.as_str()).collect();
     assert_eq!(streamed, ["vort", "learned-order"]);
     let s = &rep.streams[1];
     assert!(s.result.bits.is_finite() && s.at_trained_horizon.is_some() && s.tempered.is_some());
     assert!(out
         .join("runs/books/learned-order/seed0/stream.json")
         .is_file());
-    let sampled: Vec<&str> = rep.samples.iter().map(|s| s.memory.as_str()).collect();
+    let sampled: Vec<&str> = rep.samples.iter().map(|s| s.mixer.as_str()).collect();
     assert_eq!(
         sampled,
         ["vort", "power-law-0.2", "power-law-0.5", "learned-order"]
     );
     let skipped = |v: &[books::Skipped]| -> Vec<(String, u64, String)> {
         v.iter()
-            .map(|k| (k.memory.clone(), k.seed, k.why.clone()))
+            .map(|k| (k.mixer.clone(), k.seed, k.why.clone()))
             .collect()
     };
     let why = books::NEEDS_MARKS.to_string();

@@ -334,7 +334,7 @@ fn retnet_decays_are_fixed_per_head() {
     let dev = Device::Cpu;
     let vm = VarMap::new();
     let model = Model::seeded(&Config::new(tiny_model("retnet", 0), 20, 16), 1, &vm, &dev).unwrap();
-    assert_eq!(model.blocks()[0].nodes(), 1);
+    assert_eq!(model.blocks().next().unwrap().nodes(), 1);
     let names: Vec<String> = train::named_vars(&vm).into_iter().map(|(n, _)| n).collect();
     assert!(
         !names

@@ -52,7 +52,7 @@ fn tiny_plan_writes_report_plots_and_json() {
     assert!(
         md.contains("79.4") && md.contains("52.3") && md.contains("82.7") && md.contains("58.4")
     );
-    let vort_row = rep.rows.iter().find(|r| r.memory == "vort").unwrap();
+    let vort_row = rep.rows.iter().find(|r| r.mixer == "vort").unwrap();
     assert!(vort_row.alpha_means.is_some());
     assert_eq!(vort_row.seeds, vec![0, 1]);
     // a second call reuses every finished run (no retraining: same evaluations)

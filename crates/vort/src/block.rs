@@ -136,8 +136,6 @@ pub struct BlockOutput {
     pub alpha: Option<Tensor>,
     /// Entity-probe logits p·h [B, T] (None without a router), for an auxiliary loss.
     pub entity_logit: Option<Tensor>,
-    /// State after the last token ([`Block::forward_with_state`]; None from [`Block::forward`]).
-    pub state: Option<BlockState>,
 }
 
 /// The learned router: α = δ + (1-δ) σ(z) with z = c (a learned order per head) plus, for the
@@ -794,30 +792,32 @@ impl Block {
         x: &Tensor,
         entropy: Option<&Tensor>,
     ) -> Result<BlockOutput> {
-        self.run(x, entropy, None, None, Pass::Train)
+        self.run(x, entropy, None, &mut None, Pass::Train)
     }
 
-    /// Streaming forward over T tokens continuing from `state` (the fused op with a carried
-    /// state when `cfg.fused`, else the plain candle form, or the KV cache for softmax); returns
-    /// the state after the last token. Feeding a sequence in pieces of any sizes with the returned
-    /// state gives the same y as one pass (tested). The returned state is detached: gradients do
-    /// not flow from one piece into the previous one (truncated backpropagation), and memory stays
-    /// flat however long the stream.
+    /// Streaming forward over T tokens continuing the stream in `state` (None: a new stream),
+    /// which it updates to the state after the last token: the fused op with a carried state
+    /// when `cfg.fused`, else the plain candle form, or the KV cache for softmax. Feeding a
+    /// sequence in pieces of any sizes gives the same y as one pass (tested). The state is
+    /// detached: gradients do not flow from one piece into the previous one (truncated
+    /// backpropagation), and memory stays flat however long the stream. The same `&mut` state
+    /// style as [`crate::Model::forward_with_state`] and [`crate::Model::decode`].
     ///
     /// # Errors
-    /// Shape mismatches, a state of the wrong kind.
+    /// Shape mismatches, a state of the wrong kind (the state is then unchanged).
     pub fn forward_with_state(
         &self,
         x: &Tensor,
         entropy: Option<&Tensor>,
-        state: Option<&BlockState>,
+        state: &mut Option<BlockState>,
     ) -> Result<BlockOutput> {
         self.run(x, entropy, None, state, Pass::Stream)
     }
 
     /// Decodes one step: like [`Block::forward_with_state`] on x [B, 1, d_model], through the
-    /// recurrent form on the host (O(N F D) per head, no chunk machinery). For inference: the
-    /// output carries no gradient to the retention's inputs.
+    /// recurrent form on the CPU (O(N F D) per head, no chunk machinery), and through the chunk
+    /// form on any other device, where the state stays. For inference: the output carries no
+    /// gradient to the retention's inputs.
     ///
     /// # Errors
     /// As [`Block::forward_with_state`]; T != 1.
@@ -825,7 +825,7 @@ impl Block {
         &self,
         x: &Tensor,
         entropy: Option<&Tensor>,
-        state: Option<&BlockState>,
+        state: &mut Option<BlockState>,
     ) -> Result<BlockOutput> {
         if x.dims().get(1) != Some(&1) {
             return Err(VortError::Shape {
@@ -838,16 +838,18 @@ impl Block {
     }
 
     /// The pass `pass` over x [B, T, d_model] with the router's inputs (entropy [B, T] and the
-    /// memorable marks [B, T] of oracle routing), from `state`.
+    /// memorable marks [B, T] of oracle routing). A stream or decode pass continues `state`
+    /// and replaces it by the state after the last token; training ignores it.
     pub(crate) fn run(
         &self,
         x: &Tensor,
         entropy: Option<&Tensor>,
         marks: Option<&Tensor>,
-        state: Option<&BlockState>,
+        state: &mut Option<BlockState>,
         pass: Pass,
     ) -> Result<BlockOutput> {
         let want_state = pass != Pass::Train;
+        let carried = if want_state { state.as_ref() } else { None };
         let (b, t, dm) = x.dims3().map_err(|_| VortError::Shape {
             name: "x".into(),
             got: x.dims().to_vec(),
@@ -870,9 +872,9 @@ impl Block {
         let (alpha, entity_logit) = self.route(x, entropy, marks)?;
         let attention = matches!(self.kind, KindParams::Softmax);
         let (y, new_state) = if attention {
-            self.softmax(&q, &k, &v, state)?
+            self.softmax(&q, &k, &v, carried)?
         } else {
-            let initial = match state {
+            let initial = match carried {
                 None => None,
                 Some(BlockState::Retention(s)) => Some(s),
                 Some(BlockState::Kv { .. }) => {
@@ -897,10 +899,13 @@ impl Block {
             // the autodiff graph, so a stream's memory stays flat (a state that kept its graph
             // held every earlier piece's activations: ~430 KB per decoded byte for the books
             // model, and an out-of-memory kill on a whole book).
+            // Decode: the recurrent form on the host, where the CPU holds the state anyway; on
+            // any other device the chunk form at T = 1, so the state never leaves the device.
             let chunk = self.cfg.chunk;
-            let (o, g) = if pass == Pass::Decode {
+            let fused_here = crate::ops::fused_on(x.device());
+            let (o, g) = if pass == Pass::Decode && fused_here {
                 naive_recurrent(&inputs, &rates, chunk, initial, true)?
-            } else if self.cfg.fused && crate::ops::fused_on(x.device()) {
+            } else if self.cfg.fused && fused_here && pass != Pass::Decode {
                 fused_chunk(&inputs, &rates, chunk, initial, want_state)?
             } else {
                 chunk_form(&inputs, &rates, chunk, initial, want_state)?
@@ -916,11 +921,13 @@ impl Block {
             .reshape((b * t, h * dh))?
             .matmul(&self.wo)?
             .reshape((b, t, dm))?;
+        if want_state {
+            *state = new_state;
+        }
         Ok(BlockOutput {
             y,
             alpha,
             entity_logit,
-            state: new_state,
         })
     }
 
@@ -1023,10 +1030,7 @@ impl Module for Block {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         self.forward_with_entropy(x, None)
             .map(|out| out.y)
-            .map_err(|e| match e {
-                VortError::Candle(e) => e,
-                other => candle_core::Error::wrap(other),
-            })
+            .map_err(VortError::into_candle)
     }
 }
 

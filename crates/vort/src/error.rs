@@ -92,4 +92,13 @@ impl VortError {
             _ => true,
         }
     }
+
+    /// This error as candle's, for the `Module` impls: a candle error unwrapped, any other
+    /// wrapped (its message kept).
+    pub fn into_candle(self) -> candle_core::Error {
+        match self {
+            VortError::Candle(e) => e,
+            other => candle_core::Error::wrap(other),
+        }
+    }
 }

@@ -87,14 +87,13 @@
 //! let y = block.forward(&x)?; // or block.forward_with_entropy(&x, entropy) for α and more
 //! assert_eq!(y.dims(), &[1, 10, 64]);
 //!
-//! // streaming form: one token at a time, the state carried
+//! // streaming form: one token at a time, the state carried (None: a new stream)
 //! let mut state = None;
 //! let mut worst = 0f32;
 //! for t in 0..10 {
-//!     let out = block.step(&x.narrow(1, t, 1)?, None, state.as_ref())?;
+//!     let out = block.step(&x.narrow(1, t, 1)?, None, &mut state)?;
 //!     let diff = (out.y.i((0, 0))? - y.i((0, t))?)?.abs()?.max(0)?.to_scalar::<f32>()?;
 //!     worst = worst.max(diff);
-//!     state = out.state;
 //! }
 //! println!("forward {:?}, max |step - forward| = {worst:.1e}", y.dims());
 //! assert!(worst < 1e-4);

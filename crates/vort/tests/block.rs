@@ -85,7 +85,7 @@ fn every_memory_streams_in_pieces_like_one_pass() {
             let vm = VarMap::new();
             let blk = Block::seeded(cfg(mem.clone(), map), &vm, "blk", &Device::Cpu).unwrap();
             let (x, ent) = input(2, 29, 12, 5);
-            let one = blk.forward_with_state(&x, Some(&ent), None).unwrap();
+            let one = blk.forward_with_state(&x, Some(&ent), &mut None).unwrap();
             // the training forward (fused op where the rates are fixed) gives the same y
             let train = blk.forward_with_entropy(&x, Some(&ent)).unwrap();
             let e = rel_rms_tensor(&train.y, &one.y).unwrap();
@@ -106,11 +106,10 @@ fn every_memory_streams_in_pieces_like_one_pass() {
                     .forward_with_state(
                         &x.narrow(1, t0, l).unwrap(),
                         Some(&ent.narrow(1, t0, l).unwrap()),
-                        state.as_ref(),
+                        &mut state,
                     )
                     .unwrap();
                 ys.push(out.y);
-                state = out.state;
                 t0 += l;
             }
             let y = Tensor::cat(&ys, 1).unwrap();
@@ -406,7 +405,7 @@ fn bad_configs_and_inputs_are_typed_errors() {
         v: Tensor::zeros((1, 2, 1, 6), DType::F32, &Device::Cpu).unwrap(),
     };
     assert!(
-        blk.forward_with_state(&x, None, Some(&kv)).is_err(),
+        blk.forward_with_state(&x, None, &mut Some(kv)).is_err(),
         "wrong state kind"
     );
 }
@@ -678,7 +677,7 @@ fn sliding_block_streams_in_pieces_with_a_bounded_cache() {
         )
         .unwrap();
         let (x, _) = input(2, 37, 12, 25);
-        let one = blk.forward_with_state(&x, None, None).unwrap();
+        let one = blk.forward_with_state(&x, None, &mut None).unwrap();
         let train = blk.forward_with_entropy(&x, None).unwrap();
         let e = rel_rms_tensor(&train.y, &one.y).unwrap();
         assert!(
@@ -689,18 +688,17 @@ fn sliding_block_streams_in_pieces_with_a_bounded_cache() {
         let (mut ys, mut t0) = (Vec::new(), 0);
         for l in [1, 3, 7, 1, 16, 9] {
             let out = blk
-                .forward_with_state(&x.narrow(1, t0, l).unwrap(), None, state.as_ref())
+                .forward_with_state(&x.narrow(1, t0, l).unwrap(), None, &mut state)
                 .unwrap();
             ys.push(out.y);
             t0 += l;
-            match &out.state {
+            match &state {
                 Some(BlockState::Kv { k, v }) => {
                     assert_eq!(k.dim(2).unwrap(), window.min(t0), "window {window}");
                     assert_eq!(v.dim(2).unwrap(), window.min(t0), "window {window}");
                 }
                 other => panic!("window {window}: state {other:?}"),
             }
-            state = out.state;
         }
         let y = Tensor::cat(&ys, 1).unwrap();
         let e = rel_rms_tensor(&y, &one.y).unwrap();
@@ -736,7 +734,7 @@ fn sliding_window_zero_and_wrong_state_are_typed_errors() {
     let (x, _) = input(1, 5, 12, 1);
     let g = BlockState::Retention(State::<f32>::zeros(1, 2, 1, 6, 6));
     assert!(matches!(
-        blk.forward_with_state(&x, None, Some(&g)),
+        blk.forward_with_state(&x, None, &mut Some(g)),
         Err(VortError::InvalidArgument(_))
     ));
 }
@@ -769,10 +767,14 @@ fn block_streams_refuse_the_horizon_until_retargeted() {
                 horizon: 16
             })
         ));
-        let s1 = blk.forward_with_state(&x, None, None).unwrap().state;
+        let mut s1 = None;
+        blk.forward_with_state(&x, None, &mut s1).unwrap();
+        let before = format!("{s1:?}");
         let e = blk
-            .forward_with_state(&x, None, s1.as_ref())
+            .forward_with_state(&x, None, &mut s1)
             .expect_err("12 + 12 > 16");
+        // a refused piece leaves the stream as it was
+        assert_eq!(format!("{s1:?}"), before, "{mode:?}");
         assert!(
             matches!(
                 e,
@@ -786,12 +788,13 @@ fn block_streams_refuse_the_horizon_until_retargeted() {
         // or weighs the lags past it by the tables' own exponential tail: the first piece is
         // the refusing block's bit for bit, and the stream in two pieces is one 24-token pass
         assert_eq!(blk.context_limit(), Some(16));
-        let refusing = blk.forward_with_state(&x, None, None).unwrap().y;
+        let refusing = blk.forward_with_state(&x, None, &mut None).unwrap().y;
         blk.set_past_horizon(PastHorizon::SoeTail).unwrap();
         assert_eq!((blk.horizon(), blk.context_limit()), (Some(16), None));
-        let a = blk.forward_with_state(&x, None, None).unwrap();
+        let mut stream = None;
+        let a = blk.forward_with_state(&x, None, &mut stream).unwrap();
         assert_eq!(to_f64(&a.y), to_f64(&refusing), "{mode:?}");
-        let b = blk.forward_with_state(&x, None, a.state.as_ref()).unwrap();
+        let b = blk.forward_with_state(&x, None, &mut stream).unwrap();
         let whole = blk
             .forward_with_entropy(&Tensor::cat(&[&x, &x], 1).unwrap(), None)
             .unwrap();
@@ -807,9 +810,10 @@ fn block_streams_refuse_the_horizon_until_retargeted() {
         assert!(blk.forward_with_entropy(&long, None).is_err());
         blk.set_horizon(1 << 20).unwrap();
         assert_eq!(blk.horizon(), Some(1 << 20));
-        let s1 = blk.forward_with_state(&x, None, None).unwrap().state;
-        let out = blk.forward_with_state(&x, None, s1.as_ref()).unwrap();
-        match out.state {
+        let mut stream = None;
+        blk.forward_with_state(&x, None, &mut stream).unwrap();
+        blk.forward_with_state(&x, None, &mut stream).unwrap();
+        match stream {
             Some(BlockState::Retention(s)) => assert_eq!(s.pos, 24),
             _ => panic!("retention state expected"),
         }
@@ -826,12 +830,11 @@ fn streaming_states_are_detached() {
         let vm = VarMap::new();
         let blk =
             Block::seeded(cfg(mem.clone(), FeatureMap::Favor), &vm, "d", &Device::Cpu).unwrap();
-        let s1 = blk.forward_with_state(&x, Some(&e), None).unwrap().state;
-        let s2 = blk
-            .forward_with_state(&x, Some(&e), s1.as_ref())
-            .unwrap()
-            .state;
-        for s in [s1, s2] {
+        let mut stream = None;
+        blk.forward_with_state(&x, Some(&e), &mut stream).unwrap();
+        let s1 = stream.clone();
+        blk.forward_with_state(&x, Some(&e), &mut stream).unwrap();
+        for s in [s1, stream] {
             match s.expect("a state") {
                 BlockState::Retention(st) => assert!(st.pos == 9 || st.pos == 18, "{mem:?}"),
                 BlockState::Kv { k, v } => {
@@ -857,14 +860,16 @@ fn block_step_equals_streaming_forward() {
         for t in 0..12 {
             let xt = x.narrow(1, t, 1).unwrap();
             let et = e.narrow(1, t, 1).unwrap();
-            let out = blk.step(&xt, Some(&et), state.as_ref()).unwrap();
+            let out = blk.step(&xt, Some(&et), &mut state).unwrap();
             rows.push(out.y);
-            state = out.state;
         }
         let stepped = Tensor::cat(&rows, 1).unwrap();
         let err = rel_rms(&to_f64(&stepped), &to_f64(&whole));
         assert!(err < 1e-5, "{mem:?}: {err:e}");
-        assert!(blk.step(&x, Some(&e), None).is_err(), "{mem:?}: T = 12");
+        assert!(
+            blk.step(&x, Some(&e), &mut None).is_err(),
+            "{mem:?}: T = 12"
+        );
     }
 }
 

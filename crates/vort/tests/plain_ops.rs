@@ -3,7 +3,7 @@
 //! model falls back to their plain candle twins (`vort::ops::fused_on`). CI has no GPU, so
 //! `vort::ops::with_plain_ops` forces that path on the CPU, and this test compares it with
 //! the fused one for every mixer: the hidden states of a training forward, a stream in
-//! pieces, and the gradients of every parameter.
+//! pieces, decoding token by token, and the gradients of every parameter.
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
@@ -74,6 +74,23 @@ fn the_plain_path_of_other_devices_matches_the_fused_ops() {
         });
         let e = rel_rms_tensor(&streamed, &plain).unwrap();
         assert!(e < STREAMING_F32_REL, "{kind}: stream {e:.2e}");
+
+        // decode token by token: the recurrent form on the CPU, the chunk form at T = 1 on
+        // other devices (whose state never leaves the device); the same logits
+        let decode = || {
+            let mut st = model.new_state();
+            let rows: Vec<Tensor> = (0..6)
+                .map(|i| {
+                    let t = tokens.narrow(1, i, 1).unwrap().squeeze(1).unwrap();
+                    model.decode(&t, &mut st).unwrap()
+                })
+                .collect();
+            Tensor::stack(&rows, 1).unwrap()
+        };
+        let (d_fused, d_plain) = (decode(), with_plain_ops(decode));
+        assert_eq!(d_plain.dims(), &[2, 6, 20]);
+        let e = rel_rms_tensor(&d_plain, &d_fused).unwrap();
+        assert!(e < STREAMING_F32_REL, "{kind}: decode {e:.2e}");
 
         // the gradient of every parameter (buffers have none)
         let g_fused = loss(&fused).backward().unwrap();

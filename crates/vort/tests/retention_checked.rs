@@ -63,7 +63,7 @@ fn forms_agree(t: usize) {
             let out = tmp(&format!("out-{t}-{memory:?}-{form:?}"));
             let opts = RetentionOpts {
                 form,
-                memory,
+                mode: memory,
                 eps: 1e-5,
                 chunk: 16,
                 delta: 0.2,

@@ -68,7 +68,8 @@ def retention(
     alpha: npt.ArrayLike,
     *,
     form: str = "chunked",
-    memory: str = "shared",
+    mode: Optional[str] = None,
+    memory: Optional[str] = None,
     delta: float = 0.1,
     eps: float = 1e-3,
     horizon: Optional[_Count] = None,
@@ -124,7 +125,7 @@ class Model:
 def load(path: Union[str, "PathLike[str]"]) -> Model:
     """A trained model from a run directory or a ``vort export`` file."""
 
-def _node_table(memory: str, delta: float, horizon: _Count, eps: float, banks: int = 4) -> dict[str, Any]: ...
+def _node_table(mode: str, delta: float, horizon: _Count, eps: float, banks: int = 4) -> dict[str, Any]: ...
 def _panic() -> None: ...
 def _fused_chunk(
     q: npt.ArrayLike,

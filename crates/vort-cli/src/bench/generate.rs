@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use vort::nodes::cache;
-use vort_lab::train::eval::Trained;
+use vort_lab::train::eval::TrainedModel;
 use vort_lab::train::generate::{generate, GenerateOptions};
 use vort_lab::train::TrainError;
 
@@ -66,7 +66,7 @@ pub struct GenerateBench {
 /// One timed generate from `path` (greedy, so every repeat draws the same bytes).
 fn timed(path: &Path, prompt: &[u8], bytes: usize) -> Result<(Timing, Option<u64>), TrainError> {
     let start = Instant::now();
-    let (_, mut model, _vm, _) = Trained::load(path)?.build()?;
+    let (_, mut model, _vm, _) = TrainedModel::load(path)?.build()?;
     let mut first = None;
     let opts = GenerateOptions {
         bytes,

@@ -70,8 +70,9 @@ impl Default for LayerBenchOpts {
 /// One memory mode's timings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LayerBenchResult {
-    /// "banks" or "shared".
-    pub memory: String,
+    /// The node mode, "banks" or "shared" (`memory` in older files).
+    #[serde(alias = "memory")]
+    pub mode: String,
     /// Nodes N (all banks' terms, or the shared S).
     pub nodes: usize,
     /// Matmul FLOPs of the forward.
@@ -277,7 +278,7 @@ pub fn bench_layer(o: &LayerBenchOpts) -> Result<Vec<LayerBenchResult>> {
         };
         let (ff, fb) = fused_flops(o.b, o.h, o.t, o.f, o.d, table.len(), o.chunk);
         out.push(LayerBenchResult {
-            memory: format!("{mode:?}").to_lowercase(),
+            mode: format!("{mode:?}").to_lowercase(),
             nodes: table.len(),
             flops_fwd: ff,
             flops_fwd_bwd: ff + fb,

@@ -101,8 +101,9 @@ pub struct NodeDrift {
 /// One memory mode's drift.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StreamDriftMode {
-    /// "shared" or "banks".
-    pub memory: String,
+    /// The node mode, "shared" or "banks" (`memory` in older files).
+    #[serde(alias = "memory")]
+    pub mode: String,
     /// Nodes N.
     pub nodes: usize,
     /// Certified kernel error of the table on lags 1..=horizon.
@@ -380,7 +381,7 @@ fn drift_one_mode(
         })
         .collect();
     Ok(StreamDriftMode {
-        memory,
+        mode: memory,
         nodes: n,
         kernel_max_rel_error: table.max_rel_error,
         rel_rms_overall: ratio(num.iter().sum(), den.iter().sum()),

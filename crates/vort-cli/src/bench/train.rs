@@ -201,8 +201,9 @@ pub fn flops_per_token(
 pub struct TrainBenchRun {
     /// Reference model and mixer, e.g. `books-d256/vort-shared`.
     pub name: String,
-    /// The memory kind.
-    pub memory: String,
+    /// The mixer's kind (`memory` in older files).
+    #[serde(alias = "memory")]
+    pub mixer: String,
     /// Training tokens per second over the timed steps.
     pub tokens_per_s: f64,
     /// Model FLOPs per training token ([`flops_per_token`]).
@@ -346,7 +347,7 @@ pub fn bench_train(
             &dev,
         )?;
         let mut opt = optimizer(&r.config, &vm)?;
-        let nodes = model.blocks()[0].nodes();
+        let nodes = model.blocks().next().map_or(0, vort::block::Block::nodes);
         reset_peak_rss();
         for s in 0..warmup {
             optimizer_step(
@@ -384,7 +385,7 @@ pub fn bench_train(
         let fpt = flops_per_token(&r.config.model, nodes, t, r.vocab, fraction);
         let run = TrainBenchRun {
             name: r.name.clone(),
-            memory: r.config.model.mixer.kind().into(),
+            mixer: r.config.model.mixer.kind().into(),
             tokens_per_s,
             flops_per_token: fpt,
             mfu: fpt * tokens_per_s / (sgemm_before * 1e9),

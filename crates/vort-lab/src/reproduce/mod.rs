@@ -126,7 +126,7 @@ pub fn train_shard(
 ) -> Result<(usize, Vec<runner::DivergedRun>), TrainError> {
     let mine = shard.slice(runs);
     std::fs::create_dir_all(out_dir).map_err(|e| crate::train::checkpoint::io(out_dir, e))?;
-    let t = train_all(&mine, out_dir, runner::Mode::train(progress))?;
+    let t = train_named(&mine, out_dir, runner::Mode::train(progress))?;
     Ok((mine.len(), t.diverged))
 }
 
@@ -154,18 +154,18 @@ fn run_path(mixer: &str, c: &RunConfig) -> String {
 /// Trains (or reuses) the books or synthetic runs `runs` into `out_dir` ([`runner::train_all`]),
 /// each in the directory of its name; every finished run's evaluation carries that name as
 /// its `memory`, so the report's rows, tables and figures keep mixers of one kind apart.
-fn train_all(
+fn train_named(
     runs: &[NamedRun],
     out_dir: &Path,
     mode: runner::Mode,
-) -> Result<runner::Trained, TrainError> {
+) -> Result<runner::TrainedRuns, TrainError> {
     let paths: Vec<(String, RunConfig)> = runs
         .iter()
         .map(|r| (run_path(&r.name, &r.config), r.config.clone()))
         .collect();
     let mut t = runner::train_all(out_dir, &paths, mode)?;
     for (e, &i) in t.results.iter_mut().zip(&t.finished) {
-        e.memory.clone_from(&runs[i].name);
+        e.mixer.clone_from(&runs[i].name);
     }
     Ok(t)
 }

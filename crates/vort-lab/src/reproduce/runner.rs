@@ -169,7 +169,7 @@ pub struct DivergedRun {
 
 /// What [`train_all`] gives: the finished runs, in the order given, and the diverged ones.
 #[derive(Debug, Default)]
-pub struct Trained {
+pub struct TrainedRuns {
     /// The configs of the finished runs.
     pub configs: Vec<RunConfig>,
     /// Their indices in the runs given (aligned with `configs`).
@@ -199,7 +199,7 @@ pub fn train_all(
     out_dir: &Path,
     runs: &[(String, RunConfig)],
     mode: Mode,
-) -> Result<Trained, TrainError> {
+) -> Result<TrainedRuns, TrainError> {
     let progress = mode.progress;
     let mut outcomes: Vec<Option<Outcome>> = runs.iter().map(|_| None).collect();
     let mut waited_for = 0;
@@ -229,7 +229,7 @@ pub fn train_all(
         }
         std::thread::sleep(BUSY_POLL);
     }
-    let mut t = Trained::default();
+    let mut t = TrainedRuns::default();
     for (i, ((rel, c), o)) in runs.iter().zip(outcomes).enumerate() {
         let dir = RunDir::new(out_dir.join(rel));
         match o {

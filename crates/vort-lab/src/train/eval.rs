@@ -102,8 +102,9 @@ pub fn mqar_role(j: usize, pairs: usize, answer: bool) -> usize {
 pub struct EvalResult {
     /// Task name.
     pub task: String,
-    /// Memory kind.
-    pub memory: String,
+    /// The mixer's kind, or a preset's name for it (`memory` in older files).
+    #[serde(alias = "memory")]
+    pub mixer: String,
     /// Run seed.
     pub seed: u64,
     /// Training steps of the evaluated parameters.
@@ -506,7 +507,7 @@ pub fn evaluate_stream(
     let overall = total.row(String::new(), 1, max_lag);
     Ok(EvalResult {
         task: cfg.task.kind.name().into(),
-        memory: cfg.model.mixer.kind().into(),
+        mixer: cfg.model.mixer.kind().into(),
         seed: cfg.seed,
         step,
         sequences: n_seq,
@@ -584,7 +585,7 @@ pub fn run(model_path: &Path) -> Result<EvalResult, TrainError> {
 /// A bad run directory or checkpoint; a data file that is missing, malformed, or holds
 /// tokens outside the model's vocabulary (one line naming the file).
 pub fn run_on_file(run_dir: &Path, data: &Path) -> Result<EvalResult, TrainError> {
-    let trained = Trained::load(run_dir)?;
+    let trained = TrainedModel::load(run_dir)?;
     // the file is read into memory about three times (its bytes, the tokens, the labels):
     // checked with the model's own estimate before anything is read
     let file_len = std::fs::metadata(data).map_or(0, |m| m.len());
@@ -702,9 +703,9 @@ fn inference_config(path: &Path, ck: &checkpoint::Checkpoint) -> Result<RunConfi
 
 /// A trained model's config and parameters as read from a run directory, a checkpoint or an
 /// export: the one loader of every command that reads a trained model
-/// ([`Trained::load`] then [`Trained::build`]).
+/// ([`TrainedModel::load`] then [`TrainedModel::build`]).
 #[derive(Debug)]
-pub struct Trained {
+pub struct TrainedModel {
     /// The run config: every field validated, its memory estimate checked.
     pub cfg: RunConfig,
     /// The checkpoint (or export) read and verified (format, checksum, config).
@@ -713,7 +714,7 @@ pub struct Trained {
     pub ck_path: std::path::PathBuf,
 }
 
-impl Trained {
+impl TrainedModel {
     /// Reads the checkpoint (or the released weights, or the exported file) and its config,
     /// and checks them before anything is allocated: every config field (as `vort train`
     /// checks config.toml), the checkpoint's config against the run's, and the memory
@@ -724,7 +725,7 @@ impl Trained {
     /// # Errors
     /// A missing, corrupt or mismatched checkpoint; an invalid config; a model too large for
     /// this machine.
-    pub fn load(path: &Path) -> Result<Trained, TrainError> {
+    pub fn load(path: &Path) -> Result<TrainedModel, TrainError> {
         let (ck, ck_path) = inference_checkpoint(path)?;
         let cfg = inference_config(path, &ck)?;
         cfg.validate()?;
@@ -738,7 +739,7 @@ impl Trained {
                 },
                 e => e,
             })?;
-        Ok(Trained { cfg, ck, ck_path })
+        Ok(TrainedModel { cfg, ck, ck_path })
     }
 
     /// Builds the model of the config and loads the parameters into it, after checking that
@@ -748,7 +749,7 @@ impl Trained {
     /// # Errors
     /// [`TrainError::CheckpointMismatch`] naming the tensor or the step; candle errors.
     pub fn build(self) -> Result<(RunConfig, Model, VarMap, checkpoint::Checkpoint), TrainError> {
-        let Trained { cfg, ck, ck_path } = self;
+        let TrainedModel { cfg, ck, ck_path } = self;
         let vm = VarMap::new();
         let dev = super::device();
         let model = super::run_model(&cfg, &vm, &dev)?;
@@ -791,12 +792,12 @@ impl Trained {
 }
 
 /// The run config of a trained model (a run directory or a file written by `vort export`),
-/// checked as [`Trained`] checks it (its tensors included), without reading the task's data.
+/// checked as [`TrainedModel`] checks it (its tensors included), without reading the task's data.
 ///
 /// # Errors
 /// A path that is neither, or a missing, corrupt, invalid or mismatched config or checkpoint.
 pub fn trained_config(path: &Path) -> Result<RunConfig, TrainError> {
-    Trained::load(path)?.build().map(|(cfg, ..)| cfg)
+    TrainedModel::load(path)?.build().map(|(cfg, ..)| cfg)
 }
 
 /// A run's trained model for inference only: built from the run's config and the checkpoint's
@@ -822,7 +823,7 @@ pub fn load_inference(path: &Path) -> Result<(RunConfig, Model, VarMap, u64), Tr
 fn load_checked(
     path: &Path,
 ) -> Result<(RunConfig, Model, VarMap, checkpoint::Checkpoint), TrainError> {
-    Trained::load(path)?.build()
+    TrainedModel::load(path)?.build()
 }
 
 /// Writes the trained weights of `path` (a run directory or a checkpoint file) to `out`:

@@ -66,8 +66,9 @@ impl std::str::FromStr for Form {
 pub struct RetentionOpts {
     /// Which form computes y.
     pub form: Form,
-    /// Banks (paper) or shared nodes.
-    pub memory: NodeMode,
+    /// The node mode: banks (the paper) or shared nodes (`memory` in older files).
+    #[serde(alias = "memory")]
+    pub mode: NodeMode,
     /// SOE relative tolerance (certified on lags 1..=horizon).
     pub eps: f64,
     /// Certified horizon H of the node table; None: H = T of the input. An input with T > H
@@ -87,7 +88,7 @@ impl Default for RetentionOpts {
     fn default() -> Self {
         RetentionOpts {
             form: Form::Chunked,
-            memory: NodeMode::Shared,
+            mode: NodeMode::Shared,
             eps: 1e-4,
             horizon: None,
             banks: 4,
@@ -241,7 +242,7 @@ impl RetentionOpts {
     /// The node table's recipe for an input of `t` tokens (horizon: the option, or T).
     pub fn node_spec(&self, t: usize) -> NodeSpec {
         NodeSpec {
-            mode: self.memory,
+            mode: self.mode,
             banks: self.banks,
             delta: self.delta,
             horizon: self.horizon.unwrap_or(t.max(1) as u64),
@@ -250,7 +251,7 @@ impl RetentionOpts {
     }
 }
 
-/// Computes y [T, D] for one validated head with the chosen form and memory.
+/// Computes y [T, D] for one validated head with the chosen form and node mode.
 ///
 /// # Errors
 /// Options out of domain (eps, δ, K, horizon, chunk), T past the horizon, or an SOE that
@@ -408,9 +409,9 @@ pub fn retention_from_safetensors(
 /// A compact `key=value` rendering of the options for the output header.
 fn opts_string(o: &RetentionOpts) -> String {
     format!(
-        "form={:?} memory={:?} eps={:e} horizon={} banks={} delta={} chunk={} eps_den={:e}",
+        "form={:?} mode={:?} eps={:e} horizon={} banks={} delta={} chunk={} eps_den={:e}",
         o.form,
-        o.memory,
+        o.mode,
         o.eps,
         o.horizon.map_or("T".into(), |h| h.to_string()),
         o.banks,

@@ -27,8 +27,9 @@ use crate::error::{Result, VortError};
 /// unnormalised, and the state after the last token when `output_final_state`.
 ///
 /// Fixed or learned rates (a learned rate tensor keeps its gradient: this is the only form
-/// that trains them). Differentiable in q, k, vp and cw; the initial state is a host [`State`]
-/// and receives no gradient, and the final one carries none (streams detach their states).
+/// that trains them). Differentiable in q, k, vp and cw; the initial state (a [`State`] on any
+/// device, moved to the inputs' when it lives elsewhere) receives no gradient, and the final
+/// one, on the inputs' device, carries none (streams detach their states).
 ///
 /// # Errors
 /// Shape or dtype mismatches; chunk = 0; a state of other sizes; initial position + T past

@@ -231,7 +231,7 @@ class VortRetention(nn.Module):
     def __init__(
         self,
         *,
-        memory: str = "shared",
+        mode: Optional[str] = None,
         delta: float = 0.1,
         eps: float = 1e-3,
         horizon: Union[int, float] = 4096,
@@ -240,14 +240,17 @@ class VortRetention(nn.Module):
         eps_den: float = 1e-6,
         table: Optional[Dict[str, Any]] = None,
         backend: str = "torch",
+        memory: Optional[str] = None,
     ):
         super().__init__()
         if backend not in ("torch", "rust"):
             raise ValueError(f"backend `{backend}` is not one of torch|rust")
+        if mode is not None and memory is not None:
+            raise ValueError("give the node mode as mode= (or memory=, its older name), not both")
         self.backend = backend
         chunk = _whole(chunk, "chunk")
         if table is None:
-            table = _vort._node_table(memory, delta, horizon, eps, banks)
+            table = _vort._node_table(mode or memory or "shared", delta, horizon, eps, banks)
         self.nodes = NodeWeights(table)
         self.chunk = int(chunk)
         self.eps_den = float(eps_den)

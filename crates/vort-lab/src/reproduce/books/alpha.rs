@@ -50,10 +50,10 @@ pub(super) fn measure(
         routed
             .iter()
             .map(|(c, e, routing)| router::RunToMeasure {
-                name: e.memory.clone(),
+                name: e.mixer.clone(),
                 seed: c.seed,
                 routing: *routing,
-                dir: RunDir::new(out_dir.join(run_path(&e.memory, c))),
+                dir: RunDir::new(out_dir.join(run_path(&e.mixer, c))),
                 means: means(e.alpha.as_ref()),
             })
             .collect(),
@@ -88,13 +88,13 @@ pub(super) fn markdown(rep: &BooksReport, routed: &[Routed]) -> String {
         if let Some((e, f, o)) = r.alpha_means {
             // the oracle's α is its rule's, not learned
             let ruled = routed.iter().any(|x| {
-                x.run.name == r.memory && matches!(x.run.routing, vort::Routing::Oracle { .. })
+                x.run.name == r.mixer && matches!(x.run.routing, vort::Routing::Oracle { .. })
             });
             s += &format!(
                 "{} α ({}): mean {e:.3} on entity bytes, {} on function-word bytes, \
                  {o:.3} on the rest (paper: entities ≈ 0.80, function words ≈ 0.35).\n\n",
                 if ruled { "Rule-set" } else { "Learned" },
-                r.memory,
+                r.mixer,
                 f.map_or("n/a".into(), |f| format!("{f:.3}"))
             );
         }

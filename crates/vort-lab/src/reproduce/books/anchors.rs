@@ -81,8 +81,8 @@ pub fn measure_scored(
 /// over every scored byte, aligned with the anchors' books.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelBpc {
-    /// Memory (the preset's mixer name).
-    pub memory: String,
+    /// The preset's mixer name.
+    pub mixer: String,
     /// Seeds pooled.
     pub seeds: usize,
     /// Per test book of the anchors (None: the runs did not score it).
@@ -96,11 +96,11 @@ pub fn model_rows(runs: &[EvalResult], anchors: &Anchors) -> Vec<ModelBpc> {
     let bits = |nll: f64, n: usize| (n > 0).then(|| nll / n as f64 / std::f64::consts::LN_2);
     let mut out = Vec::new();
     let memories = super::Memories::new(
-        runs.iter().map(|r| r.memory.as_str()),
+        runs.iter().map(|r| r.mixer.as_str()),
         &crate::reproduce::KINDS,
     );
     for memory in memories.order() {
-        let rs: Vec<&EvalResult> = runs.iter().filter(|r| r.memory == *memory).collect();
+        let rs: Vec<&EvalResult> = runs.iter().filter(|r| r.mixer == *memory).collect();
         let pooled = |book: Option<&str>| {
             let (mut nll, mut n) = (0.0, 0usize);
             for row in rs
@@ -114,7 +114,7 @@ pub fn model_rows(runs: &[EvalResult], anchors: &Anchors) -> Vec<ModelBpc> {
             bits(nll, n)
         };
         out.push(ModelBpc {
-            memory: memory.clone(),
+            mixer: memory.clone(),
             seeds: rs.len(),
             books: anchors
                 .measured
@@ -149,7 +149,7 @@ pub fn table(anchors: &Anchors, models: &[ModelBpc]) -> String {
         } else {
             format!(" ({} seeds pooled)", r.seeds)
         };
-        s += &format!("| {}{seeds} |", r.memory);
+        s += &format!("| {}{seeds} |", r.mixer);
         for v in r.books.iter().chain(std::iter::once(&r.split)) {
             s += &format!(" {} |", cell(*v));
         }
@@ -206,7 +206,7 @@ pub fn markdown(anchors: &Anchors, models: &[ModelBpc]) -> String {
             .collect();
         s += &format!(
             "- {} below the compressor, by test book: {}.\n",
-            r.memory,
+            r.mixer,
             beaten.join(", ")
         );
     }
@@ -250,7 +250,7 @@ pub fn figure(anchors: &Anchors, models: &[ModelBpc], out: &Path) -> Result<(), 
             .iter()
             .map(|r| {
                 let v = r.books.iter().chain(std::iter::once(&r.split));
-                (r.memory.clone(), v.map(|v| nan(*v)).collect())
+                (r.mixer.clone(), v.map(|v| nan(*v)).collect())
             })
             .collect(),
         levels: m
@@ -312,7 +312,7 @@ mod tests {
             .collect();
         EvalResult {
             task: "books".into(),
-            memory: memory.into(),
+            mixer: memory.into(),
             seed,
             step: 1,
             sequences: 1,
@@ -347,7 +347,7 @@ mod tests {
         ];
         let rows = model_rows(&runs, &anchors);
         assert_eq!(rows.len(), 2);
-        assert_eq!(rows[0].memory, "vort");
+        assert_eq!(rows[0].mixer, "vort");
         assert_eq!(rows[0].seeds, 2);
         assert!((rows[0].books[0].unwrap() - 2.5).abs() < 1e-12);
         assert!((rows[0].books[1].unwrap() - 1.8).abs() < 1e-12);

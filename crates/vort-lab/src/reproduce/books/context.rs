@@ -29,7 +29,7 @@ pub(super) fn markdown(rep: &BooksReport, runs: &[NamedRun]) -> String {
     for r in &rep.rows {
         s += &format!(
             "| {} | {} |",
-            r.memory,
+            r.mixer,
             r.paper_long.map_or("—".into(), |p| format!("{p:.2}"))
         );
         for (_, m, sd) in &r.buckets {
@@ -60,7 +60,7 @@ pub(super) fn figure(results: &[EvalResult], out: &Path) -> Result<(), TrainErro
     let mut series = Vec::new();
     let memories = memories(results);
     for memory in memories.order() {
-        let rs: Vec<&EvalResult> = results.iter().filter(|r| r.memory == *memory).collect();
+        let rs: Vec<&EvalResult> = results.iter().filter(|r| r.mixer == *memory).collect();
         let Some(first) = rs.first() else { continue };
         let LagCurve { points: pts, bars } = pooled_bins(&rs, first);
         series.push(
@@ -88,7 +88,7 @@ pub(super) fn figure(results: &[EvalResult], out: &Path) -> Result<(), TrainErro
 /// The memories of `results` in report order, with their colours.
 fn memories(results: &[EvalResult]) -> Memories {
     Memories::new(
-        results.iter().map(|r| r.memory.as_str()),
+        results.iter().map(|r| r.mixer.as_str()),
         &crate::reproduce::KINDS,
     )
 }
@@ -144,13 +144,13 @@ fn per_book_table(rep: &BooksReport) -> String {
     s += &"---|".repeat(books.len());
     s += "\n";
     for r in &rep.rows {
-        s += &format!("| {} |", r.memory);
+        s += &format!("| {} |", r.mixer);
         for b in &books {
             let (mut nll, mut n) = (0.0, 0usize);
             for row in rep
                 .runs
                 .iter()
-                .filter(|e| e.memory == r.memory)
+                .filter(|e| e.mixer == r.mixer)
                 .flat_map(|e| e.per_book.iter().filter(|x| x.label == *b))
             {
                 nll += row.nll * row.n as f64;
@@ -174,7 +174,7 @@ fn windows_of(
     score: impl Fn(&WindowScore) -> f64,
 ) -> Vec<(u64, Scores)> {
     runs.iter()
-        .filter(|r| r.memory == memory)
+        .filter(|r| r.mixer == memory)
         .map(|r| {
             (
                 r.seed,
@@ -223,7 +223,7 @@ fn verdicts(rep: &BooksReport, runs: &[NamedRun]) -> String {
         CONTEXT_BUCKETS[far].0,
         rep.runs.first().map_or(0, |r| r.per_book.len())
     );
-    let has = |m: &str| rep.runs.iter().any(|r| r.memory == m);
+    let has = |m: &str| rep.runs.iter().any(|r| r.mixer == m);
     for a in ["vort", "power-law"] {
         if !(has(a) && has("exponential")) {
             continue;
@@ -396,7 +396,7 @@ fn per_seed_table(rep: &BooksReport) -> String {
     s += "\n";
     let mut gains: Vec<(String, Vec<f64>)> = Vec::new();
     for memory in memories(&rep.runs).order() {
-        let mut runs: Vec<&EvalResult> = rep.runs.iter().filter(|r| r.memory == *memory).collect();
+        let mut runs: Vec<&EvalResult> = rep.runs.iter().filter(|r| r.mixer == *memory).collect();
         runs.sort_by_key(|r| r.seed);
         for r in runs {
             let (row, gain) = per_seed_row(r, (&books, &bzip2), with_bzip2);
@@ -447,7 +447,7 @@ fn per_seed_row(
     };
     let mut s = format!(
         "| {} | {} | {} | {} | {} | {:.3} |",
-        r.memory,
+        r.mixer,
         r.seed,
         or_na(near, false),
         or_na(far_bits, false),
@@ -502,7 +502,7 @@ mod tests {
     fn run(memory: &str, seed: u64, bits: &[[f64; 2]]) -> EvalResult {
         EvalResult {
             task: "books".into(),
-            memory: memory.into(),
+            mixer: memory.into(),
             seed,
             step: 1,
             sequences: bits.len(),

@@ -30,8 +30,9 @@ const LATE_SHARE: f64 = 0.3;
 /// One run's training curve.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CurveRow {
-    /// Memory (the preset's mixer name).
-    pub memory: String,
+    /// The preset's mixer name (`memory` in older files).
+    #[serde(alias = "memory")]
+    pub mixer: String,
     /// Training seed.
     pub seed: u64,
     /// Steps of the run.
@@ -62,7 +63,7 @@ pub(super) fn measure(
         .iter()
         .zip(results)
         .filter_map(|(c, e)| {
-            let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(&e.memory, c)));
+            let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(&e.mixer, c)));
             let metrics = dir.metrics();
             // (step, bits per byte) of every logged step
             let pts: Vec<(u64, f64)> = metrics
@@ -73,7 +74,7 @@ pub(super) fn measure(
                 .iter()
                 .filter_map(|m| Some((m.step, m.val_loss? / std::f64::consts::LN_2)))
                 .collect();
-            curve(&e.memory, c.seed, c.train.steps, &pts).map(|r| CurveRow { held_out, ..r })
+            curve(&e.mixer, c.seed, c.train.steps, &pts).map(|r| CurveRow { held_out, ..r })
         })
         .collect()
 }
@@ -91,7 +92,7 @@ pub fn curve(memory: &str, seed: u64, steps: u64, pts: &[(u64, f64)]) -> Option<
         .map(|&(s, b)| (s as f64, b))
         .collect();
     Some(CurveRow {
-        memory: memory.into(),
+        mixer: memory.into(),
         seed,
         steps,
         tenths: part_means(steps, PARTS, pts),
@@ -162,7 +163,7 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
     s += &"---|".repeat(shown.len() + 1);
     s += "\n";
     for r in &rep.curves {
-        s += &format!("| {} | {} |", r.memory, r.seed);
+        s += &format!("| {} | {} |", r.mixer, r.seed);
         for k in &shown {
             let end = (k * w).min(r.steps);
             match r.tenths.iter().find(|t| t.0 == end) {
@@ -207,7 +208,7 @@ fn held_out_markdown(curves: &[CurveRow]) -> String {
     s += &"---|".repeat(cols.len());
     s += "\n";
     for r in curves.iter().filter(|r| !r.held_out.is_empty()) {
-        s += &format!("| {} | {} |", r.memory, r.seed);
+        s += &format!("| {} | {} |", r.mixer, r.seed);
         for c in &cols {
             match r.held_out.iter().find(|p| p.0 == *c) {
                 Some(p) => s += &format!(" {:.3} |", p.1),
@@ -228,12 +229,12 @@ pub(super) fn figure(curves: &[CurveRow], out: &Path) -> Result<(), TrainError> 
     }
     // one series per run: memory by colour, seed 0 solid
     let memories = super::Memories::new(
-        curves.iter().map(|r| r.memory.as_str()),
+        curves.iter().map(|r| r.mixer.as_str()),
         &crate::reproduce::KINDS,
     );
     let series_of = |r: &CurveRow, pts: Vec<(f64, f64)>| {
-        let name = format!("{} seed {}", r.memory, r.seed);
-        let color = memories.color(&r.memory);
+        let name = format!("{} seed {}", r.mixer, r.seed);
+        let color = memories.color(&r.mixer);
         let s = if r.seed == 0 {
             Series::line(name, pts)
         } else {

@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use super::preset::{NamedRun, Preset};
 use super::runner::{self, DivergedRun};
-use super::{mean_sd, train_all, Scale};
+use super::{mean_sd, train_named, Scale};
 use crate::tasks::books::BookCorpus;
 use crate::tasks::CONTEXT_BUCKETS;
 use crate::train::eval::EvalResult;
@@ -112,8 +112,9 @@ pub const NEEDS_MARKS: &str = "oracle routing reads the lexicon's entity marks, 
 /// A finished run left out of a part of the report (the stream or the samples), and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Skipped {
-    /// Memory (the preset's mixer name).
-    pub memory: String,
+    /// The preset's mixer name (`memory` in older files).
+    #[serde(alias = "memory")]
+    pub mixer: String,
     /// Run seed.
     pub seed: u64,
     /// Why it is left out.
@@ -124,7 +125,7 @@ impl Skipped {
     /// The run of `e` left out because it needs marks ([`NEEDS_MARKS`]), or None.
     fn needing_marks(c: &RunConfig, e: &EvalResult) -> Option<Skipped> {
         c.model.mixer.needs_marks().then(|| Skipped {
-            memory: e.memory.clone(),
+            mixer: e.mixer.clone(),
             seed: e.seed,
             why: NEEDS_MARKS.into(),
         })
@@ -137,7 +138,7 @@ impl Skipped {
         }
         let list: Vec<String> = skipped
             .iter()
-            .map(|k| format!("{} seed {} ({})", k.memory, k.seed, k.why))
+            .map(|k| format!("{} seed {} ({})", k.mixer, k.seed, k.why))
             .collect();
         format!("{what}: {}.\n\n", list.join("; "))
     }
@@ -221,8 +222,9 @@ pub fn stream_bytes(scale: Scale) -> usize {
 /// One streamed book.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StreamRow {
-    /// Memory (the preset's mixer name).
-    pub memory: String,
+    /// The preset's mixer name (`memory` in older files).
+    #[serde(alias = "memory")]
+    pub mixer: String,
     /// Run seed (absent in reports written before every seed was streamed: seed 0).
     #[serde(default)]
     pub seed: u64,
@@ -261,8 +263,9 @@ pub struct TemperedStream {
 /// One memory (a preset mixer) over seeds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BooksRow {
-    /// Memory (the preset's mixer name).
-    pub memory: String,
+    /// The preset's mixer name (`memory` in older files).
+    #[serde(alias = "memory")]
+    pub mixer: String,
     /// Seeds aggregated.
     pub seeds: Vec<u64>,
     /// Paper's BPC at context > 4096, if it reports one.
@@ -367,7 +370,7 @@ pub fn run_plan(
     if let Some(r) = runs.first() {
         record_data(Path::new(&r.config.task.data_dir), out_dir)?;
     }
-    let trained = train_all(runs, out_dir, mode)?;
+    let trained = train_named(runs, out_dir, mode)?;
     release_seed0_weights(&trained.configs, &trained.results, out_dir)?;
     let ((streams, not_streamed), (samples, not_sampled)) = match &corpus {
         Some(corpus) => (
@@ -435,7 +438,7 @@ fn release_seed0_weights(
     out_dir: &Path,
 ) -> Result<(), TrainError> {
     for (c, e) in runs.iter().zip(results).filter(|(c, _)| c.seed == 0) {
-        let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(&e.memory, c)));
+        let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(&e.mixer, c)));
         if dir.has_checkpoint() {
             dir.release_weights()?;
         }
@@ -523,12 +526,12 @@ fn write_report(
 fn rows(results: &[EvalResult], tps: &[f64]) -> Vec<BooksRow> {
     let mut rows = Vec::new();
     let memories = Memories::new(
-        results.iter().map(|r| r.memory.as_str()),
+        results.iter().map(|r| r.mixer.as_str()),
         &crate::reproduce::KINDS,
     );
     for memory in memories.order() {
         let idx: Vec<usize> = (0..results.len())
-            .filter(|&i| results[i].memory == *memory)
+            .filter(|&i| results[i].mixer == *memory)
             .collect();
         let buckets = (0..CONTEXT_BUCKETS.len())
             .map(|b| {
@@ -545,7 +548,7 @@ fn rows(results: &[EvalResult], tps: &[f64]) -> Vec<BooksRow> {
             alphas.iter().map(f).sum::<f64>() / alphas.len() as f64
         };
         rows.push(BooksRow {
-            memory: memory.to_string(),
+            mixer: memory.to_string(),
             seeds: idx.iter().map(|&i| results[i].seed).collect(),
             paper_long: paper_bpc(memory),
             buckets,

@@ -15,8 +15,9 @@ use crate::train::{self, RunConfig, RunDir, TrainError};
 /// One model's probe, as cached in its run directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RetrievalRow {
-    /// The memory (the preset's mixer name).
-    pub memory: String,
+    /// The preset's mixer name (`memory` in older files).
+    #[serde(alias = "memory")]
+    pub mixer: String,
     /// Its seed.
     pub seed: u64,
     /// Training steps of the weights probed.
@@ -61,7 +62,7 @@ pub(super) fn measure(
             skipped.push(k);
             continue;
         }
-        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(&e.memory, c)));
+        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(&e.mixer, c)));
         let cached = std::fs::read_to_string(dir.retrieval_path())
             .ok()
             .and_then(|t| serde_json::from_str::<RetrievalRow>(&t).ok())
@@ -74,7 +75,7 @@ pub(super) fn measure(
             Ok(m) => m,
             Err(_) => {
                 skipped.push(Skipped {
-                    memory: e.memory.clone(),
+                    mixer: e.mixer.clone(),
                     seed: c.seed,
                     why: "no weights kept".into(),
                 });
@@ -97,7 +98,7 @@ pub(super) fn measure(
             |_, _| {},
         )?;
         let row = RetrievalRow {
-            memory: e.memory.clone(),
+            mixer: e.mixer.clone(),
             seed: c.seed,
             step,
             text_bytes: text.len(),
@@ -149,7 +150,7 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
             .collect();
         s += &format!(
             "| {} s{} | {} | {} | {} | {} |\n",
-            r.memory,
+            r.mixer,
             r.seed,
             period(40),
             period(1024),

@@ -27,8 +27,9 @@ pub const PROMPT_BYTES: usize = 256;
 /// One model's sample.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SampleRow {
-    /// Memory (the preset's mixer name).
-    pub memory: String,
+    /// The preset's mixer name (`memory` in older files).
+    #[serde(alias = "memory")]
+    pub mixer: String,
     /// Run seed.
     pub seed: u64,
     /// Training steps of the parameters that drew it.
@@ -87,7 +88,7 @@ pub(super) fn measure(
             skipped.push(k);
             continue;
         }
-        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(&e.memory, c)));
+        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(&e.mixer, c)));
         let cached = std::fs::read_to_string(dir.sample_path())
             .ok()
             .and_then(|t| serde_json::from_str::<SampleRow>(&t).ok())
@@ -119,7 +120,7 @@ pub(super) fn measure(
         };
         let drawn = generate(&mut model, &text, &opts, |_| Ok(()))?;
         let row = SampleRow {
-            memory: e.memory.clone(),
+            mixer: e.mixer.clone(),
             seed: c.seed,
             step,
             prompt: prompt.clone(),
@@ -163,7 +164,7 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
     for r in &rep.samples {
         s += &format!(
             "**{}** (seed {}, step {}):\n\n```text\n{}\n```\n\n",
-            r.memory,
+            r.mixer,
             r.seed,
             r.step,
             fence(&r.output)

@@ -107,7 +107,7 @@ pub(super) fn measure(
             skipped.push(k);
             continue;
         }
-        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(&e.memory, c)));
+        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(&e.mixer, c)));
         if let Some(row) = stream_run((c, e), &dir, (&book.title, text), progress)? {
             rows.push(row);
         }
@@ -183,7 +183,7 @@ fn stream_run(
     let resets = reset_sweep(&model, text, c.task.seq_len, &result)?;
     bar.finish_and_clear();
     let row = StreamRow {
-        memory: e.memory.clone(),
+        mixer: e.mixer.clone(),
         seed: c.seed,
         step,
         book: title.to_string(),
@@ -203,7 +203,7 @@ fn streamed_these(
     (title, text): (&str, &[u8]),
     r: &StreamRow,
 ) -> bool {
-    r.memory == e.memory
+    r.mixer == e.mixer
         && r.seed == c.seed
         && r.step == e.step
         && r.book == title
@@ -277,7 +277,7 @@ fn reset_windows(rep: &BooksReport, r: &StreamRow) -> Vec<(f64, f64)> {
     let Some(e) = rep
         .runs
         .iter()
-        .find(|e| e.memory == r.memory && e.seed == r.seed)
+        .find(|e| e.mixer == r.mixer && e.seed == r.seed)
     else {
         return Vec::new();
     };
@@ -358,7 +358,7 @@ fn diagnosis(rep: &BooksReport) -> String {
         };
         s += &format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            r.memory,
+            r.mixer,
             r.seed,
             f3(gap(0, piece + 1)),
             f3(gap(0, len / 2)),
@@ -415,7 +415,7 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
         let (windowed, diff) = reset_columns(rep, r, &r.result);
         s += &format!(
             "| {} | {} | {} | {} | {} | {:.3} | {} | {} | {} / {} | {:.0} |\n",
-            r.memory,
+            r.mixer,
             r.seed,
             range(1, 4095),
             range(4096, 32767),
@@ -448,7 +448,7 @@ fn reset_columns(rep: &BooksReport, r: &StreamRow, carried: &StreamResult) -> (S
     let reset = rep
         .runs
         .iter()
-        .filter(|e| e.memory == r.memory && e.seed == r.seed)
+        .filter(|e| e.mixer == r.mixer && e.seed == r.seed)
         .flat_map(|e| e.per_book.iter().filter(|b| b.label == r.book))
         .next();
     match reset {
@@ -519,7 +519,7 @@ fn kernel_variants_table(rep: &BooksReport) -> String {
             let (windowed, diff) = reset_columns(rep, r, x);
             s += &format!(
                 "| {} | {} | {label} | {:.3} | {windowed} | {diff} | {} |\n",
-                r.memory,
+                r.mixer,
                 r.seed,
                 x.bits,
                 mass(x),
@@ -589,13 +589,13 @@ pub(super) fn figure(streams: &[StreamRow], out: &Path) -> Result<(), TrainError
 /// The streamed memories with their colours: the kinds of [`STREAMED`] at their places, then
 /// the other names (the ladder's learned order), as they come.
 fn streamed(streams: &[StreamRow]) -> Memories {
-    Memories::new(streams.iter().map(|s| s.memory.as_str()), &STREAMED)
+    Memories::new(streams.iter().map(|s| s.mixer.as_str()), &STREAMED)
 }
 
 /// A streamed run's line: named by memory and seed, coloured by memory, seed 0 solid.
 fn run_series(m: &Memories, r: &StreamRow, pts: Vec<(f64, f64)>) -> Series {
-    let name = format!("{} seed {}", r.memory, r.seed);
-    let color = m.color(&r.memory);
+    let name = format!("{} seed {}", r.mixer, r.seed);
+    let color = m.color(&r.mixer);
     let s = if r.seed == 0 {
         Series::line(name, pts)
     } else {
@@ -616,8 +616,8 @@ fn variant_series(
     label: &str,
     pts: Vec<(f64, f64)>,
 ) -> Series {
-    let name = format!("{} seed {}, {label}", r.memory, r.seed);
-    let color = m.colors() * (i + 1) + m.color(&r.memory);
+    let name = format!("{} seed {}, {label}", r.mixer, r.seed);
+    let color = m.colors() * (i + 1) + m.color(&r.mixer);
     let s = if r.seed == 0 {
         Series::line(name, pts)
     } else {
@@ -799,7 +799,7 @@ fn sweep_table(rep: &BooksReport) -> String {
     s += &"---|".repeat(first.resets.len());
     s += "\n";
     for r in rep.streams.iter().filter(|r| !r.resets.is_empty()) {
-        s += &format!("| {} | {} |", r.memory, r.seed);
+        s += &format!("| {} | {} |", r.mixer, r.seed);
         for p in &r.resets {
             s += &format!(" {:.3} |", p.bits);
         }

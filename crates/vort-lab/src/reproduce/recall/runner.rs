@@ -463,5 +463,6 @@ fn best_rate(sweep: &[RunResult]) -> usize {
 fn nodes_of(cfg: &RunConfig) -> Result<usize, TrainError> {
     let vm = candle_nn::VarMap::new();
     let model = train::run_model(cfg, &vm, &train::device())?;
-    Ok(model.blocks().first().map_or(0, vort::block::Block::nodes))
+    let nodes = model.blocks().next().map_or(0, vort::block::Block::nodes);
+    Ok(nodes)
 }

@@ -19,7 +19,7 @@ pub(super) fn markdown(rep: &Report, task: TaskKind) -> String {
             s.push_str(&format!(
                 "Learned α ({}): mean {m:.3} on memorable tokens, {o:.3} on the others \
                  (paper: entities ≈ 0.80, function words ≈ 0.35).\n\n",
-                r.memory
+                r.mixer
             ));
         }
     }
@@ -36,7 +36,7 @@ pub(super) fn figures(
 ) -> Result<(), TrainError> {
     let vort: Vec<&&EvalResult> = of_task
         .iter()
-        .filter(|r| r.memory == "vort" && r.alpha.is_some())
+        .filter(|r| r.mixer == "vort" && r.alpha.is_some())
         .collect();
     if vort.is_empty() {
         return Ok(());

@@ -31,7 +31,7 @@ pub(super) fn markdown(rep: &Report, task: TaskKind, rows: &[&Row], chance: f64)
 
 /// The table row of memory kind `r` on `task`.
 fn row(rep: &Report, task: TaskKind, r: &Row, chance: f64) -> String {
-    let runs = runs_of(rep, task, &r.memory);
+    let runs = runs_of(rep, task, &r.mixer);
     let bucket = |i: usize| {
         let (k, n) = sum_rows(runs.iter().map(|e| &e.buckets[i]));
         pct_ci(k, n)
@@ -58,7 +58,7 @@ fn row(rep: &Report, task: TaskKind, r: &Row, chance: f64) -> String {
         .count();
     format!(
         "| {} | {} | {} | {} | {} | {} | {}/{}: {} | {} | {:.0} |\n",
-        r.memory,
+        r.mixer,
         r.paper_long.map_or("—".into(), |p| format!("{p:.1}")),
         bucket(2),
         bucket(0),
@@ -88,7 +88,7 @@ fn runs_of<'a>(rep: &'a Report, task: TaskKind, memory: &str) -> Vec<&'a EvalRes
     let mut v: Vec<&EvalResult> = rep
         .runs
         .iter()
-        .filter(|e| e.task == task.name() && e.memory == memory)
+        .filter(|e| e.task == task.name() && e.mixer == memory)
         .collect();
     v.sort_by_key(|e| e.seed);
     v
@@ -174,7 +174,7 @@ pub(super) fn figure(
 ) -> Result<(), TrainError> {
     let mut series = Vec::new();
     for (ci, memory) in crate::reproduce::KINDS.iter().enumerate() {
-        let rs: Vec<&&EvalResult> = of_task.iter().filter(|r| r.memory == *memory).collect();
+        let rs: Vec<&&EvalResult> = of_task.iter().filter(|r| r.mixer == *memory).collect();
         if rs.is_empty() {
             continue;
         }
@@ -239,7 +239,7 @@ mod tests {
             .collect();
         EvalResult {
             task: TaskKind::Zipf.name().into(),
-            memory: memory.to_string(),
+            mixer: memory.to_string(),
             seed,
             step: 1,
             sequences: 1,

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::preset::NamedRun;
 use super::preset::Preset;
 use super::runner::{self, DivergedRun};
-use super::{mean_sd, train_all, Scale};
+use super::{mean_sd, train_named, Scale};
 use crate::tasks::{TaskKind, BUCKETS};
 use crate::train::eval::EvalResult;
 use crate::train::{self, RunConfig, TrainError};
@@ -101,8 +101,9 @@ impl Plan {
 pub struct Row {
     /// Task.
     pub task: String,
-    /// Memory kind.
-    pub memory: String,
+    /// The mixer's kind (`memory` in older files).
+    #[serde(alias = "memory")]
+    pub mixer: String,
     /// Seeds aggregated.
     pub seeds: Vec<u64>,
     /// Paper's accuracy at lags > 1000 (%), if it reports one.
@@ -160,7 +161,7 @@ pub fn run(scale: Scale, out_dir: &Path) -> Result<Report, TrainError> {
 pub fn run_plan(plan: &Plan, out_dir: &Path, mode: runner::Mode) -> Result<Report, TrainError> {
     let t0 = std::time::Instant::now();
     std::fs::create_dir_all(out_dir).map_err(|e| train::checkpoint::io(out_dir, e))?;
-    let trained = train_all(&plan.named(), out_dir, mode)?;
+    let trained = train_named(&plan.named(), out_dir, mode)?;
     let (results, tps) = (trained.results, trained.tokens_per_s);
     let rows = rows(&results, &tps);
     let chance = plan
@@ -201,7 +202,7 @@ fn rows(results: &[EvalResult], tps: &[f64]) -> Vec<Row> {
     for task in TaskKind::SYNTHETIC {
         for memory in crate::reproduce::KINDS {
             let idx: Vec<usize> = (0..results.len())
-                .filter(|&i| results[i].task == task.name() && results[i].memory == *memory)
+                .filter(|&i| results[i].task == task.name() && results[i].mixer == *memory)
                 .collect();
             if idx.is_empty() {
                 continue;
@@ -229,7 +230,7 @@ fn rows(results: &[EvalResult], tps: &[f64]) -> Vec<Row> {
                 .collect();
             rows.push(Row {
                 task: task.name().into(),
-                memory: memory.to_string(),
+                mixer: memory.to_string(),
                 seeds: idx.iter().map(|&i| results[i].seed).collect(),
                 paper_long: paper_number(task, memory),
                 buckets,

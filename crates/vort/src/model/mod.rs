@@ -9,11 +9,16 @@
 //! token, in units of ln V (so H_i ∈ [0, 1]); it is trained on next-token prediction of every
 //! position and enters the router as a constant (stop-gradient).
 
+mod layer;
+
+pub use layer::{LayerState, ResidualBlock, RmsNorm, ShortConv};
+
 use crate::block::{Block, BlockConfig, BlockState, Pass, PastHorizon};
 use crate::features::FeatureMap;
 use crate::mixer::Mixer;
-use candle_core::{DType, Device, Tensor, Var, D};
-use candle_nn::{VarBuilder, VarMap};
+use candle_core::{DType, Device, Module, Tensor, Var, D};
+use candle_nn::{Embedding, VarBuilder, VarMap};
+use layer::{get_param, RouterInputs};
 use serde::{Deserialize, Serialize};
 use vort_math::rng::{stream_seed, Stream, XorShift64Star};
 
@@ -225,14 +230,11 @@ pub struct ModelOutput {
     pub entity_logits: Vec<Tensor>,
 }
 
-/// Streaming state of a [`Model`]: each block's retention state (or KV cache) and the last
-/// token seen (for the one-token shift).
+/// Streaming state of a [`Model`]: each layer's state (its mixer's retention state or KV
+/// cache, its convolution's window) and the last token seen (for the one-token shift).
 #[derive(Debug, Clone)]
 pub struct ModelState {
-    blocks: Vec<Option<BlockState>>,
-    /// Per block, the last short_conv - 1 normalised inputs [B, k-1, d_model] (the short
-    /// convolution's window into the previous piece).
-    conv: Vec<Option<Tensor>>,
+    layers: Vec<LayerState>,
     last_token: Option<Tensor>,
 }
 
@@ -240,9 +242,9 @@ impl ModelState {
     /// Resident bytes of the block states (retention states or KV caches).
     pub fn bytes(&self) -> usize {
         let size = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
-        self.blocks
+        self.layers
             .iter()
-            .flatten()
+            .filter_map(|l| l.mix.as_ref())
             .map(|s| match s {
                 BlockState::Retention(s) => s.bytes(),
                 BlockState::Kv { k, v } => size(k) + size(v),
@@ -260,11 +262,6 @@ pub struct NormaliserMass {
     pub slow_share: f64,
 }
 
-struct Mlp {
-    w1: Tensor,
-    w2: Tensor,
-}
-
 /// The model: its parameters come from a [`VarBuilder`] ([`Model::new`]), seeded ones from
 /// [`Model::init`] / [`Model::seeded`].
 pub struct Model {
@@ -272,16 +269,12 @@ pub struct Model {
     pub cfg: ModelConfig,
     /// Vocabulary size.
     pub vocab: usize,
-    emb: Tensor,
-    prev_emb: Option<Tensor>,
-    bigram: Option<Tensor>,
-    blocks: Vec<Block>,
-    norms1: Vec<Tensor>,
-    convs: Vec<Option<Tensor>>, // [k, d_model] per block
-    norms2: Vec<Tensor>,
-    mlps: Vec<Option<Mlp>>,
-    norm_f: Tensor,
-    head: Tensor,
+    emb: Embedding,              // [V, d_model]
+    prev_emb: Option<Embedding>, // [V, d_model]
+    bigram: Option<Embedding>,   // [V, V]
+    layers: Vec<ResidualBlock>,
+    norm_f: RmsNorm,
+    head: Tensor, // [d_model, V]
 }
 
 /// Inserts `init` under `name` in `vm` unless a parameter of that name exists.
@@ -294,41 +287,6 @@ fn init_param(vm: &VarMap, name: &str, init: Tensor) -> Result<(), ModelError> {
         data.insert(name.into(), Var::from_tensor(&init)?);
     }
     Ok(())
-}
-
-/// The parameter `name` of shape `shape` from `vb`, or an error naming it.
-fn get_param(vb: &VarBuilder, shape: &[usize], name: &str) -> Result<Tensor, ModelError> {
-    if !vb.contains_tensor(name) {
-        return Err(ModelError::Invalid(format!(
-            "parameter `{name}` is missing (a VarMap is filled by Model::init)"
-        )));
-    }
-    let t = vb.get(shape, name)?;
-    Ok(t)
-}
-
-/// RMSNorm with a learned gain: x / sqrt(mean(x²) + 1e-6) · w, x [.., D], w [D] (the fused
-/// parallel op; `crate::ops::reference::rms_norm` is its plain twin).
-fn rms_norm(x: &Tensor, w: &Tensor) -> Result<Tensor, ModelError> {
-    Ok(crate::ops::rms_norm(x, w, 1e-6)?)
-}
-
-/// Short causal depthwise convolution: y[b, t, c] = Σ_{i<k} w[i, c] · x[b, t-i, c], with x
-/// before the piece taken from `prev` [B, k-1, C] (zeros at a sequence start). Returns y
-/// [B, T, C] and the last k-1 inputs (detached) for the next piece (the fused op;
-/// `crate::ops::reference::short_conv` is its plain twin).
-fn short_conv(
-    x: &Tensor,
-    w: &Tensor,
-    prev: Option<&Tensor>,
-) -> Result<(Tensor, Tensor), ModelError> {
-    Ok(crate::ops::short_conv(x, w, prev)?)
-}
-
-/// x [B, T, K] · w [K, N] -> [B, T, N].
-fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor, ModelError> {
-    let (b, t, k) = x.dims3()?;
-    Ok(x.reshape((b * t, k))?.matmul(w)?.reshape((b, t, ()))?)
 }
 
 impl Model {
@@ -424,68 +382,54 @@ impl Model {
         let (vocab, seq_len) = (cfg.vocab_size, cfg.max_len);
         let cfg = &cfg.model;
         let dm = cfg.d_model;
-        let get = |shape: &[usize], name: &str| get_param(&vb, shape, name);
-        let emb = get(&[vocab, dm], "emb")?;
-        let prev_emb = if cfg.token_shift {
-            Some(get(&[vocab, dm], "prev_emb")?)
-        } else {
-            None
+        let embedding = |width: usize, name: &str| -> Result<Embedding, ModelError> {
+            Ok(Embedding::new(
+                get_param(&vb, &[vocab, width], name)?,
+                width,
+            ))
         };
-        let bigram = if cfg.uses_entropy() {
-            Some(get(&[vocab, vocab], Self::BIGRAM_PARAM)?)
-        } else {
-            None
+        let emb = embedding(dm, "emb")?;
+        let prev_emb = match cfg.token_shift {
+            true => Some(embedding(dm, "prev_emb")?),
+            false => None,
         };
-        let ones = Tensor::ones(dm, DType::F32, vb.device())?;
-        let (mut blocks, mut convs) = (Vec::new(), Vec::new());
-        let (mut norms1, mut norms2, mut mlps) = (Vec::new(), Vec::new(), Vec::new());
-        for l in 0..cfg.layers {
-            // the block seed draws parameters only (Block::init), never read here
-            let bc = cfg.block(0, l, seq_len);
-            blocks.push(Block::new(bc, vb.pp(format!("blocks.{l}.mix")))?);
-            norms1.push(get(&[dm], &format!("blocks.{l}.norm1"))?);
-            convs.push(if cfg.short_conv > 0 {
-                Some(get(&[cfg.short_conv, dm], &format!("blocks.{l}.conv"))?)
-            } else {
-                None
-            });
-            if cfg.mlp_mult > 0 {
-                let hid = cfg.mlp_mult * dm;
-                norms2.push(get(&[dm], &format!("blocks.{l}.norm2"))?);
-                let w1 = get(&[dm, hid], &format!("blocks.{l}.mlp.w1"))?;
-                let w2 = get(&[hid, dm], &format!("blocks.{l}.mlp.w2"))?;
-                mlps.push(Some(Mlp { w1, w2 }));
-            } else {
-                norms2.push(ones.clone());
-                mlps.push(None);
-            }
-        }
-        let norm_f = get(&[dm], "norm_f")?;
-        let head = get(&[dm, vocab], "head")?;
+        let bigram = match cfg.uses_entropy() {
+            true => Some(embedding(vocab, Self::BIGRAM_PARAM)?),
+            false => None,
+        };
+        let layers_vb = vb.pp("blocks");
+        let layers = (0..cfg.layers)
+            .map(|l| {
+                // the block seed draws parameters only (Block::init), never read here
+                ResidualBlock::new(cfg, cfg.block(0, l, seq_len), &layers_vb.pp(l))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Model {
             cfg: cfg.clone(),
             vocab,
             emb,
             prev_emb,
             bigram,
-            blocks,
-            norms1,
-            convs,
-            norms2,
-            mlps,
-            norm_f,
-            head,
+            layers,
+            norm_f: RmsNorm::new(dm, &vb, "norm_f")?,
+            head: get_param(&vb, &[dm, vocab], "head")?,
         })
     }
 
     /// The device the parameters live on.
     pub fn device(&self) -> &Device {
-        self.emb.device()
+        self.head.device()
     }
 
-    /// The blocks (for inspection: node tables, configs).
-    pub fn blocks(&self) -> &[Block] {
-        &self.blocks
+    /// The residual layers (for inspection: [`ResidualBlock::mixer`] gives node tables and
+    /// configs).
+    pub fn layers(&self) -> &[ResidualBlock] {
+        &self.layers
+    }
+
+    /// The mixers of the layers, in order.
+    pub fn blocks(&self) -> impl ExactSizeIterator<Item = &Block> + '_ {
+        self.layers.iter().map(ResidualBlock::mixer)
     }
 
     /// Forward over tokens [B, T] (u32).
@@ -538,14 +482,13 @@ impl Model {
         if let Some(st) = state.as_deref() {
             self.check_state(st, b)?;
         }
-        let flat = tokens.flatten_all()?;
-        let mut x = self.emb.index_select(&flat, 0)?.reshape((b, t, ()))?;
+        let mut x = self.emb.forward(tokens)?;
         if let Some(pe) = &self.prev_emb {
-            let prev = pe.index_select(&flat, 0)?.reshape((b, t, ()))?;
+            let prev = pe.forward(tokens)?;
             // shift right by one along T: the first row is the previous piece's last token
             // when streaming, zeros at the start of a sequence
             let first = match state.as_ref().and_then(|s| s.last_token.as_ref()) {
-                Some(last) => pe.index_select(last, 0)?.reshape((b, 1, ()))?,
+                Some(last) => pe.forward(last)?.reshape((b, 1, ()))?,
                 None => Tensor::zeros((b, 1, self.cfg.d_model), DType::F32, tokens.device())?,
             };
             let shifted = if t > 1 {
@@ -558,7 +501,7 @@ impl Model {
         x = (x * (1.0 / (2.0f64).sqrt()))?;
         let (bigram_logits, entropy) = match &self.bigram {
             Some(bg) => {
-                let logits = bg.index_select(&flat, 0)?.reshape((b, t, self.vocab))?;
+                let logits = bg.forward(tokens)?;
                 let lp = candle_nn::ops::log_softmax(&logits.detach(), D::Minus1)?;
                 // entropy in units of ln V, i.e. in [0, 1] whatever the vocabulary: in nats
                 // (≈ ln V at start) the router's -b·H term saturates σ and every token starts
@@ -568,45 +511,31 @@ impl Model {
             }
             None => (None, None),
         };
-        let mut alphas = Vec::new();
-        let mut entity_logits = Vec::new();
-        for (l, blk) in self.blocks.iter().enumerate() {
-            let mut xn = rms_norm(&x, &self.norms1[l])?;
-            if let Some(w) = &self.convs[l] {
-                let prev = state.as_ref().and_then(|s| s.conv[l].as_ref());
-                let (y, tail) = short_conv(&xn, w, prev)?;
-                if let Some(st) = state.as_deref_mut() {
-                    st.conv[l] = Some(tail);
-                }
-                xn = y;
-            }
-            let ent = entropy.as_ref();
-            let out = match state.as_deref_mut() {
-                Some(st) => {
-                    let pass = if decode { Pass::Decode } else { Pass::Stream };
-                    let o = blk.run(&xn, ent, marks, st.blocks[l].as_ref(), pass)?;
-                    st.blocks[l] = o.state.clone();
-                    o
-                }
-                None => blk.run(&xn, ent, marks, None, Pass::Train)?,
+        let inputs = RouterInputs {
+            entropy: entropy.as_ref(),
+            marks,
+        };
+        let pass = match (&state, decode) {
+            (None, _) => Pass::Train,
+            (Some(_), false) => Pass::Stream,
+            (Some(_), true) => Pass::Decode,
+        };
+        let mut scratch = LayerState::default();
+        let (mut alphas, mut entity_logits) = (Vec::new(), Vec::new());
+        for (l, layer) in self.layers.iter().enumerate() {
+            let st = match state.as_deref_mut() {
+                Some(st) => &mut st.layers[l],
+                None => &mut scratch,
             };
-            x = (x + out.y)?;
-            if let Some(a) = out.alpha {
-                alphas.push(a);
-            }
-            if let Some(e) = out.entity_logit {
-                entity_logits.push(e);
-            }
-            if let Some(mlp) = &self.mlps[l] {
-                // the fused parallel GELU: candle's backward is ~10 single-threaded passes
-                let h = crate::ops::gelu(&linear(&rms_norm(&x, &self.norms2[l])?, &mlp.w1)?)?;
-                x = (x + linear(&h, &mlp.w2)?)?;
-            }
+            let out = layer.run(&x, inputs, st, pass)?;
+            x = out.x;
+            alphas.extend(out.alpha);
+            entity_logits.extend(out.entity_logit);
         }
         if let Some(st) = state {
             st.last_token = Some(tokens.narrow(1, t - 1, 1)?.flatten_all()?);
         }
-        let hidden = rms_norm(&x, &self.norm_f)?;
+        let hidden = self.norm_f.forward(&x)?;
         Ok(ModelOutput {
             hidden,
             bigram_logits,
@@ -618,13 +547,13 @@ impl Model {
     /// The certified horizon of the model's memory (the smallest over its blocks; None for
     /// memories without node tables: exponentials, softmax).
     pub fn horizon(&self) -> Option<u64> {
-        self.blocks.iter().filter_map(Block::horizon).min()
+        self.blocks().filter_map(Block::horizon).min()
     }
 
     /// The longest context the model accepts (the least of its blocks'
     /// [`Block::context_limit`]); None for no limit.
     pub fn context_limit(&self) -> Option<u64> {
-        self.blocks.iter().filter_map(Block::context_limit).min()
+        self.blocks().filter_map(Block::context_limit).min()
     }
 
     /// Sets what every block does with a context past its node tables' horizon: refuse it (the
@@ -635,8 +564,8 @@ impl Model {
     /// # Errors
     /// A τ that is not finite and > 0 (no block is changed).
     pub fn set_past_horizon(&mut self, past: PastHorizon) -> Result<(), ModelError> {
-        for blk in &mut self.blocks {
-            blk.set_past_horizon(past)?;
+        for layer in &mut self.layers {
+            layer.mixer_mut().set_past_horizon(past)?;
         }
         Ok(())
     }
@@ -648,8 +577,8 @@ impl Model {
     /// # Errors
     /// A horizon the SOE builder refuses, or no certificate.
     pub fn set_horizon(&mut self, horizon: u64) -> Result<(), ModelError> {
-        for blk in &mut self.blocks {
-            blk.set_horizon(horizon)?;
+        for layer in &mut self.layers {
+            layer.mixer_mut().set_horizon(horizon)?;
         }
         Ok(())
     }
@@ -710,9 +639,10 @@ impl Model {
         state: &ModelState,
         slow_after: f64,
     ) -> Result<Vec<Option<NormaliserMass>>, ModelError> {
-        let mut out = Vec::with_capacity(self.blocks.len());
-        for (block, st) in self.blocks.iter().zip(&state.blocks) {
-            let (Some(BlockState::Retention(st)), Some(rates)) = (st, block.decay_rates()?) else {
+        let mut out = Vec::with_capacity(self.layers.len());
+        for (block, st) in self.blocks().zip(&state.layers) {
+            let (Some(BlockState::Retention(st)), Some(rates)) = (&st.mix, block.decay_rates()?)
+            else {
                 out.push(None);
                 continue;
             };
@@ -743,8 +673,7 @@ impl Model {
     /// An empty streaming state for this model.
     pub fn new_state(&self) -> ModelState {
         ModelState {
-            blocks: vec![None; self.blocks.len()],
-            conv: vec![None; self.blocks.len()],
+            layers: vec![LayerState::default(); self.layers.len()],
             last_token: None,
         }
     }
@@ -759,9 +688,9 @@ impl Model {
                 "the state does not match this model: {why} (start one with new_state)"
             )))
         };
-        let n = self.blocks.len();
-        if state.blocks.len() != n || state.conv.len() != n {
-            return bad(format!("{} blocks, the model has {n}", state.blocks.len()));
+        let n = self.layers.len();
+        if state.layers.len() != n {
+            return bad(format!("{} blocks, the model has {n}", state.layers.len()));
         }
         if let Some(last) = &state.last_token {
             let v: Vec<u32> = last.to_vec1()?;
@@ -775,9 +704,9 @@ impl Model {
                 ));
             }
         }
-        for (l, (w, tail)) in self.convs.iter().zip(&state.conv).enumerate() {
-            let want = w.as_ref().map(|w| [b, w.dims()[0] - 1, self.cfg.d_model]);
-            if let Some(t) = tail {
+        for (l, (layer, st)) in self.layers.iter().zip(&state.layers).enumerate() {
+            let want = layer.conv().map(|c| [b, c.kernel() - 1, self.cfg.d_model]);
+            if let Some(t) = &st.conv {
                 if want.is_none_or(|want| t.dims() != want) {
                     return bad(format!(
                         "block {l}'s convolution window is {:?}, expected {want:?}",
@@ -786,8 +715,8 @@ impl Model {
                 }
             }
         }
-        for (l, (blk, st)) in self.blocks.iter().zip(&state.blocks).enumerate() {
-            if let Some(BlockState::Retention(s)) = st {
+        for (l, (blk, st)) in self.blocks().zip(&state.layers).enumerate() {
+            if let Some(BlockState::Retention(s)) = &st.mix {
                 let c = &blk.cfg;
                 let want = (b, c.heads, blk.nodes(), blk.features().m, c.head_dim);
                 if (s.b, s.h, s.n, s.f, s.d) != want {

@@ -206,6 +206,12 @@ def test_user_errors_exit_2(runs, tmp_path):
     assert p.returncode == 2 and "--resume continues it" in p.stderr, p.stderr
     p = train(tmp_path / "none", runs["cfg"]["b8"], 1, extra=["--resume"], check=False)
     assert p.returncode == 2 and "no torch_checkpoint.pt" in p.stderr, p.stderr
+    # the state carried through books (vort train's train.carry_state) on a synthetic task
+    carry = tmp_path / "carry.toml"
+    carry.write_text((CONFIG % (STEPS, 8)) + "carry_state = true\n")
+    p = train(tmp_path / "carry", carry, 1, check=False)
+    assert p.returncode == 2 and "has no books" in p.stderr, p.stderr
+    assert not (tmp_path / "carry" / "config.toml").exists()
 
 
 def test_vort_with_parameters_that_get_no_gradient(tmp_path):

@@ -483,6 +483,111 @@ fn a_tiny_books_run_trains_and_reports_bpc_by_context() {
     assert!(err.to_string().contains("vort data fetch books"), "{err}");
 }
 
+/// Training with the state carried through the books (`train.carry_state`): killed mid-book
+/// (mid-context) and resumed, the run is the uninterrupted one bit for bit, the carried state
+/// travelling in the checkpoint; the settings it needs are checked.
+#[test]
+fn a_carried_run_resumes_bit_exactly_mid_book() {
+    use vort_lab::tasks::TaskKind;
+    use vort_lab::train::{self, checkpoint::Checkpoint, RunConfig, RunOptions};
+    let (cache, data) = (
+        fresh_dir("carry-cache"),
+        fresh_dir("carry-data").join("books"),
+    );
+    fetch(&config(&data, &cache, vec![five_books(&cache)]), &mut quiet).unwrap();
+    let mut c = RunConfig::default();
+    c.task.kind = TaskKind::Books;
+    c.task.data_dir = data.display().to_string();
+    c.task.seq_len = 32;
+    c.model.d_model = 16;
+    c.model.layers = 1;
+    c.model.heads = 2;
+    c.model.head_dim = 8;
+    c.model.features = 8;
+    c.model.chunk = 8;
+    c.model.short_conv = 3;
+    c.model.mixer = vort::Mixer::of_kind("vort").unwrap();
+    if let vort::Mixer::Vort { nodes, .. } = &mut c.model.mixer {
+        nodes.horizon = 96;
+    }
+    c.train.carry_state = true;
+    c.train.carry_context = 96; // three windows, then the row starts anew
+    c.train.batch_size = 2;
+    c.train.steps = 8;
+    c.train.warmup_steps = 2;
+    c.train.checkpoint_every = 3;
+    c.train.log_every = 1;
+    c.train.eval_sequences = 2;
+    let quiet_run = RunOptions::default();
+    let (whole, parts) = (fresh_dir("carry-whole"), fresh_dir("carry-parts"));
+    let a = train::run_with(&c, &whole, false, &quiet_run).unwrap();
+    let stop = RunOptions {
+        stop_at: Some(4), // window 4 of a three-window context: the rows carry a state
+        ..RunOptions::default()
+    };
+    train::run_with(&c, &parts, false, &stop).unwrap();
+    let mid = Checkpoint::load(&parts.join(train::CHECKPOINT_FILE)).unwrap();
+    assert_eq!(mid.step, 4);
+    assert!(mid
+        .tensors
+        .keys()
+        .any(|k| k.starts_with(train::STREAM_PREFIX)));
+    let b = train::run_with(&c, &parts, true, &quiet_run).unwrap();
+    assert_eq!(a.final_loss.to_bits(), b.final_loss.to_bits());
+    let (ca, cb) = (
+        Checkpoint::load(&whole.join(train::CHECKPOINT_FILE)).unwrap(),
+        Checkpoint::load(&parts.join(train::CHECKPOINT_FILE)).unwrap(),
+    );
+    assert_eq!(
+        ca.tensors.keys().collect::<Vec<_>>(),
+        cb.tensors.keys().collect::<Vec<_>>()
+    );
+    for (name, ta) in &ca.tensors {
+        let same = ta
+            .data
+            .iter()
+            .zip(&cb.tensors[name].data)
+            .all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "{name} differs after the resume");
+    }
+    let losses = |d: &Path| -> Vec<u64> {
+        train::RunDir::new(d)
+            .metrics()
+            .iter()
+            .map(|m| m.loss.to_bits())
+            .collect()
+    };
+    assert_eq!(losses(&whole), losses(&parts));
+    // the same run without the state carried trains other numbers (the rows read lanes)
+    let mut reset = c.clone();
+    reset.train.carry_state = false;
+    let r = train::run_with(&reset, &fresh_dir("carry-off"), false, &quiet_run).unwrap();
+    assert_ne!(r.final_loss.to_bits(), a.final_loss.to_bits());
+
+    // what it needs: books, a retention mixer, node tables certified for the context
+    let refused = |edit: &dyn Fn(&mut RunConfig)| {
+        let mut bad = c.clone();
+        edit(&mut bad);
+        let e = bad.validate().expect_err("refused");
+        assert!(e.is_bad_input(), "{e}");
+        e.to_string()
+    };
+    assert!(refused(&|b| b.train.carry_context = 200).contains("horizon >= 200"));
+    assert!(refused(&|b| b.train.carry_context = 16).contains("below task.seq_len"));
+    assert!(
+        refused(&|b| b.model.mixer = vort::Mixer::of_kind("softmax").unwrap()).contains("softmax")
+    );
+    let mut synthetic = RunConfig::default();
+    synthetic.train.carry_state = true;
+    let e = synthetic
+        .validate()
+        .expect_err("a synthetic task has no books");
+    assert!(
+        e.is_bad_input() && e.to_string().contains("no books"),
+        "{e}"
+    );
+}
+
 /// `reproduce books` on a tiny plan: every run, the table beside the paper, the plots, and a
 /// test book streamed through the recurrent form with a flat state.
 #[test]

@@ -238,3 +238,60 @@ fn scored_bytes_are_the_targets_of_the_scored_windows_by_book() {
         assert_eq!(total, n as usize * t, "T scored bytes per window");
     }
 }
+
+/// Training with the state carried: each lane reads its books in consecutive windows (the
+/// next window's first byte is this one's last target), every training window once per
+/// epoch, a new context at each book's start and every `cap` bytes, and window k is a pure
+/// function of (seed, lane, k).
+#[test]
+fn lanes_stream_through_the_books_window_after_window() {
+    use vort_lab::tasks::lanes::LanePlan;
+    let t = 64;
+    let c = corpus(t);
+    // book a: 3000 bytes = 46 windows of 64 (+ 1 byte of target); book b: 1000 = 15
+    let plan = c.lane_plan(t, 4 * t as u64).unwrap();
+    assert_eq!(plan.epoch_windows(), 46 + 15);
+    for lane in 0..3 {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut prev: Option<vort_lab::tasks::Sample> = None;
+        for k in 0..plan.epoch_windows() {
+            let (s, fresh) = c.lane_sample(&plan, 11, lane, k);
+            let (book, w, starts) = plan.window(11, lane, k);
+            assert_eq!(fresh, starts);
+            assert_eq!(
+                fresh,
+                w % 4 == 0,
+                "lane {lane} window {k}: a context is 4 windows"
+            );
+            assert!(
+                seen.insert((book, w)),
+                "lane {lane}: window ({book}, {w}) twice"
+            );
+            if let (Some(p), false) = (&prev, fresh) {
+                assert_eq!(s.tokens[0], p.targets[t - 1], "lane {lane} window {k}");
+            }
+            assert_eq!((s.clone(), fresh), c.lane_sample(&plan, 11, lane, k));
+            prev = Some(s);
+        }
+        assert_eq!(
+            seen.len() as u64,
+            plan.epoch_windows(),
+            "every window once an epoch"
+        );
+    }
+    // a lane's next epoch reads the books in an order of its own (some seed shows it)
+    let order = |seed, e: u64| -> Vec<usize> {
+        (0..plan.epoch_windows())
+            .map(|k| plan.window(seed, 0, e * plan.epoch_windows() + k).0)
+            .collect()
+    };
+    assert!((0..8).any(|seed| order(seed, 0) != order(seed, 1)));
+    assert!(
+        LanePlan::new(&[10, 20], t, 1024).is_err(),
+        "no book holds a window"
+    );
+    assert!(
+        LanePlan::new(&[1000], t, 10).is_err(),
+        "a cap below one window"
+    );
+}

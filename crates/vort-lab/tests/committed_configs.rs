@@ -325,3 +325,35 @@ fn the_books_ladder_reuses_d256_and_changes_only_the_mixer() {
         assert_eq!(c, d256[0].config, "{}", r.name);
     }
 }
+
+/// Every config under configs/ parses and resolves: a preset (`[[mixers]]`, every run config it
+/// makes validated) or a run config for `vort train`. A typo in a committed preset fails here,
+/// not hours into a background run.
+#[test]
+fn every_config_under_configs_parses() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+    let mut stack = vec![root];
+    let mut seen = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "toml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let name = path.display().to_string();
+            if text.lines().any(|l| l.trim() == "[[mixers]]") {
+                vort_lab::reproduce::preset::Preset::from_toml(&text, &name)
+                    .unwrap_or_else(|e| panic!("{e}"));
+            } else {
+                RunConfig::from_toml(&text, &name).unwrap_or_else(|e| panic!("{e}"));
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= 20, "{seen} configs");
+}

@@ -357,6 +357,7 @@ pub fn bench_train(
                 &random_batch(r, s as u64),
                 s as u64,
                 &dev,
+                None,
             )?;
         }
         let batches: Vec<Batch> = (0..steps)
@@ -371,6 +372,7 @@ pub fn bench_train(
                 batch,
                 (warmup + s) as u64,
                 &dev,
+                None,
             )?;
         }
         let wall = t0.elapsed().as_secs_f64();

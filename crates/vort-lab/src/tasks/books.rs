@@ -19,6 +19,7 @@
 
 use std::path::Path;
 
+use super::lanes::LanePlan;
 use super::{Sample, Stream, TaskConfig, TaskError};
 use crate::data::books::{load_split, Split};
 use crate::data::lexicon::{tag_bytes, Lexicon, TokenClass};
@@ -162,7 +163,6 @@ impl BookCorpus {
 
     /// Window `index` of `stream` (T = `seq_len`) under `seed`.
     pub fn sample(&self, seq_len: usize, seed: u64, stream: Stream, index: u64) -> Sample {
-        let w = seq_len + 1;
         let (book, start) = match stream {
             Stream::Train => {
                 // book ∝ its window starts, start uniform: every train window equally likely
@@ -191,18 +191,49 @@ impl BookCorpus {
                 (&self.valid[k], start)
             }
         };
-        let win = &book.bytes[start..start + w];
-        let cls = &book.class[start..start + seq_len];
-        let entity: Vec<bool> = cls.iter().map(|&c| c == TokenClass::Entity).collect();
-        Sample {
-            tokens: win[..seq_len].iter().map(|&b| u32::from(b)).collect(),
-            targets: win[1..].iter().map(|&b| u32::from(b)).collect(),
-            mask: vec![true; seq_len],
-            lags: (1..=seq_len as u32).collect(),
-            memorable: entity.clone(),
-            entity,
-            function: cls.iter().map(|&c| c == TokenClass::Function).collect(),
-        }
+        window(book, start, seq_len)
+    }
+
+    /// Window `k` of lane `lane` (T = `seq_len`) under `seed`, for training with the state
+    /// carried ([`LanePlan`]): the sample, and whether it starts a new context (a book's
+    /// first window, or the first after `context_cap` bytes of the book), where the carried
+    /// state must be reset.
+    pub fn lane_sample(&self, plan: &LanePlan, seed: u64, lane: u64, k: u64) -> (Sample, bool) {
+        let (book, w, fresh) = plan.window(seed, lane, k);
+        (
+            window(&self.train[book], w * plan.seq_len(), plan.seq_len()),
+            fresh,
+        )
+    }
+
+    /// The lane plan of these training books for windows of `seq_len` and contexts of at most
+    /// `context_cap` bytes.
+    ///
+    /// # Errors
+    /// [`TaskError::Data`] when no training book holds a window, or the cap is below one.
+    pub fn lane_plan(&self, seq_len: usize, context_cap: u64) -> Result<LanePlan, TaskError> {
+        LanePlan::new(
+            &self.train.iter().map(|b| b.bytes.len()).collect::<Vec<_>>(),
+            seq_len,
+            context_cap,
+        )
+    }
+}
+
+/// The sample of `book`'s bytes `start..start + seq_len + 1`: tokens and next-byte targets,
+/// every position an answer, the lag its position + 1, and the classes of the input bytes.
+fn window(book: &TaggedBook, start: usize, seq_len: usize) -> Sample {
+    let win = &book.bytes[start..start + seq_len + 1];
+    let cls = &book.class[start..start + seq_len];
+    let entity: Vec<bool> = cls.iter().map(|&c| c == TokenClass::Entity).collect();
+    Sample {
+        tokens: win[..seq_len].iter().map(|&b| u32::from(b)).collect(),
+        targets: win[1..].iter().map(|&b| u32::from(b)).collect(),
+        mask: vec![true; seq_len],
+        lags: (1..=seq_len as u32).collect(),
+        memorable: entity.clone(),
+        entity,
+        function: cls.iter().map(|&c| c == TokenClass::Function).collect(),
     }
 }
 

@@ -23,6 +23,7 @@
 #[cfg(feature = "corpus")]
 pub mod books;
 pub mod external;
+pub mod lanes;
 pub mod mqar;
 #[cfg(not(feature = "corpus"))]
 mod no_corpus;
@@ -681,6 +682,45 @@ impl Source {
             },
             Source::Books(c, corpus) => corpus.sample(c.seq_len, seed, stream, index),
         }
+    }
+
+    /// The lanes of training with the state carried through the training books, contexts of
+    /// at most `context_cap` bytes ([`lanes::LanePlan`]).
+    ///
+    /// # Errors
+    /// A source other than books; books without a window.
+    pub fn lane_plan(&self, context_cap: u64) -> Result<lanes::LanePlan, TaskError> {
+        match self {
+            Source::Books(c, corpus) => corpus.lane_plan(c.seq_len, context_cap),
+            Source::Synthetic { cfg, .. } => Err(TaskError::Data(format!(
+                "training with the state carried streams through books, not {}",
+                cfg.kind.name()
+            ))),
+        }
+    }
+
+    /// Training batch `step` with the state carried: row r is window `step` of lane r of
+    /// `plan` (a pure function of (seed, step)), with whether that row starts a new context
+    /// (where the trainer resets its state).
+    ///
+    /// # Errors
+    /// A source other than books.
+    pub fn lane_batch(
+        &self,
+        plan: &lanes::LanePlan,
+        seed: u64,
+        step: u64,
+        b: usize,
+    ) -> Result<(Batch, Vec<bool>), TaskError> {
+        let Source::Books(_, corpus) = self else {
+            return Err(TaskError::Data(
+                "training with the state carried streams through books".into(),
+            ));
+        };
+        let (samples, fresh): (Vec<Sample>, Vec<bool>) = (0..b as u64)
+            .map(|lane| corpus.lane_sample(plan, seed, lane, step))
+            .unzip();
+        Ok((Batch::from_samples(&samples), fresh))
     }
 
     /// Batch `step` of `stream` (B sequences; a pure function of (seed, step)). A training

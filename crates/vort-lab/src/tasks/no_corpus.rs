@@ -1,6 +1,7 @@
 //! The books source of a build without the `corpus` feature (the Python wheel): a books
 //! config parses and validates, and opening its data says what the build lacks.
 
+use super::lanes::LanePlan;
 use super::{Sample, Stream, TaskConfig, TaskError};
 
 /// No books corpus: never constructed.
@@ -34,6 +35,14 @@ impl BookCorpus {
     }
 
     pub fn sample(&self, _seq_len: usize, _seed: u64, _stream: Stream, _index: u64) -> Sample {
+        match *self {}
+    }
+
+    pub fn lane_plan(&self, _seq_len: usize, _context_cap: u64) -> Result<LanePlan, TaskError> {
+        match *self {}
+    }
+
+    pub fn lane_sample(&self, _plan: &LanePlan, _seed: u64, _lane: u64, _k: u64) -> (Sample, bool) {
         match *self {}
     }
 }

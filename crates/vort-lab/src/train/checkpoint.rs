@@ -177,23 +177,8 @@ impl Checkpoint {
         ))
     }
 
-    /// Refuses contents that its config cannot have written: a step past the config's
-    /// `train.steps` or an AdamW counter past the step, and any tensor set other than exactly
-    /// the model's parameters (`param/<name>` for each of `params`), with or without both
-    /// AdamW moments of each (`adam_m/`, `adam_v/`), and every one of its `buffers` (the
-    /// FAVOR+ projections, `param/<name>` without moments) or none of them (files written
-    /// before they were stored). An extra tensor (`param/zzz`, a lone `adam_m/emb`) or the
-    /// router tensors of a VORT model under a softmax config would otherwise be ignored
-    /// silently. Returns whether the buffers are stored.
-    ///
-    /// # Errors
-    /// [`TrainError::CheckpointMismatch`] naming the first unexpected or missing tensor.
-    pub fn check_contents(
-        &self,
-        steps: u64,
-        (params, buffers): (&[String], &[String]),
-        path: &Path,
-    ) -> Result<bool, TrainError> {
+    /// Refuses a step past the config's `steps`, or an AdamW counter past the step.
+    fn check_counters(&self, steps: u64, path: &Path) -> Result<(), TrainError> {
         if self.step > steps {
             return Err(mismatch(
                 path,
@@ -212,7 +197,33 @@ impl Checkpoint {
                 ),
             ));
         }
-        let has_moments = self.tensors.keys().any(|k| !k.starts_with("param/"));
+        Ok(())
+    }
+
+    /// Refuses contents that its config cannot have written: a step past the config's
+    /// `train.steps` or an AdamW counter past the step, and any tensor set other than exactly
+    /// the model's parameters (`param/<name>` for each of `params`), with or without both
+    /// AdamW moments of each (`adam_m/`, `adam_v/`), and every one of its `buffers` (the
+    /// FAVOR+ projections, `param/<name>` without moments) or none of them (files written
+    /// before they were stored). An extra tensor (`param/zzz`, a lone `adam_m/emb`) or the
+    /// router tensors of a VORT model under a softmax config would otherwise be ignored
+    /// silently. Returns whether the buffers are stored.
+    ///
+    /// # Errors
+    /// [`TrainError::CheckpointMismatch`] naming the first unexpected or missing tensor.
+    pub fn check_contents(
+        &self,
+        steps: u64,
+        (params, buffers): (&[String], &[String]),
+        path: &Path,
+    ) -> Result<bool, TrainError> {
+        self.check_counters(steps, path)?;
+        // a carried stream state (`stream/`, Trainer::restore reads it) is not a parameter
+        let stream = super::STREAM_PREFIX;
+        let has_moments = self
+            .tensors
+            .keys()
+            .any(|k| !k.starts_with("param/") && !k.starts_with(stream));
         let kinds: &[&str] = if has_moments {
             &["param", "adam_m", "adam_v"]
         } else {
@@ -239,11 +250,16 @@ impl Checkpoint {
             .flat_map(|n| kinds.iter().map(move |k| format!("{k}/{n}")))
             .chain(stored.iter().map(|n| format!("param/{n}")))
             .collect();
-        if let Some(extra) = self.tensors.keys().find(|k| !want.contains(*k)) {
+        if let Some(extra) = self
+            .tensors
+            .keys()
+            .find(|k| !want.contains(*k) && !k.starts_with(stream))
+        {
             return Err(mismatch(
                 path,
                 format!(
-                    "it holds a tensor `{extra}` that the model of its config does not have                      (a file of another model or mixer?)"
+                    "it holds a tensor `{extra}` that the model of its config does not have \
+                     (a file of another model or mixer?)"
                 ),
             ));
         }

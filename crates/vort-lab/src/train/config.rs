@@ -57,6 +57,15 @@ pub struct TrainConfig {
     /// Stop early once the validation accuracy reaches this (0 = never; Zoology stops at
     /// 0.99). The stopped run is finished: it is checkpointed and evaluated at that step.
     pub early_stop_accuracy: f64,
+    /// Train with the state carried through the book (truncated backpropagation; books
+    /// only): batch row r streams through the training books (`tasks::lanes::LanePlan`),
+    /// each window starting from the row's state after the previous one, detached; a row's
+    /// state resets at a book's start and every `carry_context` bytes. False: independent
+    /// windows, each from an empty state.
+    pub carry_state: bool,
+    /// The longest context a carried row holds, in bytes (rounded down to whole windows); the
+    /// mixer's node tables must be certified to it (`[model.mixer.nodes] horizon`).
+    pub carry_context: u64,
 }
 
 impl Default for TrainConfig {
@@ -82,6 +91,8 @@ impl Default for TrainConfig {
             eval_every: 0,
             val_sequences: 256,
             early_stop_accuracy: 0.0,
+            carry_state: false,
+            carry_context: 1 << 20,
         }
     }
 }
@@ -225,6 +236,49 @@ impl RunConfig {
         }
         if t.early_stop_accuracy > 0.0 && t.eval_every == 0 {
             return bad("train.early_stop_accuracy needs train.eval_every >= 1");
+        }
+        if t.carry_state {
+            self.check_carry()?;
+        }
+        Ok(())
+    }
+
+    /// The settings training with the state carried needs: books, a mixer with a state of
+    /// fixed size, and node tables certified for the longest context carried.
+    fn check_carry(&self) -> Result<(), TrainError> {
+        let t = &self.train;
+        let bad = |m: String| {
+            Err(TrainError::Config {
+                path: "<config>".into(),
+                message: m,
+            })
+        };
+        if self.task.kind != crate::tasks::TaskKind::Books {
+            return bad(format!(
+                "train.carry_state streams through books; task.kind = \"{}\" has no books",
+                self.task.kind.name()
+            ));
+        }
+        if matches!(self.model.mixer, vort::Mixer::Softmax { .. }) {
+            return bad(
+                "train.carry_state needs a retention mixer: a softmax cache grows with \
+                        the context"
+                    .into(),
+            );
+        }
+        if t.carry_context < self.task.seq_len as u64 {
+            return bad(format!(
+                "train.carry_context = {} is below task.seq_len = {}: no window would carry",
+                t.carry_context, self.task.seq_len
+            ));
+        }
+        let horizon = self.model.mixer.resolved(self.task.seq_len).horizon();
+        if let Some(h) = horizon.filter(|&h| h < t.carry_context) {
+            return bad(format!(
+                "train.carry_context = {} is past the mixer's certified horizon {h}: set \
+                 [model.mixer.nodes] horizon >= {} (the longest context carried)",
+                t.carry_context, t.carry_context
+            ));
         }
         Ok(())
     }

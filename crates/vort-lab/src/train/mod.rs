@@ -54,7 +54,7 @@ use serde::{Deserialize, Serialize};
 use crate::tasks::{Batch, Source, Stream, TaskConfig, TaskError};
 use checkpoint::{Checkpoint, HostTensor};
 use optim::{clip_factor, learning_rate, AdamParams, AdamW};
-use vort::model::{Model, ModelConfig, ModelError, ModelOutput};
+use vort::model::{Model, ModelConfig, ModelError, ModelOutput, ModelState};
 
 /// File names inside a run directory.
 pub const CONFIG_FILE: &str = "config.toml";

@@ -23,7 +23,21 @@ pub struct Trainer {
     pub step: u64,
     /// Where the sequences come from.
     pub source: Source,
+    /// The lanes and the rows' carried state (`train.carry_state`), else None.
+    pub carry: Option<Carry>,
 }
+
+/// Training with the state carried: where each row reads, and what it carries.
+pub struct Carry {
+    /// The lanes through the training books.
+    pub plan: crate::tasks::lanes::LanePlan,
+    /// The rows' state after the last step (detached; stored in checkpoints).
+    pub state: ModelState,
+}
+
+/// Checkpoint tensors of the carried state are named `stream/<name>`
+/// ([`ModelState::tensors`]); they are not parameters.
+pub const STREAM_PREFIX: &str = "stream/";
 
 /// Losses of one forward pass.
 pub struct StepLoss {
@@ -171,8 +185,10 @@ pub fn optimizer(cfg: &RunConfig, vm: &VarMap) -> Result<AdamW, TrainError> {
 }
 
 /// One optimisation step on `batch`, the `step`-th of the run: forward, losses, backward,
-/// gradient clipping, AdamW at the scheduled learning rate. Returns the step's metrics
-/// (`step` is the count after it; timing fields are 0).
+/// gradient clipping, AdamW at the scheduled learning rate. With `state` the forward
+/// continues the rows' streams and leaves their states after the batch (the gradient stops
+/// at the window's edge: the carried state is detached). Returns the step's metrics (`step`
+/// is the count after it; timing fields are 0).
 ///
 /// # Errors
 /// candle errors, [`TrainError::Diverged`] for a non-finite loss or gradient (nothing
@@ -184,9 +200,10 @@ pub fn optimizer_step(
     batch: &Batch,
     step: u64,
     device: &Device,
+    state: Option<&mut ModelState>,
 ) -> Result<Metrics, TrainError> {
     let marks = marks_tensor(batch, device)?;
-    let out = model.forward_marked(&tokens_tensor(batch, device)?, Some(&marks), None)?;
+    let out = model.forward_marked(&tokens_tensor(batch, device)?, Some(&marks), state)?;
     let l = losses(model, c, batch, &out, device)?;
     let loss = scalar(&l.total)?;
     if !loss.is_finite() {
@@ -239,6 +256,13 @@ impl Trainer {
         let vm = VarMap::new();
         let model = run_model(cfg, &vm, device)?;
         let opt = optimizer(cfg, &vm)?;
+        let carry = match cfg.train.carry_state {
+            true => Some(Carry {
+                plan: source.lane_plan(cfg.train.carry_context)?,
+                state: model.new_state(),
+            }),
+            false => None,
+        };
         Ok(Trainer {
             cfg: cfg.clone(),
             model,
@@ -246,6 +270,7 @@ impl Trainer {
             opt,
             step: 0,
             source,
+            carry,
         })
     }
 
@@ -255,10 +280,19 @@ impl Trainer {
     /// candle errors, [`TrainError::Diverged`].
     pub fn train_step(&mut self, device: &Device) -> Result<Metrics, TrainError> {
         let c = &self.cfg;
-        let batch = self
-            .source
-            .batch(c.seed, Stream::Train, self.step, c.train.batch_size);
-        let m = optimizer_step(&self.model, &mut self.opt, c, &batch, self.step, device)?;
+        let (b, step) = (c.train.batch_size, self.step);
+        let m = match &mut self.carry {
+            Some(carry) => {
+                let (batch, fresh) = self.source.lane_batch(&carry.plan, c.seed, step, b)?;
+                carry.state.reset_rows(&fresh)?;
+                let state = Some(&mut carry.state);
+                optimizer_step(&self.model, &mut self.opt, c, &batch, step, device, state)?
+            }
+            None => {
+                let batch = self.source.batch(c.seed, Stream::Train, step, b);
+                optimizer_step(&self.model, &mut self.opt, c, &batch, step, device, None)?
+            }
+        };
         self.step += 1;
         Ok(m)
     }
@@ -279,6 +313,11 @@ impl Trainer {
         // function under any seed
         for (name, var) in buffer_vars(&self.vm) {
             tensors.insert(format!("param/{name}"), host(var.as_tensor())?);
+        }
+        if let Some(carry) = &self.carry {
+            for (name, t) in carry.state.tensors()? {
+                tensors.insert(format!("{STREAM_PREFIX}{name}"), host(&t)?);
+            }
         }
         Ok(Checkpoint {
             step: self.step,
@@ -303,7 +342,13 @@ impl Trainer {
         let buffers = buffer_vars(&self.vm);
         let buffer_names: Vec<String> = buffers.iter().map(|(n, _)| n.clone()).collect();
         let stored = ck.check_contents(self.cfg.train.steps, (&names, &buffer_names), path)?;
-        let want = 3 * self.opt.slots.len() + if stored { buffers.len() } else { 0 };
+        let carried = self.carried_state(ck, path)?;
+        let want = 3 * self.opt.slots.len()
+            + if stored { buffers.len() } else { 0 }
+            + ck.tensors
+                .keys()
+                .filter(|k| k.starts_with(STREAM_PREFIX))
+                .count();
         if ck.tensors.len() != want {
             return Err(mismatch(format!(
                 "{} tensors, the model has {want}",
@@ -336,9 +381,47 @@ impl Trainer {
             s.m = three[1].clone();
             s.v = three[2].clone();
         }
+        if let (Some(carry), Some(state)) = (&mut self.carry, carried) {
+            carry.state = state;
+        }
         self.opt.t = ck.adam_t;
         self.step = ck.step;
         Ok(())
+    }
+
+    /// The carried state stored in `ck` (None for a run that carries none), checked against
+    /// the model: a carried run's checkpoint past step 0 holds it, any other holds none.
+    fn carried_state(
+        &self,
+        ck: &Checkpoint,
+        path: &Path,
+    ) -> Result<Option<ModelState>, TrainError> {
+        let mismatch = |reason: String| TrainError::CheckpointMismatch {
+            path: path.display().to_string(),
+            reason,
+        };
+        let mut named = BTreeMap::new();
+        for (key, h) in &ck.tensors {
+            if let Some(name) = key.strip_prefix(STREAM_PREFIX) {
+                let t = Tensor::from_vec(h.data.clone(), h.shape.clone(), self.model.device())?;
+                named.insert(name.to_string(), t);
+            }
+        }
+        match (&self.carry, named.is_empty()) {
+            (None, true) => Ok(None),
+            (None, false) => Err(mismatch(
+                "it holds a carried stream state, and its config carries none".into(),
+            )),
+            (Some(_), true) if ck.step > 0 => Err(mismatch(format!(
+                "a run that carries its state (train.carry_state) is at step {} without it",
+                ck.step
+            ))),
+            (Some(_), _) => self
+                .model
+                .state_from_tensors(&named)
+                .map(Some)
+                .map_err(|e| mismatch(e.to_string())),
+        }
     }
 }
 

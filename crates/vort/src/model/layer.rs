@@ -36,8 +36,8 @@ pub(super) fn get_param(
     Ok(vb.get(shape, name)?)
 }
 
-/// RMSNorm with a learned gain: x / sqrt(mean(x²) + 1e-6) · w over the last axis, x [.., D],
-/// w [D] (the fused parallel op; `crate::ops::reference::rms_norm` is its plain twin).
+/// RMSNorm with a learned gain: x / sqrt(mean(x²) + 1e-6) · w over the last axis, x \[.., D\],
+/// w \[D\] (the fused parallel op; `crate::ops::reference::rms_norm` is its plain twin).
 #[derive(Debug, Clone)]
 pub struct RmsNorm {
     weight: Tensor,
@@ -46,7 +46,7 @@ pub struct RmsNorm {
 impl RmsNorm {
     const EPS: f64 = 1e-6;
 
-    /// The norm whose gain is `name` [d] under `vb`.
+    /// The norm whose gain is `name` \[d\] under `vb`.
     ///
     /// # Errors
     /// A gain missing or misshapen.

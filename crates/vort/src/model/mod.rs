@@ -10,8 +10,10 @@
 //! position and enters the router as a constant (stop-gradient).
 
 mod layer;
+mod state;
 
 pub use layer::{LayerState, ResidualBlock, RmsNorm, ShortConv};
+pub use state::ModelState;
 
 use crate::block::{Block, BlockConfig, BlockState, Pass, PastHorizon};
 use crate::features::FeatureMap;
@@ -228,29 +230,6 @@ pub struct ModelOutput {
     pub alphas: Vec<Tensor>,
     /// Per block, the entity-probe logits [B, T] (VORT only).
     pub entity_logits: Vec<Tensor>,
-}
-
-/// Streaming state of a [`Model`]: each layer's state (its mixer's retention state or KV
-/// cache, its convolution's window) and the last token seen (for the one-token shift).
-#[derive(Debug, Clone)]
-pub struct ModelState {
-    layers: Vec<LayerState>,
-    last_token: Option<Tensor>,
-}
-
-impl ModelState {
-    /// Resident bytes of the block states (retention states or KV caches).
-    pub fn bytes(&self) -> usize {
-        let size = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
-        self.layers
-            .iter()
-            .filter_map(|l| l.mix.as_ref())
-            .map(|s| match s {
-                BlockState::Retention(s) => s.bytes(),
-                BlockState::Kv { k, v } => size(k) + size(v),
-            })
-            .sum()
-    }
 }
 
 /// Where a block's retention-state normaliser sits ([`Model::normaliser_mass`]).
@@ -486,9 +465,16 @@ impl Model {
         if let Some(pe) = &self.prev_emb {
             let prev = pe.forward(tokens)?;
             // shift right by one along T: the first row is the previous piece's last token
-            // when streaming, zeros at the start of a sequence
+            // when streaming, zeros at the start of a sequence (or of a row reset since its
+            // last token, ModelState::reset_rows)
             let first = match state.as_ref().and_then(|s| s.last_token.as_ref()) {
-                Some(last) => pe.forward(last)?.reshape((b, 1, ()))?,
+                Some(last) => {
+                    let e = pe.forward(last)?.reshape((b, 1, ()))?;
+                    match state.as_ref().and_then(|s| s.shift_keep.as_ref()) {
+                        Some(keep) => e.broadcast_mul(keep)?,
+                        None => e,
+                    }
+                }
                 None => Tensor::zeros((b, 1, self.cfg.d_model), DType::F32, tokens.device())?,
             };
             let shifted = if t > 1 {
@@ -533,7 +519,7 @@ impl Model {
             entity_logits.extend(out.entity_logit);
         }
         if let Some(st) = state {
-            st.last_token = Some(tokens.narrow(1, t - 1, 1)?.flatten_all()?);
+            st.consumed(&tokens.narrow(1, t - 1, 1)?.flatten_all()?, b, t);
         }
         let hidden = self.norm_f.forward(&x)?;
         Ok(ModelOutput {
@@ -668,14 +654,6 @@ impl Model {
             }));
         }
         Ok(out)
-    }
-
-    /// An empty streaming state for this model.
-    pub fn new_state(&self) -> ModelState {
-        ModelState {
-            layers: vec![LayerState::default(); self.layers.len()],
-            last_token: None,
-        }
     }
 
     /// Refuses a state of another model or batch (a typed error, where it indexed out of

@@ -213,6 +213,11 @@ def train(argv: Optional[List[str]] = None) -> int:
         raise UserError(str(e)) from None
     cfg = lm.config
     tr = cfg["train"]
+    if tr.get("carry_state", False):
+        raise UserError(
+            "train.carry_state: training with the state carried through the books is not "
+            "ported to torch yet (train it with `vort train`)"
+        )
     if tr["entity_aux_weight"] > 0 and cfg["model"]["mixer"]["kind"] == "vort":
         raise UserError(
             "train.entity_aux_weight > 0: the entity probe's loss is not ported to torch yet "

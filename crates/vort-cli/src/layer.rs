@@ -41,8 +41,8 @@ pub struct RetentionArgs {
     /// naive (the formula with the exact kernel: GL weights for shared memory, the bank split
     /// for banks; O(T²), f64, T <= 16,384), recurrent (one token at a time, f64), chunked (the
     /// training form in plain candle ops, f32) or fused (the fused op the models train with,
-    /// f32); the last three use the certified SOE. The library's names naive_recurrent, chunk
-    /// and fused_chunk are accepted too.
+    /// f32); the last three use the certified SOE. The library's names exact_gl (for naive),
+    /// naive_recurrent, chunk and fused_chunk are accepted too.
     #[arg(long, default_value = "chunked", value_parser = parse_form)]
     form: Form,
     /// banks (K orders on [δ, 1], the paper) or shared (one node set, continuous α).

@@ -24,12 +24,14 @@ use crate::st::{self, Precision};
 /// Longest input the naive (O(T²) memory) form accepts: its T x T f64 kernel is 2.1 GB here.
 pub const NAIVE_MAX_T: usize = 16_384;
 
-/// Which form computes the retention. The SOE forms also answer to the library's (fla's) names:
-/// `naive_recurrent`, `chunk` and `fused_chunk`.
+/// Which form computes the retention. Each also answers to the library's name: `exact_gl` (the
+/// exact GL kernel; the library's `naive` is the SOE summed pair by pair, another function),
+/// and fla's `naive_recurrent`, `chunk` and `fused_chunk` for the SOE forms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Form {
     /// O(T²), exact GL kernel, f64 ([`crate::retention::exact_gl`]).
+    #[serde(alias = "exact_gl")]
     Naive,
     /// One token at a time with the SOE states, f64 ([`crate::retention::naive_recurrent()`]).
     #[serde(alias = "naive_recurrent")]
@@ -49,13 +51,13 @@ impl std::str::FromStr for Form {
     type Err = VortError;
     fn from_str(s: &str) -> Result<Self> {
         match s {
-            "naive" => Ok(Form::Naive),
+            "naive" | "exact_gl" => Ok(Form::Naive),
             "recurrent" | "naive_recurrent" => Ok(Form::Recurrent),
             "chunked" | "chunk" => Ok(Form::Chunked),
             "fused" | "fused_chunk" => Ok(Form::Fused),
             _ => Err(VortError::InvalidArgument(format!(
                 "form `{s}` is not one of naive|recurrent|chunked|fused (or the library's \
-                 naive_recurrent|chunk|fused_chunk)"
+                 exact_gl|naive_recurrent|chunk|fused_chunk)"
             ))),
         }
     }

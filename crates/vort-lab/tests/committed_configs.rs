@@ -279,6 +279,7 @@ fn the_books_ladder_reuses_d256_and_changes_only_the_mixer() {
             ("power-law-0.2", Role::Ablation, 0),
             ("learned-order", Role::Ablation, 0),
             ("oracle", Role::Ablation, 0),
+            ("power-law-0.95", Role::Ablation, 0),
         ]
     );
     assert_eq!(ladder[0].config, d256[0].config);
@@ -317,6 +318,11 @@ fn the_books_ladder_reuses_d256_and_changes_only_the_mixer() {
                 entity: 0.8,
                 other: 0.35
             }),
+            Mixer::PowerLaw {
+                alpha: 0.95,
+                horizon: 0,
+                eps: 1e-3
+            },
         ]
     );
     for r in &ladder[2..] {

@@ -288,6 +288,13 @@ pub struct EvalArgs {
     /// are the same, trained at the shorter length.
     #[arg(long, value_name = "FILE")]
     data: Option<PathBuf>,
+    /// Books runs: stream every test book from its first byte (its first 2^20 bytes) twice,
+    /// the state carried and the state reset every training window (the held-out score's
+    /// windows), and give BPC by context bucket (0-512, 512-2K, ... 128K-1M bytes) on the same
+    /// bytes, pooled over the books, and per book; nothing is written. The node tables are
+    /// rebuilt and certified for the longest book where the run's are shorter (printed).
+    #[arg(long, conflicts_with = "data")]
+    whole_books: bool,
     /// Print the evaluation as JSON.
     #[arg(long)]
     json: bool,
@@ -301,6 +308,9 @@ pub fn check_trained_path(path: &Path, hint: &str) -> Result<(), CliError> {
 
 pub fn run_eval(a: EvalArgs) -> Result<(), CliError> {
     check_trained_path(&a.run, "train one with `vort train`")?;
+    if a.whole_books {
+        return crate::whole_books::run(&a.run, a.json);
+    }
     let e = match &a.data {
         Some(f) => vort_lab::eval::run_on_file(&a.run, f)?,
         None => vort_lab::eval::run(&a.run)?,

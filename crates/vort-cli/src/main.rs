@@ -21,6 +21,7 @@ mod retrieval;
 mod stream;
 mod theory;
 mod train_bench;
+mod whole_books;
 
 use std::process::ExitCode;
 

@@ -74,40 +74,9 @@ fn data_help_lists_fetch_books() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("books"));
 }
 
-/// A books directory as `vort data fetch books` writes it: one book per split, two in test.
+/// [`common::books_dir`] in a fresh directory.
 fn books_dir(name: &str) -> PathBuf {
-    use vort_lab::data::books::{write_manifest, ManifestEntry};
-    use vort_lab::data::{sha256_hex, Split};
-    let dir = fresh_dir(name);
-    std::fs::create_dir_all(dir.join("books")).unwrap();
-    let text = |n: usize, salt: &str| -> Vec<u8> {
-        format!("It was the best of times, said {salt}, and the worst of them. ")
-            .bytes()
-            .cycle()
-            .take(n)
-            .collect()
-    };
-    let books = [
-        ("train-a", Split::Train, text(4000, "Anne")),
-        ("val-b", Split::Validation, text(2000, "Ben")),
-        ("test-c", Split::Test, text(5000, "Cara")),
-        ("test-d", Split::Test, text(3000, "Dov")),
-    ];
-    let mut manifest = Vec::new();
-    for (book, split, bytes) in books {
-        std::fs::write(dir.join("books").join(format!("{book}.txt")), &bytes).unwrap();
-        manifest.push(ManifestEntry {
-            book: book.into(),
-            title: format!("Title {book}"),
-            source: "test@0".into(),
-            bytes: bytes.len() as u64,
-            split,
-            sha256: sha256_hex(&bytes),
-            note: None,
-        });
-    }
-    write_manifest(&dir, &manifest).unwrap();
-    dir
+    common::books_dir(&fresh_dir(name))
 }
 
 #[test]

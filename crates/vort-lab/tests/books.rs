@@ -558,6 +558,28 @@ fn a_carried_run_resumes_bit_exactly_mid_book() {
             .collect()
     };
     assert_eq!(losses(&whole), losses(&parts));
+    // scored window by window (the whole-books baseline): the first window is the carried
+    // stream's, and each later one a fresh stream of its own bytes, bit for bit
+    {
+        use vort_lab::train::stream::byte_bits_resetting;
+        let (_, mut model, _) = vort_lab::train::eval::load_inference_model(&whole).unwrap();
+        model.set_horizon(256).unwrap(); // trained to 96 lags; the stream reads 199
+        let text: Vec<u8> = (0..200u32)
+            .map(|i| b"the quick brown fox "[i as usize % 20])
+            .collect();
+        let dev = candle_core::Device::Cpu;
+        let bits =
+            |t: &[u8], reset| byte_bits_resetting(&model, t, 32, reset, &dev, |_| {}).unwrap();
+        let (carried, reset) = (bits(&text, false), bits(&text, true));
+        assert_eq!(carried.len(), 199);
+        assert_eq!(carried[..32], reset[..32]);
+        assert_ne!(
+            carried[32..],
+            reset[32..],
+            "a carried state changes the later windows"
+        );
+        assert_eq!(reset[64..96], bits(&text[64..], false)[..32]);
+    }
     // the same run without the state carried trains other numbers (the rows read lanes)
     let mut reset = c.clone();
     reset.train.carry_state = false;

@@ -54,11 +54,17 @@ pub fn zoology_file(path: &std::path::Path, inputs: &[i64], labels: &[i64], n: u
 
 /// A books model (untrained: generation needs no data) written as a run directory.
 pub fn books_run(dir: &std::path::Path) -> std::path::PathBuf {
+    books_run_on(dir, "data/books")
+}
+
+/// [`books_run`] whose config reads the books in `data_dir`.
+pub fn books_run_on(dir: &std::path::Path, data_dir: &str) -> std::path::PathBuf {
     use vort_lab::tasks::TaskKind;
     use vort_lab::train::checkpoint::{Checkpoint, HostTensor};
     use vort_lab::train::{named_vars, run_model, RunConfig};
     let mut c = RunConfig::default();
     c.task.kind = TaskKind::Books;
+    c.task.data_dir = data_dir.into();
     c.task.seq_len = 32;
     c.model.d_model = 16;
     c.model.layers = 1;
@@ -95,4 +101,40 @@ pub fn books_run(dir: &std::path::Path) -> std::path::PathBuf {
     .save(&run.join("weights.safetensors"))
     .unwrap();
     run
+}
+
+/// A books directory as `vort data fetch books` writes it, in `dir`: one book per split, two
+/// in test (5000 and 3000 bytes).
+pub fn books_dir(dir: &std::path::Path) -> std::path::PathBuf {
+    use vort_lab::data::books::{write_manifest, ManifestEntry};
+    use vort_lab::data::{sha256_hex, Split};
+    std::fs::create_dir_all(dir.join("books")).unwrap();
+    let text = |n: usize, salt: &str| -> Vec<u8> {
+        format!("It was the best of times, said {salt}, and the worst of them. ")
+            .bytes()
+            .cycle()
+            .take(n)
+            .collect()
+    };
+    let books = [
+        ("train-a", Split::Train, text(4000, "Anne")),
+        ("val-b", Split::Validation, text(2000, "Ben")),
+        ("test-c", Split::Test, text(5000, "Cara")),
+        ("test-d", Split::Test, text(3000, "Dov")),
+    ];
+    let mut manifest = Vec::new();
+    for (book, split, bytes) in books {
+        std::fs::write(dir.join("books").join(format!("{book}.txt")), &bytes).unwrap();
+        manifest.push(ManifestEntry {
+            book: book.into(),
+            title: format!("Title {book}"),
+            source: "test@0".into(),
+            bytes: bytes.len() as u64,
+            split,
+            sha256: sha256_hex(&bytes),
+            note: None,
+        });
+    }
+    write_manifest(dir, &manifest).unwrap();
+    dir.to_path_buf()
 }

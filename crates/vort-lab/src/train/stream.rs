@@ -94,7 +94,7 @@ pub fn stream_text_resetting(
     device: &Device,
     mut progress: impl FnMut(usize),
 ) -> Result<StreamResult, TrainError> {
-    check_stream(model, text, piece)?;
+    check_stream(model, text, piece, reset_every)?;
     let t0 = std::time::Instant::now();
     let scored = text.len() - 1;
     let mut sums: Vec<(usize, f64)> = Vec::new(); // per doubling bin: (n, Σ nats)
@@ -204,15 +204,34 @@ pub fn byte_bits(
     text: &[u8],
     piece: usize,
     device: &Device,
+    progress: impl FnMut(usize),
+) -> Result<Vec<f32>, TrainError> {
+    byte_bits_resetting(model, text, piece, false, device, progress)
+}
+
+/// [`byte_bits`], with the state reset before every piece when `reset` (each piece scored on
+/// its own: the window-by-window evaluation of a model trained on windows of `piece`).
+///
+/// # Errors
+/// As [`stream_text`].
+pub fn byte_bits_resetting(
+    model: &Model,
+    text: &[u8],
+    piece: usize,
+    reset: bool,
+    device: &Device,
     mut progress: impl FnMut(usize),
 ) -> Result<Vec<f32>, TrainError> {
-    check_stream(model, text, piece)?;
+    check_stream(model, text, piece, usize::from(reset))?;
     let scored = text.len() - 1;
     let mut state = model.new_state();
     let mut bits = Vec::with_capacity(scored);
     let mut start = 0;
     while start < scored {
         let end = (start + piece).min(scored);
+        if reset {
+            state = model.new_state();
+        }
         let (_, picked) = score_piece(model, &mut state, text, start..end, device)?;
         bits.extend(picked.iter().map(|&x| -x / std::f32::consts::LN_2));
         start = end;
@@ -221,10 +240,16 @@ pub fn byte_bits(
     Ok(bits)
 }
 
-/// Refuses an empty piece, a text of < 2 bytes, and a text longer than the model's certified
+/// Refuses an empty piece, a text of < 2 bytes, and a context (the text, or `reset_every`
+/// pieces when the state is reset every so many; 0 = never) longer than the model's certified
 /// horizon (before anything is streamed, rather than after hours of it; the blocks check it
 /// too).
-fn check_stream(model: &Model, text: &[u8], piece: usize) -> Result<(), TrainError> {
+fn check_stream(
+    model: &Model,
+    text: &[u8],
+    piece: usize,
+    reset_every: usize,
+) -> Result<(), TrainError> {
     if piece == 0 || text.len() < 2 {
         return Err(TrainError::Config {
             path: "<stream>".into(),
@@ -235,7 +260,12 @@ fn check_stream(model: &Model, text: &[u8], piece: usize) -> Result<(), TrainErr
         });
     }
     if let Some(h) = model.context_limit() {
-        let context = (text.len() - 1) as u64;
+        // the longest context a byte gets: the text, or the bytes since the last reset
+        let scored = text.len() - 1;
+        let context = match reset_every {
+            0 => scored,
+            r => scored.min(r.saturating_mul(piece)),
+        } as u64;
         if context > h {
             return Err(
                 vort::model::ModelError::Layer(vort::VortError::BeyondHorizon {
@@ -276,5 +306,139 @@ fn diagnose(
         alpha: mean(&alpha),
         normaliser: mean(&masses.iter().map(|m| m.mass).collect::<Vec<_>>()),
         slow_share: mean(&masses.iter().map(|m| m.slow_share).collect::<Vec<_>>()),
+    })
+}
+
+/// The context buckets of a book streamed from its first byte (issue #40): a byte's context is
+/// its position in the book (the bytes before it, itself included), [lo, hi].
+pub const BOOK_BUCKETS: [(&str, usize, usize); 6] = [
+    ("0-512", 1, 512),
+    ("512-2K", 513, 2048),
+    ("2K-8K", 2049, 8192),
+    ("8K-32K", 8193, 32_768),
+    ("32K-128K", 32_769, 131_072),
+    ("128K-1M", 131_073, 1 << 20),
+];
+
+/// BPC over one context bucket of the books streamed, the state carried and reset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BookBucket {
+    /// Label ("0-512", ...).
+    pub label: String,
+    /// Smallest and largest context (bytes) of the bucket.
+    pub lo: usize,
+    /// Largest context.
+    pub hi: usize,
+    /// Bytes scored in it, over every book.
+    pub n: usize,
+    /// Mean bits per byte with the state carried from the book's first byte.
+    pub carried: f64,
+    /// Mean bits per byte of the same bytes with the state reset every window.
+    pub reset: f64,
+}
+
+/// One book of [`BooksByContext`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BookStream {
+    /// Its title.
+    pub title: String,
+    /// Bytes streamed (its first 2^20 + 1 at most).
+    pub bytes: usize,
+    /// Mean bits per byte, carried and reset.
+    pub carried: f64,
+    /// Mean bits per byte with the state reset every window.
+    pub reset: f64,
+}
+
+/// Whole books streamed from their first byte, twice: the state carried, and reset every
+/// window (the evaluation's windows): BPC by context bucket on the same bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BooksByContext {
+    /// The window (piece) length: the reset period, and the piece fed per call.
+    pub window: usize,
+    /// Per book.
+    pub books: Vec<BookStream>,
+    /// Per bucket of [`BOOK_BUCKETS`] (empty buckets left out), bytes pooled over the books.
+    pub buckets: Vec<BookBucket>,
+    /// Throughput of the two streams together (bytes/s).
+    pub bytes_per_s: f64,
+}
+
+/// Streams each of `books` (title, bytes; each cut to its first 2^20 + 1 bytes) from its first
+/// byte through `model`, in pieces of `window`, with the state carried and with it reset
+/// before every piece, and pools the bits by the byte's position into [`BOOK_BUCKETS`].
+/// `progress` gets (bytes done, bytes in all) over both streams of every book. The model's
+/// tables must be certified to the longest book streamed (`Model::set_horizon`).
+///
+/// # Errors
+/// As [`stream_text`]; no book of two bytes or more.
+pub fn stream_books_by_context(
+    model: &Model,
+    books: &[(String, Vec<u8>)],
+    window: usize,
+    device: &Device,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<BooksByContext, TrainError> {
+    let cap = BOOK_BUCKETS[BOOK_BUCKETS.len() - 1].2 + 1;
+    let texts: Vec<(&str, &[u8])> = books
+        .iter()
+        .filter(|(_, b)| b.len() >= 2)
+        .map(|(t, b)| (t.as_str(), &b[..b.len().min(cap)]))
+        .collect();
+    if texts.is_empty() {
+        return Err(TrainError::Config {
+            path: "<stream>".into(),
+            message: "no book of two bytes or more to stream".into(),
+        });
+    }
+    let total: usize = texts.iter().map(|(_, b)| 2 * (b.len() - 1)).sum();
+    let (t0, mut done) = (std::time::Instant::now(), 0);
+    let mut sums = vec![(0usize, 0f64, 0f64); BOOK_BUCKETS.len()];
+    let mut per_book = Vec::new();
+    for (title, text) in texts {
+        let mut bits = [Vec::new(), Vec::new()];
+        for (k, reset) in [false, true].into_iter().enumerate() {
+            bits[k] = byte_bits_resetting(model, text, window, reset, device, |d| {
+                progress(done + d, total)
+            })?;
+            done += text.len() - 1;
+        }
+        for (i, (c, r)) in bits[0].iter().zip(&bits[1]).enumerate() {
+            // byte i + 1 of the book, given the i + 1 bytes before it
+            if let Some(b) = BOOK_BUCKETS
+                .iter()
+                .position(|&(_, lo, hi)| (lo..=hi).contains(&(i + 1)))
+            {
+                sums[b].0 += 1;
+                sums[b].1 += f64::from(*c);
+                sums[b].2 += f64::from(*r);
+            }
+        }
+        let mean = |v: &[f32]| v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len() as f64;
+        per_book.push(BookStream {
+            title: title.to_string(),
+            bytes: text.len(),
+            carried: mean(&bits[0]),
+            reset: mean(&bits[1]),
+        });
+    }
+    let buckets = BOOK_BUCKETS
+        .iter()
+        .zip(&sums)
+        .filter(|(_, s)| s.0 > 0)
+        .map(|(&(label, lo, hi), &(n, c, r))| BookBucket {
+            label: label.to_string(),
+            lo,
+            hi,
+            n,
+            carried: c / n as f64,
+            reset: r / n as f64,
+        })
+        .collect();
+    Ok(BooksByContext {
+        window,
+        books: per_book,
+        buckets,
+        bytes_per_s: total as f64 / t0.elapsed().as_secs_f64().max(1e-9),
     })
 }

@@ -1,0 +1,93 @@
+//! `vort eval --whole-books`: every test book of a books run streamed from its first byte,
+//! the state carried and reset every window, BPC by context bucket out to 2^20 bytes (issue
+//! #40 item 3; [`vort_lab::train::stream::stream_books_by_context`]).
+
+use std::path::Path;
+
+use vort_lab::data::books::{load_split, Split};
+use vort_lab::tasks::TaskKind;
+use vort_lab::train::eval;
+use vort_lab::train::stream::{stream_books_by_context, BooksByContext, BOOK_BUCKETS};
+
+use crate::error::CliError;
+use crate::output::{emit, emit_json};
+
+pub fn run(run: &Path, json: bool) -> Result<(), CliError> {
+    let trained = eval::TrainedModel::load(run)?;
+    let cfg = trained.cfg.clone();
+    if cfg.task.kind != TaskKind::Books {
+        return Err(CliError::Usage(format!(
+            "{} is a {} run; --whole-books streams the test books through a byte-level books \
+             model",
+            run.display(),
+            cfg.task.kind
+        )));
+    }
+    let books: Vec<(String, Vec<u8>)> = load_split(Path::new(&cfg.task.data_dir), Split::Test)
+        .map_err(|e| CliError::Usage(format!("the run's test books: {e}")))?
+        .into_iter()
+        .map(|b| (b.title, b.bytes))
+        .collect();
+    let (_, mut model, _vm, _) = trained.build()?;
+    // certified for the longest book streamed (the weights do not depend on the node tables)
+    let cap = BOOK_BUCKETS[BOOK_BUCKETS.len() - 1].2 as u64;
+    let longest = books
+        .iter()
+        .map(|(_, b)| b.len().saturating_sub(1) as u64)
+        .max();
+    let longest = longest.unwrap_or(0).min(cap);
+    if model.horizon().is_some_and(|h| h < longest) {
+        model
+            .set_horizon(longest)
+            .map_err(vort_lab::train::TrainError::from)?;
+        eprintln!("node tables rebuilt and certified for {longest} lags");
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} bytes {eta}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let r = stream_books_by_context(
+        &model,
+        &books,
+        cfg.task.seq_len,
+        &vort_lab::train::device(),
+        |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        },
+    )?;
+    bar.finish_and_clear();
+    if json {
+        return emit_json(&r);
+    }
+    emit(&table(&r))
+}
+
+/// The buckets and the books as markdown tables.
+fn table(r: &BooksByContext) -> String {
+    let mut s = format!(
+        "BPC by context, the test books streamed from their first byte (state carried) and the \
+         same bytes scored window by window (state reset every {} bytes):\n\n\
+         | context (bytes) | bytes | carried | reset | carried - reset |\n|---|---|---|---|---|\n",
+        r.window
+    );
+    for b in &r.buckets {
+        s += &format!(
+            "| {} | {} | {:.3} | {:.3} | {:+.3} |\n",
+            b.label,
+            b.n,
+            b.carried,
+            b.reset,
+            b.carried - b.reset
+        );
+    }
+    s += "\n| book | bytes | carried | reset |\n|---|---|---|---|\n";
+    for b in &r.books {
+        s += &format!(
+            "| {} | {} | {:.3} | {:.3} |\n",
+            b.title, b.bytes, b.carried, b.reset
+        );
+    }
+    s + &format!("\n{:.0} bytes/s\n", r.bytes_per_s)
+}

@@ -769,12 +769,17 @@ fn block_streams_refuse_the_horizon_until_retargeted() {
         ));
         let mut s1 = None;
         blk.forward_with_state(&x, None, &mut s1).unwrap();
-        let before = format!("{s1:?}");
+        // (Debug shows a tensor's shape only: the values are compared)
+        let values = |s: &Option<BlockState>| match s {
+            Some(BlockState::Retention(r)) => (r.pos, r.host().unwrap()),
+            other => panic!("{other:?}"),
+        };
+        let before = values(&s1);
         let e = blk
             .forward_with_state(&x, None, &mut s1)
             .expect_err("12 + 12 > 16");
         // a refused piece leaves the stream as it was
-        assert_eq!(format!("{s1:?}"), before, "{mode:?}");
+        assert_eq!(values(&s1), before, "{mode:?}");
         assert!(
             matches!(
                 e,

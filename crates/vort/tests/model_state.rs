@@ -51,6 +51,15 @@ fn tokens(b: usize, t: usize, shift: usize) -> Tensor {
     Tensor::from_vec(v, (b, t), &Device::Cpu).unwrap()
 }
 
+/// Every value of a state, by name (a `Debug` print shows a tensor's shape only).
+fn snapshot(st: &ModelState) -> Vec<(String, Vec<f32>)> {
+    st.tensors()
+        .unwrap()
+        .into_iter()
+        .map(|(n, t)| (n, t.flatten_all().unwrap().to_vec1().unwrap()))
+        .collect()
+}
+
 fn stream(m: &Model, st: &mut ModelState, toks: &Tensor) -> Tensor {
     m.forward_with_state(toks, st).unwrap().hidden
 }
@@ -106,9 +115,12 @@ fn resetting_every_row_frees_the_horizon() {
     let piece = tokens(2, 12, 1);
     let mut st = m.new_state();
     stream(&m, &mut st, &piece);
-    assert!(
-        m.forward_with_state(&piece, &mut st.clone()).is_err(),
-        "24 > 16"
+    let before = snapshot(&st);
+    assert!(m.forward_with_state(&piece, &mut st).is_err(), "24 > 16");
+    assert_eq!(
+        snapshot(&st),
+        before,
+        "a refused piece moves no layer's state"
     );
     st.reset_rows(&[true, false]).unwrap();
     assert!(
@@ -165,6 +177,10 @@ fn a_stored_state_continues_bit_for_bit() {
     );
 
     assert!(st.reset_rows(&[true]).is_err(), "one flag for three rows");
+    assert!(
+        st.reset_rows(&[false]).is_err(),
+        "one flag for three rows, none set"
+    );
     let soft = model(Mixer::of_kind("softmax").unwrap());
     let mut kv = soft.new_state();
     stream(&soft, &mut kv, &tokens(2, 5, 0));

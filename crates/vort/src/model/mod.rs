@@ -460,29 +460,11 @@ impl Model {
         let (b, t) = tokens.dims2()?;
         if let Some(st) = state.as_deref() {
             self.check_state(st, b)?;
+            self.check_room(st, t)?;
         }
         let mut x = self.emb.forward(tokens)?;
         if let Some(pe) = &self.prev_emb {
-            let prev = pe.forward(tokens)?;
-            // shift right by one along T: the first row is the previous piece's last token
-            // when streaming, zeros at the start of a sequence (or of a row reset since its
-            // last token, ModelState::reset_rows)
-            let first = match state.as_ref().and_then(|s| s.last_token.as_ref()) {
-                Some(last) => {
-                    let e = pe.forward(last)?.reshape((b, 1, ()))?;
-                    match state.as_ref().and_then(|s| s.shift_keep.as_ref()) {
-                        Some(keep) => e.broadcast_mul(keep)?,
-                        None => e,
-                    }
-                }
-                None => Tensor::zeros((b, 1, self.cfg.d_model), DType::F32, tokens.device())?,
-            };
-            let shifted = if t > 1 {
-                Tensor::cat(&[&first, &prev.narrow(1, 0, t - 1)?], 1)?
-            } else {
-                first
-            };
-            x = (x + shifted)?;
+            x = (x + Self::shifted(pe, tokens, state.as_deref())?)?;
         }
         x = (x * (1.0 / (2.0f64).sqrt()))?;
         let (bigram_logits, entropy) = match &self.bigram {
@@ -528,6 +510,49 @@ impl Model {
             alphas,
             entity_logits,
         })
+    }
+
+    /// The previous-token embeddings of `tokens` [B, T]: `pe` of each token shifted right by
+    /// one along T, the first row the previous piece's last token when streaming, zeros at the
+    /// start of a sequence (or of a row reset since its last token, ModelState::reset_rows).
+    fn shifted(
+        pe: &Embedding,
+        tokens: &Tensor,
+        state: Option<&ModelState>,
+    ) -> Result<Tensor, ModelError> {
+        let (b, t) = tokens.dims2()?;
+        let prev = pe.forward(tokens)?;
+        let first = match state.and_then(|s| s.last_token.as_ref()) {
+            Some(last) => {
+                let e = pe.forward(last)?.reshape((b, 1, ()))?;
+                match state.and_then(|s| s.shift_keep.as_ref()) {
+                    Some(keep) => e.broadcast_mul(keep)?,
+                    None => e,
+                }
+            }
+            None => Tensor::zeros((b, 1, pe.hidden_size()), DType::F32, tokens.device())?,
+        };
+        Ok(if t > 1 {
+            Tensor::cat(&[&first, &prev.narrow(1, 0, t - 1)?], 1)?
+        } else {
+            first
+        })
+    }
+
+    /// Refuses a piece of `t` tokens that would carry `state` past the certified horizon,
+    /// before any layer's state moves (the blocks check it too, one by one).
+    fn check_room(&self, state: &ModelState, t: usize) -> Result<(), ModelError> {
+        if let (Some(h), Some(pos)) = (self.context_limit(), state.position()) {
+            let context = pos + t as u64;
+            if context > h {
+                return Err(crate::VortError::BeyondHorizon {
+                    context,
+                    horizon: h,
+                }
+                .into());
+            }
+        }
+        Ok(())
     }
 
     /// The certified horizon of the model's memory (the smallest over its blocks; None for

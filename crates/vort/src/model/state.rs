@@ -62,6 +62,18 @@ impl ModelState {
             .sum()
     }
 
+    /// The position of the retention states (the longest context a row holds; None before
+    /// the first piece or without a retention state).
+    pub(super) fn position(&self) -> Option<u64> {
+        self.layers
+            .iter()
+            .filter_map(|l| match &l.mix {
+                Some(BlockState::Retention(s)) => Some(s.pos),
+                _ => None,
+            })
+            .max()
+    }
+
     /// Tokens each row has consumed since it started or was last reset (empty before the
     /// first piece).
     pub fn row_tokens(&self) -> &[u64] {
@@ -79,14 +91,14 @@ impl ModelState {
     /// one length and cannot restart alone).
     pub fn reset_rows(&mut self, reset: &[bool]) -> Result<(), ModelError> {
         let b = self.row_tokens.len();
-        if b == 0 || !reset.iter().any(|&r| r) {
-            return Ok(());
-        }
-        if reset.len() != b {
+        if b > 0 && reset.len() != b {
             return Err(ModelError::Invalid(format!(
                 "reset_rows: {} flags for a state of batch {b}",
                 reset.len()
             )));
+        }
+        if b == 0 || !reset.iter().any(|&r| r) {
+            return Ok(());
         }
         let dev = match &self.last_token {
             Some(t) => t.device().clone(),

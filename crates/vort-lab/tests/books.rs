@@ -643,8 +643,33 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         })
         .collect();
     let out = fresh_dir("repro-out");
-    let rep = books::run_plan("test", &runs, &out, 200, Mode::train(false)).unwrap();
+    let rep = books::run_plan_with("test", &runs, &out, (200, true), Mode::train(false)).unwrap();
     assert_eq!(rep.rows.len(), 3);
+    // every seed-0 model streamed every test book whole, carried and reset, cached in its run
+    let test_bytes: Vec<usize> = vort_lab::tasks::books::BookCorpus::open(&runs[0].config.task)
+        .unwrap()
+        .test_books()
+        .iter()
+        .map(|b| b.bytes.len())
+        .collect();
+    let names: Vec<&str> = rep.whole_books.iter().map(|r| r.mixer.as_str()).collect();
+    assert_eq!(
+        names,
+        ["vort", "exponential", "softmax"],
+        "a sliding window streams"
+    );
+    for r in &rep.whole_books {
+        let n: usize = r.result.buckets.iter().map(|b| b.n).sum();
+        assert_eq!(
+            n,
+            test_bytes.iter().map(|l| l - 1).sum::<usize>(),
+            "{}",
+            r.mixer
+        );
+        assert_eq!(r.result.window, 32);
+        let cache = out.join(format!("runs/books/{}/seed0/whole_books.json", r.mixer));
+        assert!(cache.is_file(), "{}", cache.display());
+    }
     for f in [
         "report.md",
         "results.json",
@@ -655,11 +680,16 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         "training_curves.png",
         "manifest.json",
         "lexicon_sources.json",
+        "bpc_whole_books.png",
     ] {
         assert!(std::fs::metadata(out.join(f)).unwrap().len() > 0, "{f}");
     }
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("1.56") && md.contains("1.68") && md.contains("Streaming"));
+    assert!(
+        md.contains("## Whole books") && md.contains("| 0-512 |"),
+        "{md}"
+    );
     // the compressors ran on exactly the 2 × 32 scored bytes, beside every model
     let a = rep.anchors.as_ref().expect("anchors measured in the run");
     assert_eq!((a.seq_len, a.windows), (32, 2));

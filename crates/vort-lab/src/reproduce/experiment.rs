@@ -146,7 +146,8 @@ impl Experiment for Books {
 
     fn run(&self, preset: &Preset, out: &Path, mode: Mode) -> Result<usize, TrainError> {
         let runs = self.runs(preset)?;
-        let rep = super::books::run_plan(&preset.name, &runs, out, self.stream_bytes, mode)?;
+        let streams = (self.stream_bytes, preset.whole_books);
+        let rep = super::books::run_plan_with(&preset.name, &runs, out, streams, mode)?;
         Ok(rep.runs.len())
     }
 }

@@ -36,6 +36,8 @@ pub const SAMPLE_FILE: &str = "sample.json";
 
 /// The retrieval probe of the trained model (books; a cache, see [`RunDir::retrieval_path`]).
 pub const RETRIEVAL_FILE: &str = "retrieval.json";
+/// Every test book streamed whole, carried and reset ([`crate::train::stream::BooksByContext`]).
+pub const WHOLE_BOOKS_FILE: &str = "whole_books.json";
 
 /// The router's inputs of a routed run's model (a cache; see [`RunDir::router_path`]).
 pub const ROUTER_FILE: &str = "router.json";
@@ -149,6 +151,12 @@ impl RunDir {
         self.path.join(RETRIEVAL_FILE)
     }
 
+    /// `whole_books.json`: every test book streamed whole through the trained model, the state
+    /// carried and reset (`vort eval --whole-books`), a cache as `stream.json`.
+    pub fn whole_books_path(&self) -> PathBuf {
+        self.path.join(WHOLE_BOOKS_FILE)
+    }
+
     /// The run's own files (those that exist or may be written): the output rule of
     /// [`vort::fsio`] refuses to write over any of them from a command that reads the run
     /// ([`super::protected_paths`]).
@@ -164,6 +172,7 @@ impl RunDir {
             self.stream_path(),
             self.sample_path(),
             self.retrieval_path(),
+            self.whole_books_path(),
         ]
     }
 
@@ -373,7 +382,8 @@ mod tests {
                 "diverged.json",
                 "stream.json",
                 "sample.json",
-                "retrieval.json"
+                "retrieval.json",
+                "whole_books.json"
             ]
         );
     }

@@ -27,6 +27,7 @@ pub mod curves;
 pub mod retrieval;
 pub mod samples;
 pub mod streaming;
+pub mod whole_books;
 
 use std::path::Path;
 
@@ -303,6 +304,12 @@ pub struct BooksReport {
     /// Seed-0 runs without a retrieval probe, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_probed: Vec<Skipped>,
+    /// Every seed-0 model's test books streamed whole (presets with `whole_books`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub whole_books: Vec<whole_books::WholeBooksRow>,
+    /// Seed-0 runs not streamed whole, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_whole_books: Vec<Skipped>,
     /// Runs reused from an earlier call (finished, same config) rather than trained.
     pub reused: usize,
     /// Runs that diverged (left out of the rows and figures).
@@ -358,6 +365,21 @@ pub fn run_plan(
     stream_bytes: usize,
     mode: runner::Mode,
 ) -> Result<BooksReport, TrainError> {
+    run_plan_with(label, runs, out_dir, (stream_bytes, false), mode)
+}
+
+/// [`run_plan`], and with `whole_books` every seed-0 model also streams every test book whole,
+/// carried and reset ([`whole_books`]: the report's section and figure).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_plan_with(
+    label: &str,
+    runs: &[NamedRun],
+    out_dir: &Path,
+    (stream_bytes, whole): (usize, bool),
+    mode: runner::Mode,
+) -> Result<BooksReport, TrainError> {
     let progress = mode.progress;
     let t0 = std::time::Instant::now();
     // fail before writing anything when the books are missing or corrupt; the corpus is
@@ -386,14 +408,8 @@ pub fn run_plan(
         ),
         None => Default::default(),
     };
-    let (probes, not_probed) = match &corpus {
-        Some(corpus) => retrieval::measure(
-            &trained.configs,
-            &trained.results,
-            corpus,
-            out_dir,
-            (stream_bytes, progress),
-        )?,
+    let ((probes, not_probed), whole) = match &corpus {
+        Some(corpus) => probe_seed0(&trained, corpus, out_dir, (stream_bytes, whole), progress)?,
         None => Default::default(),
     };
     let anchors = match (&corpus, runs.first()) {
@@ -417,6 +433,7 @@ pub fn run_plan(
         samples,
         probes,
         not_probed,
+        whole,
         anchors,
         curves,
         routed,
@@ -424,6 +441,36 @@ pub fn run_plan(
         not_sampled,
     };
     write_report(label, runs, measured, t0, out_dir)
+}
+
+/// What a measurement of the seed-0 models gives: a row per model, and the runs left out.
+type Probed<R> = (Vec<R>, Vec<Skipped>);
+
+/// The seed-0 models' retrieval probes (streams of at most `stream_bytes`) and, with
+/// `whole`, their whole-books streams, each with the runs left out.
+///
+/// # Errors
+/// Streaming and I/O errors.
+fn probe_seed0(
+    trained: &runner::TrainedRuns,
+    corpus: &BookCorpus,
+    out_dir: &Path,
+    (stream_bytes, whole): (usize, bool),
+    progress: bool,
+) -> Result<
+    (
+        Probed<retrieval::RetrievalRow>,
+        Probed<whole_books::WholeBooksRow>,
+    ),
+    TrainError,
+> {
+    let (configs, results) = (&trained.configs, &trained.results);
+    let probes = retrieval::measure(configs, results, corpus, out_dir, (stream_bytes, progress))?;
+    let whole = match whole {
+        true => whole_books::measure(configs, results, corpus, out_dir, progress)?,
+        false => Default::default(),
+    };
+    Ok((probes, whole))
 }
 
 /// Writes the weights of every seed-0 run (`runs` with `results`): the report's samples and
@@ -466,6 +513,8 @@ struct Measured {
     probes: Vec<retrieval::RetrievalRow>,
     /// Seed-0 runs without a probe, and why.
     not_probed: Vec<Skipped>,
+    /// The seed-0 models' whole-books streams, and the runs left out.
+    whole: (Vec<whole_books::WholeBooksRow>, Vec<Skipped>),
     /// The compressor anchors.
     anchors: Option<anchors::Anchors>,
     /// Every finished run's training curve.
@@ -506,6 +555,8 @@ fn write_report(
         samples: m.samples,
         retrieval: m.probes,
         not_probed: m.not_probed,
+        whole_books: m.whole.0,
+        not_whole_books: m.whole.1,
         reused: m.reused,
         diverged: m.diverged,
         pending: m.pending,
@@ -516,6 +567,7 @@ fn write_report(
         not_sampled: m.not_sampled,
     };
     anchors::report_figure(&report, out_dir)?;
+    whole_books::figure(&report, out_dir)?;
     streaming::diagnostics_figure(&report, out_dir)?;
     runner::write_report(out_dir, &report, &markdown(&report, runs, &m.routed))?;
     Ok(report)
@@ -602,6 +654,7 @@ fn markdown(rep: &BooksReport, runs: &[NamedRun], routed: &[alpha::Routed]) -> S
     s += &streaming::markdown(rep);
     s += &samples::markdown(rep);
     s += &retrieval::markdown(rep);
+    s += &whole_books::markdown(rep);
     s += "Reading: numbers that do not match the paper are reported as measured.\n";
     s
 }

@@ -294,4 +294,5 @@ fn lanes_stream_through_the_books_window_after_window() {
         LanePlan::new(&[1000], t, 10).is_err(),
         "a cap below one window"
     );
+    assert!(LanePlan::new(&[1000], 0, 1024).is_err(), "an empty window");
 }

@@ -28,8 +28,14 @@ impl LanePlan {
     /// contexts of at most `context_cap` bytes.
     ///
     /// # Errors
-    /// [`TaskError::Data`] when no book holds a window, or the cap is below one window.
+    /// [`TaskError::Data`] when the window is empty, no book holds a window, or the cap is
+    /// below one window.
     pub fn new(lens: &[usize], seq_len: usize, context_cap: u64) -> Result<LanePlan, TaskError> {
+        if seq_len == 0 {
+            return Err(TaskError::Data(
+                "lanes need windows of seq_len >= 1 bytes".into(),
+            ));
+        }
         let windows: Vec<u64> = lens
             .iter()
             .map(|&l| (l.saturating_sub(1) / seq_len) as u64)

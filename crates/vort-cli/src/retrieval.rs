@@ -6,9 +6,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use vort_lab::data::books::{load_split, Split};
-use vort_lab::tasks::TaskKind;
+use vort_lab::train::checkpoint;
 use vort_lab::train::retrieval::{longest_stream, markdown, probe, RetrievalOptions};
-use vort_lab::train::{checkpoint, eval};
 
 use crate::args::parse_count;
 use crate::error::CliError;
@@ -70,15 +69,9 @@ pub fn run(a: RetrievalArgs) -> Result<(), CliError> {
     if let Some(out) = &a.out {
         crate::output::check_out_beside_run(out, &a.run)?;
     }
-    let trained = eval::TrainedModel::load(&a.run)?;
+    let trained =
+        crate::books_model::load(&a.run, "the retrieval probe needs a byte-level books model")?;
     let cfg = trained.cfg.clone();
-    if cfg.task.kind != TaskKind::Books {
-        return Err(CliError::Usage(format!(
-            "{} is a {} run; the retrieval probe needs a byte-level books model",
-            a.run.display(),
-            cfg.task.kind
-        )));
-    }
     let text = match &a.text {
         Some(f) => {
             std::fs::read(f).map_err(|e| CliError::Usage(format!("--text {}: {e}", f.display())))?
@@ -89,20 +82,10 @@ pub fn run(a: RetrievalArgs) -> Result<(), CliError> {
             .flat_map(|b| b.bytes)
             .collect(),
     };
-    let (_, mut model, _vm, _) = trained.build()?;
-    // certified for the longest stream (the weights do not depend on the node tables)
+    // certified for the longest stream
     let longest = longest_stream(&opts, text.len()) as u64;
-    if model.horizon().is_some_and(|h| h < longest) {
-        model
-            .set_horizon(longest)
-            .map_err(vort_lab::train::TrainError::from)?;
-        eprintln!("node tables rebuilt and certified for {longest} lags");
-    }
-    let bar = indicatif::ProgressBar::new(0);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} bytes {eta}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let model = crate::books_model::build_for(trained, longest)?;
+    let bar = crate::books_model::bytes_bar();
     let r = probe(
         &model,
         &text,

@@ -5,48 +5,30 @@
 use std::path::Path;
 
 use vort_lab::data::books::{load_split, Split};
-use vort_lab::tasks::TaskKind;
-use vort_lab::train::eval;
 use vort_lab::train::stream::{stream_books_by_context, BooksByContext, BOOK_BUCKETS};
 
+use crate::books_model;
 use crate::error::CliError;
 use crate::output::{emit, emit_json};
 
 pub fn run(run: &Path, json: bool) -> Result<(), CliError> {
-    let trained = eval::TrainedModel::load(run)?;
+    let trained = books_model::load(
+        run,
+        "--whole-books streams the test books through a byte-level books model",
+    )?;
     let cfg = trained.cfg.clone();
-    if cfg.task.kind != TaskKind::Books {
-        return Err(CliError::Usage(format!(
-            "{} is a {} run; --whole-books streams the test books through a byte-level books \
-             model",
-            run.display(),
-            cfg.task.kind
-        )));
-    }
     let books: Vec<(String, Vec<u8>)> = load_split(Path::new(&cfg.task.data_dir), Split::Test)
         .map_err(|e| CliError::Usage(format!("the run's test books: {e}")))?
         .into_iter()
         .map(|b| (b.title, b.bytes))
         .collect();
-    let (_, mut model, _vm, _) = trained.build()?;
-    // certified for the longest book streamed (the weights do not depend on the node tables)
-    let cap = BOOK_BUCKETS[BOOK_BUCKETS.len() - 1].2 as u64;
+    let cap = BOOK_BUCKETS[BOOK_BUCKETS.len() - 1].2;
     let longest = books
         .iter()
-        .map(|(_, b)| b.len().saturating_sub(1) as u64)
+        .map(|(_, b)| b.len().saturating_sub(1).min(cap))
         .max();
-    let longest = longest.unwrap_or(0).min(cap);
-    if model.horizon().is_some_and(|h| h < longest) {
-        model
-            .set_horizon(longest)
-            .map_err(vort_lab::train::TrainError::from)?;
-        eprintln!("node tables rebuilt and certified for {longest} lags");
-    }
-    let bar = indicatif::ProgressBar::new(0);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} bytes {eta}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let model = books_model::build_for(trained, longest.unwrap_or(0) as u64)?;
+    let bar = books_model::bytes_bar();
     let r = stream_books_by_context(
         &model,
         &books,

@@ -51,12 +51,17 @@ fn tokens(b: usize, t: usize, shift: usize) -> Tensor {
     Tensor::from_vec(v, (b, t), &Device::Cpu).unwrap()
 }
 
+/// Every value of `t`, row-major.
+fn values(t: &Tensor) -> Vec<f32> {
+    t.flatten_all().unwrap().to_vec1().unwrap()
+}
+
 /// Every value of a state, by name (a `Debug` print shows a tensor's shape only).
 fn snapshot(st: &ModelState) -> Vec<(String, Vec<f32>)> {
     st.tensors()
         .unwrap()
         .into_iter()
-        .map(|(n, t)| (n, t.flatten_all().unwrap().to_vec1().unwrap()))
+        .map(|(n, t)| (n, values(&t)))
         .collect()
 }
 
@@ -79,20 +84,8 @@ fn a_reset_row_starts_anew_and_the_others_carry_on() {
         let after_carry = stream(&m, &mut carried, &second);
         // row 1 was not touched: the same numbers as the unreset stream
         assert_eq!(
-            after_reset
-                .i(1)
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap(),
-            after_carry
-                .i(1)
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap(),
+            values(&after_reset.i(1).unwrap()),
+            values(&after_carry.i(1).unwrap()),
             "{mixer}: the carried row changed"
         );
         // row 0 is a fresh stream of its second piece
@@ -149,10 +142,7 @@ fn a_stored_state_continues_bit_for_bit() {
     let mut back = m.state_from_tensors(&named).unwrap();
     let next = tokens(3, 6, 4);
     let (a, b) = (stream(&m, &mut st, &next), stream(&m, &mut back, &next));
-    assert_eq!(
-        a.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-        b.flatten_all().unwrap().to_vec1::<f32>().unwrap()
-    );
+    assert_eq!(values(&a), values(&b));
     assert_eq!(st.row_tokens(), back.row_tokens());
 
     let other = model(Mixer::of_kind("exponential").unwrap());

@@ -40,7 +40,7 @@ use crate::tasks::books::BookCorpus;
 use crate::tasks::CONTEXT_BUCKETS;
 use crate::train::eval::EvalResult;
 use crate::train::stream::StreamResult;
-use crate::train::{self, RunConfig, TrainError};
+use crate::train::{self, RunConfig, RunDir, TrainError};
 pub use context::paired_window_diffs;
 use vort::Mixer;
 
@@ -130,6 +130,29 @@ impl Skipped {
             seed: e.seed,
             why: NEEDS_MARKS.into(),
         })
+    }
+
+    /// The model of the run of `e` in `dir` with node tables certified for `longest` lags, and
+    /// the step of its weights; or the run left out when it kept no weights.
+    ///
+    /// # Errors
+    /// A horizon the SOE builder refuses.
+    fn or_model(
+        dir: &RunDir,
+        e: &EvalResult,
+        longest: u64,
+    ) -> Result<Result<(vort::model::Model, u64), Skipped>, TrainError> {
+        let Ok((_, mut model, _vm, step)) = dir.load_model() else {
+            return Ok(Err(Skipped {
+                mixer: e.mixer.clone(),
+                seed: e.seed,
+                why: "no weights kept".into(),
+            }));
+        };
+        if model.horizon().is_some_and(|h| h < longest) {
+            model.set_horizon(longest)?;
+        }
+        Ok(Ok((model, step)))
     }
 
     /// The report's line on `skipped` runs, after "`what`:" (empty when none is).

@@ -71,21 +71,14 @@ pub(super) fn measure(
             rows.push(r);
             continue;
         }
-        let (_, mut model, _vm, step) = match dir.load_model() {
+        let longest = longest_stream(&opts, text.len()) as u64;
+        let (model, step) = match Skipped::or_model(&dir, e, longest)? {
             Ok(m) => m,
-            Err(_) => {
-                skipped.push(Skipped {
-                    mixer: e.mixer.clone(),
-                    seed: c.seed,
-                    why: "no weights kept".into(),
-                });
+            Err(k) => {
+                skipped.push(k);
                 continue;
             }
         };
-        let longest = longest_stream(&opts, text.len()) as u64;
-        if model.horizon().is_some_and(|h| h < longest) {
-            model.set_horizon(longest)?;
-        }
         if progress {
             eprintln!("retrieval probe of {}", dir.path().display());
         }

@@ -90,18 +90,13 @@ pub(super) fn measure(
             rows.push(r);
             continue;
         }
-        let Ok((_, mut model, _vm, step)) = dir.load_model() else {
-            skipped.push(Skipped {
-                mixer: e.mixer.clone(),
-                seed: c.seed,
-                why: "no weights kept".into(),
-            });
-            continue;
+        let (model, step) = match Skipped::or_model(&dir, e, longest.unwrap_or(0) as u64)? {
+            Ok(m) => m,
+            Err(k) => {
+                skipped.push(k);
+                continue;
+            }
         };
-        let longest = longest.unwrap_or(0) as u64;
-        if model.horizon().is_some_and(|h| h < longest) {
-            model.set_horizon(longest)?;
-        }
         if progress {
             eprintln!("whole test books through {}", dir.path().display());
         }

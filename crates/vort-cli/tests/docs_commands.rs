@@ -1,9 +1,12 @@
-//! Every `vort` command the README and docs/ show is one the binary accepts (issue #42: no
-//! stale flags or form names in the docs). Each command line is read from the indented blocks
-//! of README.md and docs/*.md and given to the binary with `--help` appended: clap checks every
-//! subcommand, flag and value before it prints the help, so exit status 0 means the line
-//! parses as written. Running each command is the business of the tests of that command; the
-//! long ones (`reproduce --medium`, hours) are only parsed here.
+//! Every `vort` command the README and docs/ show is one the binary accepts, and is run (issue
+//! #42: no stale flags, form names or paths in the docs). Each command line is read from the
+//! indented blocks of README.md and docs/*.md.
+//! - Every line is given to the binary with `--help` appended: clap checks every subcommand,
+//!   flag and value before it prints the help, so exit status 0 means the line parses.
+//! - Every line is then run as written, in document order, in one scratch directory (the
+//!   repository's `configs/` and the committed runs a line names are copied there, so nothing
+//!   in the checkout is written), unless its comment says "not run by the tests" and why
+//!   (hours of training, a benchmark, the books corpus, a placeholder for the reader's file).
 
 mod common;
 
@@ -137,6 +140,106 @@ fn every_documented_command_parses() {
     assert!(
         checked >= 35,
         "only {checked} commands found: the reader lost them"
+    );
+}
+
+/// What a documented line says when the tests do not run it (with the reason beside it).
+const NOT_RUN: &str = "not run by the tests";
+
+/// Copies `from` (a file or a directory tree) to `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    if from.is_dir() {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        }
+    } else {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, to).unwrap();
+    }
+}
+
+/// The retention command's documented input: f32 phi_q [T, F], phi_k [T, F], v [T, D],
+/// alpha [T] (T = 100, inside the horizon of the committed quick-recall run it names).
+fn write_retention_input(path: &Path) {
+    use safetensors::tensor::{Dtype, TensorView};
+    let (t, f, d) = (100usize, 8usize, 4usize);
+    let bytes = |n: usize, f: &dyn Fn(usize) -> f32| -> Vec<u8> {
+        (0..n).flat_map(|i| f(i).to_le_bytes()).collect()
+    };
+    let feature = |i: usize| 0.1 + ((i * 37 % 101) as f32) / 101.0; // positive features
+    let (q, k) = (bytes(t * f, &feature), bytes(t * f, &|i| feature(i + 7)));
+    let v = bytes(t * d, &|i| ((i * 13 % 29) as f32) / 29.0 - 0.5);
+    let alpha = bytes(t, &|i| 0.2 + 0.7 * ((i % 10) as f32) / 9.0);
+    let views = vec![
+        (
+            "phi_q",
+            TensorView::new(Dtype::F32, vec![t, f], &q).unwrap(),
+        ),
+        (
+            "phi_k",
+            TensorView::new(Dtype::F32, vec![t, f], &k).unwrap(),
+        ),
+        ("v", TensorView::new(Dtype::F32, vec![t, d], &v).unwrap()),
+        (
+            "alpha",
+            TensorView::new(Dtype::F32, vec![t], &alpha).unwrap(),
+        ),
+    ];
+    std::fs::write(path, safetensors::serialize(views, &None).unwrap()).unwrap();
+}
+
+#[test]
+fn every_documented_command_runs_or_says_why_not() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = &std::env::temp_dir().join(format!("vort-docs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(dir);
+    copy_tree(&root.join("configs"), &dir.join("configs"));
+    write_retention_input(&dir.join("IN.safetensors"));
+    let (mut ran, mut marked, mut failed) = (0, 0, Vec::new());
+    for file in doc_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        for (line, args) in commands(&text) {
+            if line.contains(NOT_RUN) {
+                marked += 1;
+                continue;
+            }
+            // the committed runs and results a line reads, copied into the scratch directory
+            for a in args.iter().filter(|a| a.starts_with("results/")) {
+                let src = root.join(a);
+                if src.exists() && !dir.join(a).exists() {
+                    copy_tree(&src, &dir.join(a));
+                }
+            }
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_vort"))
+                .args(&args)
+                .current_dir(dir)
+                .env_remove("RUST_BACKTRACE")
+                .output()
+                .expect("the vort binary runs");
+            ran += 1;
+            if !out.status.success() {
+                failed.push(format!(
+                    "{name}: `{line}` -> {:?}: {}",
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+    // kernel x3, theory x2, retention x2, export and eval of the export, generate, report-only
+    assert!(
+        ran >= 11,
+        "only {ran} commands run ({marked} marked as not run)"
     );
 }
 

@@ -1,7 +1,7 @@
 //! The token mixer of a block: VORT or one of the baselines, each with its own settings
 //! (docs/DESIGN.md §2). One type from the run config (`[model.mixer]`, `kind = "..."`) to the
-//! kernel: [`crate::block::Block`] matches on it, and adding a mixer is one variant here plus
-//! its forward and step in `block.rs`.
+//! kernel: [`crate::block::Block`] builds its kind's struct from it, and adding a mixer is one
+//! variant here plus its struct in `block/kinds.rs`.
 //!
 //! ```toml
 //! [model.mixer]
@@ -261,24 +261,28 @@ impl Mixer {
     /// The same mixer with a horizon of 0 (a run config's "the sequence length") replaced by
     /// `seq_len`.
     pub fn resolved(&self, seq_len: usize) -> Mixer {
-        let fill = |h: u64| if h == 0 { seq_len as u64 } else { h };
+        match self.horizon() {
+            Some(0) => self.with_horizon(seq_len as u64),
+            _ => self.clone(),
+        }
+    }
+
+    /// The same mixer with its node tables' horizon set to `horizon` (no change for the
+    /// kinds without node tables).
+    pub fn with_horizon(&self, horizon: u64) -> Mixer {
         match self.clone() {
             Mixer::Vort {
                 nodes,
                 routing,
                 router_bias_init,
             } => Mixer::Vort {
-                nodes: nodes.with_horizon(fill(nodes.horizon)),
+                nodes: nodes.with_horizon(horizon),
                 routing,
                 router_bias_init,
             },
-            Mixer::PowerLaw {
+            Mixer::PowerLaw { alpha, eps, .. } => Mixer::PowerLaw {
                 alpha,
                 horizon,
-                eps,
-            } => Mixer::PowerLaw {
-                alpha,
-                horizon: fill(horizon),
                 eps,
             },
             other => other,

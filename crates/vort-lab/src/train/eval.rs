@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor, D};
-use candle_nn::VarMap;
+use candle_nn::{VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};
 
 use super::{checkpoint, marks_tensor, tokens_tensor, RunConfig, RunDir, TrainError};
@@ -742,30 +742,35 @@ impl TrainedModel {
         Ok(TrainedModel { cfg, ck, ck_path })
     }
 
-    /// Builds the model of the config and loads the parameters into it, after checking that
-    /// the file holds exactly that model's tensors (no unknown tensor, no other mixer's, a
-    /// step its config can have reached) and every shape.
+    /// Builds the model of the config from the file's tensors through a `VarBuilder`
+    /// ([`Model::new`], as a library user loads one), after checking that the file holds
+    /// exactly that model's tensors (no unknown tensor, no other mixer's, a step its config can
+    /// have reached), every shape, and finite values. Nothing is seeded, except for a file
+    /// written before the FAVOR+ projections were stored: those are drawn from the run seed,
+    /// once, as when it was trained. The VarMap returned holds every tensor the model reads.
     ///
     /// # Errors
     /// [`TrainError::CheckpointMismatch`] naming the tensor or the step; candle errors.
     pub fn build(self) -> Result<(RunConfig, Model, VarMap, checkpoint::Checkpoint), TrainError> {
         let TrainedModel { cfg, ck, ck_path } = self;
-        let vm = VarMap::new();
         let dev = super::device();
-        let model = super::run_model(&cfg, &vm, &dev)?;
-        let vars = super::named_vars(&vm);
-        let (buffers, names): (Vec<String>, Vec<String>) = vars
+        let model_cfg = cfg.model_config();
+        let shapes = Model::tensor_shapes(&model_cfg)?;
+        let (buffers, names): (Vec<String>, Vec<String>) = shapes
             .iter()
             .map(|(n, _)| n.clone())
             .partition(|n| vort::block::is_buffer(n));
-        // a file written before the buffers were stored keeps the seeded ones (drawn from the
-        // run seed, as when it was trained)
         let stored = ck.check_contents(cfg.train.steps, (&names, &buffers), &ck_path)?;
-        // check every parameter first, then write them
-        let loaded = vars
-            .into_iter()
-            .filter(|(n, _)| stored || !vort::block::is_buffer(n))
-            .map(|(name, var)| {
+        let vm = VarMap::new();
+        {
+            let mut vars = vm
+                .data()
+                .lock()
+                .map_err(|_| candle_core::Error::Msg("VarMap lock poisoned".into()))?;
+            for (name, shape) in shapes
+                .iter()
+                .filter(|(n, _)| stored || !vort::block::is_buffer(n))
+            {
                 let key = format!("param/{name}");
                 // a checksum-valid file can still hold NaN: refused here, not at scoring time
                 if let Some(i) = ck
@@ -780,13 +785,15 @@ impl TrainedModel {
                         ),
                     });
                 }
-                let t = ck.tensor(&key, var.dims(), &dev, &ck_path)?;
-                Ok((var, t))
-            })
-            .collect::<Result<Vec<_>, TrainError>>()?;
-        for (var, t) in loaded {
-            var.set(&t)?;
+                let t = ck.tensor(&key, shape, &dev, &ck_path)?;
+                vars.insert(name.clone(), candle_core::Var::from_tensor(&t)?);
+            }
         }
+        if !stored {
+            // every parameter is present, so this writes the projections only
+            Model::init(&model_cfg, cfg.seed, &vm, &dev)?;
+        }
+        let model = Model::new(&model_cfg, VarBuilder::from_varmap(&vm, DType::F32, &dev))?;
         Ok((cfg, model, vm, ck))
     }
 }

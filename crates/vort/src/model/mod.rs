@@ -395,6 +395,29 @@ impl Model {
         })
     }
 
+    /// The name and shape of every tensor of the model of `cfg` (parameters and the FAVOR+
+    /// buffers, [`crate::block::is_buffer`]), sorted by name: what [`Model::init`] fills and
+    /// [`Model::new`] reads (tested for every mixer), so that a loader can check a file
+    /// against the model before it builds one. Found by an init on a scratch map that is
+    /// dropped (its draws thrown away); no node table is built.
+    ///
+    /// # Errors
+    /// An invalid config.
+    pub fn tensor_shapes(cfg: &Config) -> Result<TensorShapes, ModelError> {
+        let vm = VarMap::new();
+        Model::init(cfg, 0, &vm, &Device::Cpu)?;
+        let data = vm
+            .data()
+            .lock()
+            .map_err(|_| ModelError::Invalid("VarMap lock poisoned".into()))?;
+        let mut shapes: TensorShapes = data
+            .iter()
+            .map(|(name, var)| (name.clone(), var.dims().to_vec()))
+            .collect();
+        shapes.sort();
+        Ok(shapes)
+    }
+
     /// The device the parameters live on.
     pub fn device(&self) -> &Device {
         self.head.device()
@@ -759,3 +782,6 @@ impl Model {
         Ok(h.matmul(&self.head)?)
     }
 }
+
+/// Tensor names with their shapes.
+pub type TensorShapes = Vec<(String, Vec<usize>)>;

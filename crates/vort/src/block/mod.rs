@@ -2,17 +2,14 @@
 //! positive feature map, the router for per-token orders α, the retention (VORT or a baseline,
 //! all in the same code path) and the output projection.
 //!
-//! Router (docs/DESIGN.md §2): α_i = δ + (1-δ) σ(a·e_i - b·H_i + g·h_i + c), per head (a, b, c
-//! scalars and g a vector per head), with e_i = σ(p·h_i) the entity probe (its logit is returned
-//! for an auxiliary loss) and H_i the entropy of a shallow next-token predictor, supplied by the
-//! caller and treated as a constant (stop-gradient). The ablation ladder's rungs (issue #39)
-//! drop parts of it: `Routing::Learned` keeps c alone (one order per head), `Routing::Fixed`
-//! and `Routing::Oracle` have no parameters (the oracle reads the task's memorable marks).
+//! Router (docs/DESIGN.md §2, `router.rs`): α_i = δ + (1-δ) σ(a·e_i - b·H_i + g·h_i + c), per
+//! head, with e_i = σ(p·h_i) the entity probe (its logit is returned for an auxiliary loss) and
+//! H_i the entropy of a shallow next-token predictor, supplied by the caller and treated as a
+//! constant (stop-gradient).
 //!
 //! The mixer ([`Mixer`]) chooses VORT or a baseline; every kind shares the projections, the
-//! normalisation and (except softmax) the feature map, and keeps its own parameters in one
-//! enum (`KindParams`). Adding a mixer is a [`Mixer`] variant, its parameters here, and its
-//! arms in [`Block::init`], [`Block::new`] and the node weights (forward and step share them).
+//! normalisation and (except softmax) the feature map. Each kind is one struct behind a small
+//! trait (`kinds.rs`) that holds its own parameters and tables; the block holds one of them.
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{Module, VarBuilder, VarMap};
@@ -24,9 +21,13 @@ use crate::features::{seeded_projection, FeatureMap, Features};
 use crate::mixer::{Mixer, Routing};
 use crate::nodes::{NodeMode, NodeSpec, NodeTable};
 use crate::retention::{
-    chunk as chunk_form, fused_chunk, naive_recurrent, node_weights, normalise, with_ones, Inputs,
-    Rates, State,
+    chunk as chunk_form, fused_chunk, naive_recurrent, normalise, with_ones, Inputs, Rates, State,
 };
+
+mod kinds;
+mod router;
+
+use kinds::MixerKind;
 use vort_math::rng::{self, stream_seed, XorShift64Star};
 
 /// Configuration of one block. Every field is saved with each run.
@@ -138,61 +139,6 @@ pub struct BlockOutput {
     pub entity_logit: Option<Tensor>,
 }
 
-/// The learned router: α = δ + (1-δ) σ(z) with z = c (a learned order per head) plus, for the
-/// per-token routings, the terms of [`TokenSignals`].
-struct Router {
-    signals: Option<TokenSignals>, // None: Routing::Learned
-    c: Tensor,                     // [H]
-    delta: f64,
-    routing: Routing,
-}
-
-impl Router {
-    /// The router of `routing` (None for the rule-set orders, which are checked against
-    /// [δ, 1] here), its parameters read by `get(shape, name)`.
-    fn new(
-        routing: Routing,
-        delta: f64,
-        (dm, h): (usize, usize),
-        get: &dyn Fn(&[usize], &str) -> Result<Tensor>,
-    ) -> Result<Option<Router>> {
-        for (name, alpha) in routing.rule_orders() {
-            if !(delta..=1.0).contains(&alpha) {
-                return Err(VortError::InvalidArgument(format!(
-                    "{name} {alpha} is outside [δ = {delta}, 1]"
-                )));
-            }
-        }
-        if !routing.learned() {
-            return Ok(None);
-        }
-        let signals = if routing == Routing::Learned {
-            None
-        } else {
-            Some(TokenSignals {
-                probe: get(&[dm, 1], "router.probe")?,
-                g: get(&[dm, h], "router.g")?,
-                a: get(&[h], "router.a")?,
-                b: get(&[h], "router.b")?,
-            })
-        };
-        Ok(Some(Router {
-            signals,
-            c: get(&[h], "router.c")?,
-            delta,
-            routing,
-        }))
-    }
-}
-
-/// The per-token terms of the router, a·e - b·H + g·h (docs/DESIGN.md §2).
-struct TokenSignals {
-    probe: Tensor, // [Dm, 1]
-    g: Tensor,     // [Dm, H]
-    a: Tensor,     // [H]
-    b: Tensor,     // [H]
-}
-
 /// Which pass [`Block::run`] makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pass {
@@ -237,32 +183,13 @@ pub struct Block {
     scale_q: Tensor, // [H]
     scale_k: Tensor, // [H]
     features: Features,
-    kind: KindParams,
+    kind: Box<dyn MixerKind>,
     past_horizon: PastHorizon,
-}
-
-/// What each mixer kind adds to the shared projections: its parameters and fixed tables.
-enum KindParams {
-    /// Node table (one shared by all heads) and the router (None for a fixed order).
-    Vort {
-        tables: Vec<NodeTable>,
-        router: Option<Router>,
-    },
-    /// Node table of the one order.
-    PowerLaw { tables: Vec<NodeTable> },
-    /// ρ [H, 1], u_h = softplus(ρ_h).
-    Exponential { decay_rho: Tensor },
-    /// H rows of one fixed rate.
-    Retnet { rates: Rates },
-    /// Logits [H, M] of the weights over one row of M fixed rates.
-    Mixture { logits: Tensor, rates: Rates },
-    /// Nothing beyond the projections (the window is in the config).
-    Softmax,
 }
 
 /// Inserts `init` under `name` in `vm` unless a parameter of that name exists (which must have
 /// the same shape): seeded initialisation that keeps what a caller pre-set.
-fn init_param(vm: &VarMap, name: &str, init: Tensor) -> Result<()> {
+pub(crate) fn init_param(vm: &VarMap, name: &str, init: Tensor) -> Result<()> {
     let mut data = vm
         .data()
         .lock()
@@ -320,19 +247,6 @@ fn full_name(vb: &VarBuilder, name: &str) -> String {
     }
 }
 
-/// σ(x) with the gradient σ(1 − σ) taken from the output. Composed as 1 / (1 + e^(−x)),
-/// autodiff multiplies −1/u² = 0 by e^(−x) = inf once x < −88 (f32): a NaN gradient from a
-/// finite loss (the router's logits reach that at lr 3e-2, results/recall-medium/notes.md).
-fn sigmoid(x: &Tensor) -> Result<Tensor> {
-    Ok(candle_nn::ops::sigmoid(x)?)
-}
-
-/// softplus(x) = max(x, 0) + ln(1 + e^(−|x|)): finite for every finite x, where ln(1 + e^x)
-/// overflows past x = 88 (f32).
-fn softplus(x: &Tensor) -> Result<Tensor> {
-    Ok((x.relu()? + (x.abs()?.neg()?.exp()? + 1.0)?.log()?)?)
-}
-
 impl Block {
     /// Seeded initialisation: fills `vm` under `prefix` with the block's parameters, drawn from
     /// `cfg.seed` (parameters already present are kept, e.g. a router bias set by the caller).
@@ -364,40 +278,7 @@ impl Block {
         let full = |v: f64, n: usize| -> Result<Tensor> { Ok(Tensor::full(v as f32, n, device)?) };
         init_param(vm, &p("scale_q"), full(cfg.qk_scale_init, h)?)?;
         init_param(vm, &p("scale_k"), full(cfg.qk_scale_init, h)?)?;
-        match &cfg.mixer {
-            Mixer::Vort {
-                routing,
-                router_bias_init,
-                ..
-            } if routing.learned() => {
-                if *routing != Routing::Learned {
-                    init_param(vm, &p("router.probe"), probe_init)?;
-                    init_param(vm, &p("router.g"), g_init)?;
-                    init_param(vm, &p("router.a"), full(1.0, h)?)?;
-                    init_param(vm, &p("router.b"), full(1.0, h)?)?;
-                }
-                init_param(vm, &p("router.c"), full(*router_bias_init, h)?)?;
-            }
-            Mixer::Exponential => {
-                // RetNet-like spread of decays: γ_h = 1 - 2^(-5 - 3h/H)
-                let rho: Vec<f32> = (0..h)
-                    .map(|i| {
-                        let gamma = 1.0 - 2f64.powf(-5.0 - 3.0 * i as f64 / h as f64);
-                        let u = -gamma.ln();
-                        u.exp_m1().ln() as f32 // softplus⁻¹(u)
-                    })
-                    .collect();
-                init_param(vm, &p("decay_rho"), Tensor::from_vec(rho, (h, 1), device)?)?;
-            }
-            Mixer::Mixture { m, .. } => {
-                init_param(
-                    vm,
-                    &p("mix_logits"),
-                    Tensor::zeros((h, *m), DType::F32, device)?,
-                )?;
-            }
-            _ => {}
-        }
+        kinds::init_params(&cfg.mixer, h, (vm, &p), (probe_init, g_init), device)?;
         // a buffer, from its own generator (no other draw moves): stored, never trained
         if cfg.stores_projection() {
             let seed = stream_seed(cfg.seed, rng::Stream::Features, 0);
@@ -455,56 +336,7 @@ impl Block {
                 &device,
             )?
         };
-        let kind = match &cfg.mixer {
-            Mixer::Vort { nodes, routing, .. } => KindParams::Vort {
-                tables: vec![nodes.build()?],
-                router: Router::new(*routing, nodes.delta, (dm, h), &get)?,
-            },
-            Mixer::PowerLaw {
-                alpha,
-                horizon,
-                eps,
-            } => KindParams::PowerLaw {
-                tables: vec![NodeTable::banks_at(&[*alpha], *horizon, *eps)?],
-            },
-            Mixer::Exponential => KindParams::Exponential {
-                decay_rho: get(&[h, 1], "decay_rho")?,
-            },
-            Mixer::Mixture { m, min_rate } => {
-                if *m == 0 || !(*min_rate > 0.0 && *min_rate <= 1.0) {
-                    return Err(VortError::InvalidArgument(format!(
-                        "exp mixture: M = {m} must be >= 1 and Λ = {min_rate} in (0, 1]"
-                    )));
-                }
-                let u: Vec<f64> = (0..*m)
-                    .map(|i| {
-                        if *m == 1 {
-                            *min_rate
-                        } else {
-                            min_rate * (1.0 / min_rate).powf(i as f64 / (*m - 1) as f64)
-                        }
-                    })
-                    .collect();
-                // fixed exponentials: valid at every lag, no certified horizon
-                KindParams::Mixture {
-                    logits: get(&[h, *m], "mix_logits")?,
-                    rates: Rates::Fixed {
-                        u: vec![u],
-                        horizon: None,
-                    },
-                }
-            }
-            Mixer::Retnet => {
-                // γ_h = 1 - 2^(-5-h): u_h = -ln γ_h, valid at every lag (no horizon)
-                let u = (0..h)
-                    .map(|i| vec![-(-(2f64.powi(-5 - i as i32))).ln_1p()])
-                    .collect();
-                KindParams::Retnet {
-                    rates: Rates::Fixed { u, horizon: None },
-                }
-            }
-            Mixer::Softmax { .. } => KindParams::Softmax,
-        };
+        let kind = kinds::build(&cfg.mixer, (dm, h), &get)?;
         Ok(Block {
             cfg,
             wq,
@@ -522,10 +354,7 @@ impl Block {
     /// The node tables of a power-law mixer (VORT, the fixed power law; empty for the others):
     /// one shared by all heads.
     pub fn tables(&self) -> &[NodeTable] {
-        match &self.kind {
-            KindParams::Vort { tables, .. } | KindParams::PowerLaw { tables } => tables,
-            _ => &[],
-        }
+        self.kind.tables()
     }
 
     /// The feature map with its random projection (seeded from the block's seed).
@@ -536,10 +365,7 @@ impl Block {
     /// The fixed rates of the memories without node tables whose rates are not learned
     /// (RetNet: one row per head; the mixture: one row for all heads), None for the others.
     pub fn fixed_rates(&self) -> Option<&Rates> {
-        match &self.kind {
-            KindParams::Retnet { rates } | KindParams::Mixture { rates, .. } => Some(rates),
-            _ => None,
-        }
+        self.kind.fixed_rates()
     }
 
     /// The names (relative to the block's prefix) of the parameters that weight decay
@@ -561,26 +387,24 @@ impl Block {
     /// The rates of the memory's nodes (None for softmax): the tables' for the power-law
     /// kinds, softplus(ρ) for the learned exponential, the fixed ones otherwise.
     fn rates(&self) -> Result<Option<Rates>> {
-        Ok(Some(match &self.kind {
-            KindParams::Vort { tables, .. } | KindParams::PowerLaw { tables } => {
-                match (self.past_horizon, Rates::of_tables(tables)?) {
-                    // the same rates, with no horizon for the forms to refuse
-                    (PastHorizon::SoeTail, Rates::Fixed { u, .. }) => {
-                        Rates::Fixed { u, horizon: None }
-                    }
-                    // Σ_n c_n e^(-(u_n + 1/τ) j) = e^(-j/τ) Σ_n c_n e^(-u_n j)
-                    (PastHorizon::Tempered { tau }, Rates::Fixed { u, .. }) => Rates::Fixed {
-                        u: u.iter()
-                            .map(|row| row.iter().map(|&x| x + 1.0 / tau).collect())
-                            .collect(),
-                        horizon: None,
-                    },
-                    (_, rates) => rates,
-                }
-            }
-            KindParams::Exponential { decay_rho } => Rates::Learned(softplus(decay_rho)?),
-            KindParams::Retnet { rates } | KindParams::Mixture { rates, .. } => rates.clone(),
-            KindParams::Softmax => return Ok(None),
+        let Some(rates) = self.kind.rates()? else {
+            return Ok(None);
+        };
+        if self.kind.tables().is_empty() {
+            // the exponentials: no certified kernel, so no policy past its horizon
+            return Ok(Some(rates));
+        }
+        Ok(Some(match (self.past_horizon, rates) {
+            // the same rates, with no horizon for the forms to refuse
+            (PastHorizon::SoeTail, Rates::Fixed { u, .. }) => Rates::Fixed { u, horizon: None },
+            // Σ_n c_n e^(-(u_n + 1/τ) j) = e^(-j/τ) Σ_n c_n e^(-u_n j)
+            (PastHorizon::Tempered { tau }, Rates::Fixed { u, .. }) => Rates::Fixed {
+                u: u.iter()
+                    .map(|row| row.iter().map(|&x| x + 1.0 / tau).collect())
+                    .collect(),
+                horizon: None,
+            },
+            (_, rates) => rates,
         }))
     }
 
@@ -625,36 +449,14 @@ impl Block {
     /// # Errors
     /// A horizon the SOE builder refuses (0, or above its limit), or no certificate.
     pub fn set_horizon(&mut self, horizon: u64) -> Result<()> {
-        match (&mut self.cfg.mixer, &mut self.kind) {
-            (Mixer::Vort { nodes, .. }, KindParams::Vort { tables, .. }) => {
-                let spec = nodes.with_horizon(horizon);
-                *tables = vec![spec.build()?];
-                *nodes = spec;
-            }
-            (
-                Mixer::PowerLaw {
-                    alpha,
-                    horizon: h,
-                    eps,
-                },
-                KindParams::PowerLaw { tables },
-            ) => {
-                *tables = vec![NodeTable::banks_at(&[*alpha], horizon, *eps)?];
-                *h = horizon;
-            }
-            _ => {}
-        }
+        self.kind.set_horizon(horizon)?;
+        self.cfg.mixer = self.cfg.mixer.with_horizon(horizon);
         Ok(())
     }
 
     /// Memory nodes N of the retention state (0 for softmax).
     pub fn nodes(&self) -> usize {
-        match &self.kind {
-            KindParams::Vort { tables, .. } | KindParams::PowerLaw { tables } => tables[0].len(),
-            KindParams::Exponential { .. } | KindParams::Retnet { .. } => 1,
-            KindParams::Mixture { logits, .. } => logits.dims().last().copied().unwrap_or(0),
-            KindParams::Softmax => 0,
-        }
+        self.kind.nodes()
     }
 
     /// Splits heads: [B, T, H·dh] -> [B, H, T, dh].
@@ -669,114 +471,6 @@ impl Block {
     /// [`crate::ops::qk_norm`]; its plain twin is `ops::reference::qk_norm`).
     fn normalise_qk(z: &Tensor, scale: &Tensor) -> Result<Tensor> {
         crate::ops::qk_norm(z, scale)
-    }
-
-    /// The oracle's orders α [B, H, T]: `entity` where `marks` [B, T] is >= 0.5, `other`
-    /// elsewhere ([`Routing::Oracle`]).
-    fn oracle_orders(
-        &self,
-        marks: Option<&Tensor>,
-        (b, t): (usize, usize),
-        entity: f64,
-        other: f64,
-    ) -> Result<Tensor> {
-        let m = marks.ok_or_else(|| {
-            VortError::InvalidArgument(
-                "oracle routing needs the memorable marks [B, T] of every token \
-                 (Model::forward_marked); this call has none"
-                    .into(),
-            )
-        })?;
-        if m.dims() != [b, t] {
-            return Err(VortError::Shape {
-                name: "marks".into(),
-                got: m.dims().to_vec(),
-                expected: format!("[{b}, {t}]"),
-            });
-        }
-        let h = self.cfg.heads;
-        let dev = m.device();
-        let marked = m
-            .to_dtype(DType::F32)?
-            .ge(0.5)?
-            .reshape((b, 1, t))?
-            .broadcast_as((b, h, t))?;
-        let full = |v: f64| Tensor::full(v as f32, (b, h, t), dev);
-        Ok(marked.where_cond(&full(entity)?, &full(other)?)?)
-    }
-
-    /// Orders α [B, H, T] and entity logits [B, T] from x [B, T, Dm], entropy [B, T] and the
-    /// memorable marks [B, T] (read by oracle routing only).
-    fn route(
-        &self,
-        x: &Tensor,
-        entropy: Option<&Tensor>,
-        marks: Option<&Tensor>,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let (b, t, dm) = x.dims3()?;
-        let h = self.cfg.heads;
-        match &self.cfg.mixer {
-            Mixer::Vort {
-                routing: Routing::Fixed { alpha },
-                ..
-            } => {
-                return Ok((
-                    Some(Tensor::full(*alpha as f32, (b, h, t), x.device())?),
-                    None,
-                ))
-            }
-            Mixer::Vort {
-                routing: Routing::Oracle { entity, other },
-                ..
-            } => {
-                return Ok((
-                    Some(self.oracle_orders(marks, (b, t), *entity, *other)?),
-                    None,
-                ))
-            }
-            _ => {}
-        }
-        let KindParams::Vort {
-            router: Some(r), ..
-        } = &self.kind
-        else {
-            return Ok((None, None));
-        };
-        let Some(s) = &r.signals else {
-            // a learned order per head, the same at every token
-            let z = r.c.reshape((1, 1, h))?.broadcast_as((b, t, h))?;
-            let alpha = ((sigmoid(&z)? * (1.0 - r.delta))? + r.delta)?
-                .transpose(1, 2)?
-                .contiguous()?;
-            return Ok((Some(alpha), None));
-        };
-        let x2 = x.reshape((b * t, dm))?;
-        let logit_e = x2.matmul(&s.probe)?.reshape((b, t, 1))?;
-        let mut z = x2
-            .matmul(&s.g)?
-            .reshape((b, t, h))?
-            .broadcast_add(&r.c.reshape((1, 1, h))?)?;
-        if r.routing.uses_probe() {
-            let e = sigmoid(&logit_e)?;
-            z = (z + e.broadcast_mul(&s.a.reshape((1, 1, h))?)?)?;
-        }
-        if r.routing.uses_entropy() {
-            if let Some(ent) = entropy {
-                if ent.dims() != [b, t] {
-                    return Err(VortError::Shape {
-                        name: "entropy".into(),
-                        got: ent.dims().to_vec(),
-                        expected: format!("[{b}, {t}]"),
-                    });
-                }
-                let ent = ent.detach().to_dtype(x.dtype())?.reshape((b, t, 1))?;
-                z = (z - ent.broadcast_mul(&s.b.reshape((1, 1, h))?)?)?;
-            }
-        }
-        let alpha = ((sigmoid(&z)? * (1.0 - r.delta))? + r.delta)?
-            .transpose(1, 2)?
-            .contiguous()?;
-        Ok((Some(alpha), Some(logit_e.reshape((b, t))?)))
     }
 
     /// Training forward over T tokens from an empty state (the fused op when `cfg.fused`), with
@@ -869,51 +563,10 @@ impl Block {
         let q = Self::normalise_qk(&proj(&self.wq)?, &self.scale_q)?;
         let k = Self::normalise_qk(&proj(&self.wk)?, &self.scale_k)?;
         let v = proj(&self.wv)?;
-        let (alpha, entity_logit) = self.route(x, entropy, marks)?;
-        let attention = matches!(self.kind, KindParams::Softmax);
-        let (y, new_state) = if attention {
-            self.softmax(&q, &k, &v, carried)?
-        } else {
-            let initial = match carried {
-                None => None,
-                Some(BlockState::Retention(s)) => Some(s),
-                Some(BlockState::Kv { .. }) => {
-                    return Err(VortError::InvalidArgument(
-                        "a softmax KV cache was given to a retention block".into(),
-                    ))
-                }
-            };
-            // the forms refuse contexts past the rates' certified horizon (node tables)
-            let (cw, rates) = self.node_weights(alpha.as_ref(), b, t, x.device())?;
-            let fq = self.features.apply(&q)?;
-            let fk = self.features.apply(&k)?;
-            let vp = with_ones(&v)?;
-            let inputs = Inputs {
-                q: &fq,
-                k: &fk,
-                vp: &vp,
-                cw: &cw,
-            };
-            // the fused op (training, and streams: its final state comes without a gradient,
-            // which a stream state does not keep anyway). Stream states live on the host, outside
-            // the autodiff graph, so a stream's memory stays flat (a state that kept its graph
-            // held every earlier piece's activations: ~430 KB per decoded byte for the books
-            // model, and an out-of-memory kill on a whole book).
-            // Decode: the recurrent form on the host, where the CPU holds the state anyway; on
-            // any other device the chunk form at T = 1, so the state never leaves the device.
-            let chunk = self.cfg.chunk;
-            let fused_here = crate::ops::fused_on(x.device());
-            let (o, g) = if pass == Pass::Decode && fused_here {
-                naive_recurrent(&inputs, &rates, chunk, initial, true)?
-            } else if self.cfg.fused && fused_here && pass != Pass::Decode {
-                fused_chunk(&inputs, &rates, chunk, initial, want_state)?
-            } else {
-                chunk_form(&inputs, &rates, chunk, initial, want_state)?
-            };
-            (
-                normalise(&o, self.cfg.eps_den)?,
-                g.map(BlockState::Retention),
-            )
+        let (alpha, entity_logit) = self.kind.route(x, entropy, marks)?;
+        let (y, new_state) = match self.kind.attention_window() {
+            Some(window) => softmax_with_cache(&q, &k, &v, window, carried)?,
+            None => self.retain((&q, &k, &v), alpha.as_ref(), carried, pass)?,
         };
         let y = y
             .transpose(1, 2)?
@@ -931,6 +584,60 @@ impl Block {
         })
     }
 
+    /// The retention of q, k, v [B, H, T, dh] under the orders α [B, H, T] (None for kinds
+    /// without orders), continuing `carried` for a stream or decode pass: y [B, H, T, dh] and
+    /// the state after the last token (None in training).
+    fn retain(
+        &self,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        alpha: Option<&Tensor>,
+        carried: Option<&BlockState>,
+        pass: Pass,
+    ) -> Result<(Tensor, Option<BlockState>)> {
+        let want_state = pass != Pass::Train;
+        let (b, _, t, _) = q.dims4()?;
+        let initial = match carried {
+            None => None,
+            Some(BlockState::Retention(s)) => Some(s),
+            Some(BlockState::Kv { .. }) => {
+                return Err(VortError::InvalidArgument(
+                    "a softmax KV cache was given to a retention block".into(),
+                ))
+            }
+        };
+        // the forms refuse contexts past the rates' certified horizon (node tables)
+        let (cw, rates) = self.node_weights(alpha, b, t, q.device())?;
+        let fq = self.features.apply(q)?;
+        let fk = self.features.apply(k)?;
+        let vp = with_ones(v)?;
+        let inputs = Inputs {
+            q: &fq,
+            k: &fk,
+            vp: &vp,
+            cw: &cw,
+        };
+        // the fused op (training, and streams: its final state comes without a gradient,
+        // which a stream state does not keep anyway). Stream states live on the host, outside
+        // the autodiff graph, so a stream's memory stays flat (a state that kept its graph
+        // held every earlier piece's activations: ~430 KB per decoded byte for the books
+        // model, and an out-of-memory kill on a whole book).
+        // Decode: the recurrent form on the host, where the CPU holds the state anyway; on
+        // any other device the chunk form at T = 1, so the state never leaves the device.
+        let chunk = self.cfg.chunk;
+        let fused_here = crate::ops::fused_on(q.device());
+        let (o, g) = if pass == Pass::Decode && fused_here {
+            naive_recurrent(&inputs, &rates, chunk, initial, true)?
+        } else if self.cfg.fused && fused_here && pass != Pass::Decode {
+            fused_chunk(&inputs, &rates, chunk, initial, want_state)?
+        } else {
+            chunk_form(&inputs, &rates, chunk, initial, want_state)?
+        };
+        Ok((
+            normalise(&o, self.cfg.eps_den)?,
+            g.map(BlockState::Retention),
+        ))
+    }
+
     /// Per-token node weights cw [B, H, T, N] and the rates of the memory.
     fn node_weights(
         &self,
@@ -939,88 +646,55 @@ impl Block {
         t: usize,
         device: &Device,
     ) -> Result<(Tensor, Rates)> {
-        let h = self.cfg.heads;
-        let cw = match (&self.kind, &self.cfg.mixer) {
-            (KindParams::Vort { tables, .. }, _) => {
-                let a = alpha.ok_or_else(|| VortError::InvalidArgument("no orders".into()))?;
-                node_weights(a, tables)?
-            }
-            (KindParams::PowerLaw { tables }, Mixer::PowerLaw { alpha, .. }) => {
-                let a = Tensor::full(*alpha as f32, (b, h, t), device)?;
-                node_weights(&a, tables)?
-            }
-            (KindParams::Exponential { .. } | KindParams::Retnet { .. }, _) => {
-                Tensor::ones((b, h, t, 1), DType::F32, device)?
-            }
-            (KindParams::Mixture { logits, .. }, _) => {
-                let m = logits.dim(1)?;
-                let w = candle_nn::ops::softmax(logits, 1)?;
-                w.reshape((1, h, 1, m))?
-                    .broadcast_as((b, h, t, m))?
-                    .contiguous()?
-            }
-            (KindParams::PowerLaw { .. } | KindParams::Softmax, _) => {
-                return Err(VortError::InvalidArgument(format!(
-                    "{} has no node weights",
-                    self.cfg.mixer
-                )))
-            }
-        };
+        let cw = self
+            .kind
+            .node_weights(alpha, (b, self.cfg.heads, t), device)?;
         let rates = self.rates()?.ok_or_else(|| {
             VortError::InvalidArgument(format!("{} has no node weights", self.cfg.mixer))
         })?;
         Ok((cw, rates))
     }
+}
 
-    /// Causal softmax attention (full or sliding-window) with a KV cache: q, k (normalised),
-    /// v [B, H, T, dh].
-    fn softmax(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        state: Option<&BlockState>,
-    ) -> Result<(Tensor, Option<BlockState>)> {
-        let (kk, vv) = match state {
-            None => (k.clone(), v.clone()),
-            Some(BlockState::Kv { k: kc, v: vc }) => {
-                (Tensor::cat(&[kc, k], 2)?, Tensor::cat(&[vc, v], 2)?)
-            }
-            Some(BlockState::Retention { .. }) => {
-                return Err(VortError::InvalidArgument(
-                    "a retention state was given to a softmax block".into(),
-                ))
-            }
-        };
-        match self.cfg.mixer {
-            Mixer::Softmax { window } if window > 0 => {
-                let y = sliding_softmax(q, &kk, &vv, window)?;
-                // A later query at position p needs keys p-window+1 ..= p, of which only the
-                // last window-1 are already seen; one more is kept so that the cache is never
-                // a zero-length tensor (window = 1). It is masked out, so pieces = one pass.
-                let s = kk.dim(2)?;
-                let keep = window.min(s);
-                let (kk, vv) = (kk.narrow(2, s - keep, keep)?, vv.narrow(2, s - keep, keep)?);
-                Ok((
-                    y,
-                    Some(BlockState::Kv {
-                        k: kk.detach(),
-                        v: vv.detach(),
-                    }),
-                ))
-            }
-            _ => {
-                let y = causal_softmax(q, &kk, &vv)?;
-                Ok((
-                    y,
-                    Some(BlockState::Kv {
-                        k: kk.detach(),
-                        v: vv.detach(),
-                    }),
-                ))
-            }
+/// Causal softmax attention with a KV cache: q, k (normalised), v [B, H, T, dh]; `window` > 0
+/// attends to the last `window` keys (sliding), 0 to all.
+fn softmax_with_cache(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    window: usize,
+    state: Option<&BlockState>,
+) -> Result<(Tensor, Option<BlockState>)> {
+    let (kk, vv) = match state {
+        None => (k.clone(), v.clone()),
+        Some(BlockState::Kv { k: kc, v: vc }) => {
+            (Tensor::cat(&[kc, k], 2)?, Tensor::cat(&[vc, v], 2)?)
         }
+        Some(BlockState::Retention { .. }) => {
+            return Err(VortError::InvalidArgument(
+                "a retention state was given to a softmax block".into(),
+            ))
+        }
+    };
+    if window == 0 {
+        let y = causal_softmax(q, &kk, &vv)?;
+        let cache = BlockState::Kv {
+            k: kk.detach(),
+            v: vv.detach(),
+        };
+        return Ok((y, Some(cache)));
     }
+    let y = sliding_softmax(q, &kk, &vv, window)?;
+    // A later query at position p needs keys p-window+1 ..= p, of which only the last
+    // window-1 are already seen; one more is kept so that the cache is never a zero-length
+    // tensor (window = 1). It is masked out, so pieces = one pass.
+    let s = kk.dim(2)?;
+    let keep = window.min(s);
+    let cache = BlockState::Kv {
+        k: kk.narrow(2, s - keep, keep)?.detach(),
+        v: vv.narrow(2, s - keep, keep)?.detach(),
+    };
+    Ok((y, Some(cache)))
 }
 
 /// candle's layer interface: x [B, T, d_model] -> y [B, T, d_model], the training forward
@@ -1047,10 +721,7 @@ mod tests {
             ..BlockConfig::default()
         };
         let blk = Block::seeded(cfg, &VarMap::new(), "b", &Device::Cpu).unwrap();
-        let KindParams::Retnet {
-            rates: Rates::Fixed { u, horizon },
-        } = &blk.kind
-        else {
+        let Some(Rates::Fixed { u, horizon }) = blk.fixed_rates() else {
             panic!("RetNet has fixed rates");
         };
         assert_eq!(*horizon, None);

@@ -218,7 +218,7 @@ fn eval_lines(e: &vort_lab::eval::EvalResult) -> String {
         100.0 * e.accuracy,
         e.sequences
     );
-    let books = e.task == TaskKind::Books.name();
+    let books = e.task == TaskKind::Books;
     for b in &e.buckets {
         let (acc, bits) = if b.n > 0 {
             (

@@ -449,7 +449,7 @@ fn a_tiny_books_run_trains_and_reports_bpc_by_context() {
         "validation loss should fall between steps 30 and 60: {checks:?}"
     );
     let e = s.eval.unwrap();
-    assert_eq!(e.task, "books");
+    assert_eq!(e.task, vort_lab::tasks::TaskKind::Books);
     let labels: Vec<&str> = e.buckets.iter().map(|b| b.label.as_str()).collect();
     assert_eq!(labels, CONTEXT_BUCKETS.map(|b| b.0));
     // the tiny test split may hold fewer windows than the 4 asked: none is scored twice

@@ -11,7 +11,7 @@ use candle_nn::{VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};
 
 use super::{checkpoint, marks_tensor, tokens_tensor, RunConfig, RunDir, TrainError};
-use crate::tasks::{bucket_in, Source, Stream};
+use crate::tasks::{bucket_in, Source, Stream, TaskKind};
 use vort::model::Model;
 
 /// Most α values kept per class in [`AlphaSample`].
@@ -100,8 +100,8 @@ pub fn mqar_role(j: usize, pairs: usize, answer: bool) -> usize {
 /// Result of [`evaluate`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalResult {
-    /// Task name.
-    pub task: String,
+    /// The task (its config name in the JSON: "mqar", "books", "zipf", "label-copy").
+    pub task: TaskKind,
     /// The mixer's kind, or a preset's name for it (`memory` in older files).
     #[serde(alias = "memory")]
     pub mixer: String,
@@ -506,7 +506,7 @@ pub fn evaluate_stream(
     }
     let overall = total.row(String::new(), 1, max_lag);
     Ok(EvalResult {
-        task: cfg.task.kind.name().into(),
+        task: cfg.task.kind,
         mixer: cfg.model.mixer.kind().into(),
         seed: cfg.seed,
         step,

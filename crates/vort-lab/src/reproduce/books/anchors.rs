@@ -311,7 +311,7 @@ mod tests {
             })
             .collect();
         EvalResult {
-            task: "books".into(),
+            task: crate::tasks::TaskKind::Books,
             mixer: memory.into(),
             seed,
             step: 1,

@@ -501,7 +501,7 @@ mod tests {
     /// w, bucket b, one byte each.
     fn run(memory: &str, seed: u64, bits: &[[f64; 2]]) -> EvalResult {
         EvalResult {
-            task: "books".into(),
+            task: crate::tasks::TaskKind::Books,
             mixer: memory.into(),
             seed,
             step: 1,

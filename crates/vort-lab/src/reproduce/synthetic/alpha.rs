@@ -14,7 +14,7 @@ use crate::train::TrainError;
 /// and on the others.
 pub(super) fn markdown(rep: &Report, task: TaskKind) -> String {
     let mut s = String::new();
-    for r in rep.rows.iter().filter(|r| r.task == task.name()) {
+    for r in rep.rows.iter().filter(|r| r.task == task) {
         if let Some((m, o)) = r.alpha_means {
             s.push_str(&format!(
                 "Learned α ({}): mean {m:.3} on memorable tokens, {o:.3} on the others \

@@ -88,7 +88,7 @@ fn runs_of<'a>(rep: &'a Report, task: TaskKind, memory: &str) -> Vec<&'a EvalRes
     let mut v: Vec<&EvalResult> = rep
         .runs
         .iter()
-        .filter(|e| e.task == task.name() && e.mixer == memory)
+        .filter(|e| e.task == task && e.mixer == memory)
         .collect();
     v.sort_by_key(|e| e.seed);
     v
@@ -238,7 +238,7 @@ mod tests {
             })
             .collect();
         EvalResult {
-            task: TaskKind::Zipf.name().into(),
+            task: TaskKind::Zipf,
             mixer: memory.to_string(),
             seed,
             step: 1,

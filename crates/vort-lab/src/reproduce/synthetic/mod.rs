@@ -100,7 +100,7 @@ impl Plan {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Row {
     /// Task.
-    pub task: String,
+    pub task: TaskKind,
     /// The mixer's kind (`memory` in older files).
     #[serde(alias = "memory")]
     pub mixer: String,
@@ -169,7 +169,7 @@ pub fn run_plan(plan: &Plan, out_dir: &Path, mode: runner::Mode) -> Result<Repor
         .first()
         .map_or(f64::NAN, |c| 100.0 / c.task.n_values as f64);
     for task in TaskKind::SYNTHETIC {
-        let of_task: Vec<&EvalResult> = results.iter().filter(|r| r.task == task.name()).collect();
+        let of_task: Vec<&EvalResult> = results.iter().filter(|r| r.task == task).collect();
         if of_task.is_empty() {
             continue;
         }
@@ -202,7 +202,7 @@ fn rows(results: &[EvalResult], tps: &[f64]) -> Vec<Row> {
     for task in TaskKind::SYNTHETIC {
         for memory in crate::reproduce::KINDS {
             let idx: Vec<usize> = (0..results.len())
-                .filter(|&i| results[i].task == task.name() && results[i].mixer == *memory)
+                .filter(|&i| results[i].task == task && results[i].mixer == *memory)
                 .collect();
             if idx.is_empty() {
                 continue;
@@ -229,7 +229,7 @@ fn rows(results: &[EvalResult], tps: &[f64]) -> Vec<Row> {
                 .map(|a| (a.mean_memorable, a.mean_other))
                 .collect();
             rows.push(Row {
-                task: task.name().into(),
+                task,
                 mixer: memory.to_string(),
                 seeds: idx.iter().map(|&i| results[i].seed).collect(),
                 paper_long: paper_number(task, memory),
@@ -256,7 +256,7 @@ fn rows(results: &[EvalResult], tps: &[f64]) -> Vec<Row> {
 fn markdown(rep: &Report, plan: &Plan) -> String {
     let mut s = intro(rep, plan);
     for task in TaskKind::SYNTHETIC {
-        let rows: Vec<&Row> = rep.rows.iter().filter(|r| r.task == task.name()).collect();
+        let rows: Vec<&Row> = rep.rows.iter().filter(|r| r.task == task).collect();
         if rows.is_empty() {
             continue;
         }

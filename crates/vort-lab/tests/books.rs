@@ -486,17 +486,23 @@ fn a_tiny_books_run_trains_and_reports_bpc_by_context() {
 /// Training with the state carried through the books (`train.carry_state`): killed mid-book
 /// (mid-context) and resumed, the run is the uninterrupted one bit for bit, the carried state
 /// travelling in the checkpoint; the settings it needs are checked.
-#[test]
-fn a_carried_run_resumes_bit_exactly_mid_book() {
-    use vort_lab::tasks::TaskKind;
-    use vort_lab::train::{self, checkpoint::Checkpoint, RunConfig, RunOptions};
-    let (cache, data) = (
-        fresh_dir("carry-cache"),
-        fresh_dir("carry-data").join("books"),
-    );
-    fetch(&config(&data, &cache, vec![five_books(&cache)]), &mut quiet).unwrap();
-    let mut c = RunConfig::default();
-    c.task.kind = TaskKind::Books;
+/// The message of the bad-input error `c` edited by `edit` is refused with.
+fn refused_edit(
+    c: &vort_lab::train::RunConfig,
+    edit: &dyn Fn(&mut vort_lab::train::RunConfig),
+) -> String {
+    let mut bad = c.clone();
+    edit(&mut bad);
+    let e = bad.validate().expect_err("refused");
+    assert!(e.is_bad_input(), "{e}");
+    e.to_string()
+}
+
+/// A one-layer VORT books run of windows of 32 bytes on the books in `data`, node tables
+/// certified to 96 lags, 8 steps of batch 2, checkpoints every 3.
+fn tiny_books_run(data: &Path) -> vort_lab::train::RunConfig {
+    let mut c = vort_lab::train::RunConfig::default();
+    c.task.kind = vort_lab::tasks::TaskKind::Books;
     c.task.data_dir = data.display().to_string();
     c.task.seq_len = 32;
     c.model.d_model = 16;
@@ -510,14 +516,71 @@ fn a_carried_run_resumes_bit_exactly_mid_book() {
     if let vort::Mixer::Vort { nodes, .. } = &mut c.model.mixer {
         nodes.horizon = 96;
     }
-    c.train.carry_state = true;
-    c.train.carry_context = 96; // three windows, then the row starts anew
     c.train.batch_size = 2;
     c.train.steps = 8;
     c.train.warmup_steps = 2;
     c.train.checkpoint_every = 3;
     c.train.log_every = 1;
     c.train.eval_sequences = 2;
+    c
+}
+
+/// Recall windows mixed into the books batches (`[train.recall_mix]`): the run trains other
+/// numbers than books alone, resumes bit-exactly (the rows are a function of the step), and
+/// the table is checked and written only when present.
+#[test]
+fn recall_windows_mixed_into_books_batches_train_and_resume_exactly() {
+    use vort_lab::tasks::recall_mix::{RecallMix, RecallWindow};
+    use vort_lab::train::{self, RunConfig, RunOptions};
+    let (cache, data) = (fresh_dir("mix-cache"), fresh_dir("mix-data").join("books"));
+    fetch(&config(&data, &cache, vec![five_books(&cache)]), &mut quiet).unwrap();
+    let plain = tiny_books_run(&data);
+    assert!(!plain.to_toml().unwrap().contains("recall_mix"));
+    let mut c = plain.clone();
+    c.train.recall_mix = Some(RecallMix {
+        share: 0.5,
+        kind: RecallWindow::Copy,
+        min_period: 4,
+        max_period: 16,
+    });
+    c.validate().unwrap();
+    let text = c.to_toml().unwrap();
+    assert!(text.contains("[train.recall_mix]"), "{text}");
+    assert_eq!(RunConfig::from_toml(&text, "<test>").unwrap(), c);
+    let quiet_run = RunOptions::default();
+    let (whole, parts) = (fresh_dir("mix-whole"), fresh_dir("mix-parts"));
+    let a = train::run_with(&c, &whole, false, &quiet_run).unwrap();
+    let stop = RunOptions {
+        stop_at: Some(4),
+        ..RunOptions::default()
+    };
+    train::run_with(&c, &parts, false, &stop).unwrap();
+    let b = train::run_with(&c, &parts, true, &quiet_run).unwrap();
+    assert_eq!(a.final_loss.to_bits(), b.final_loss.to_bits());
+    let books_only = train::run_with(&plain, &fresh_dir("mix-off"), false, &quiet_run).unwrap();
+    assert_ne!(a.final_loss.to_bits(), books_only.final_loss.to_bits());
+    // refused: with the state carried, on a synthetic task, a share of 1
+    let refused = |edit: &dyn Fn(&mut RunConfig)| refused_edit(&c, edit);
+    assert!(refused(&|b| {
+        b.train.carry_state = true;
+        b.train.carry_context = 96;
+    })
+    .contains("recall_mix"));
+    assert!(refused(&|b| b.task.kind = vort_lab::tasks::TaskKind::Mqar).contains("books"));
+    assert!(refused(&|b| b.train.recall_mix.as_mut().unwrap().share = 1.0).contains("share"));
+}
+
+#[test]
+fn a_carried_run_resumes_bit_exactly_mid_book() {
+    use vort_lab::train::{self, checkpoint::Checkpoint, RunConfig, RunOptions};
+    let (cache, data) = (
+        fresh_dir("carry-cache"),
+        fresh_dir("carry-data").join("books"),
+    );
+    fetch(&config(&data, &cache, vec![five_books(&cache)]), &mut quiet).unwrap();
+    let mut c = tiny_books_run(&data);
+    c.train.carry_state = true;
+    c.train.carry_context = 96; // three windows, then the row starts anew
     let quiet_run = RunOptions::default();
     let (whole, parts) = (fresh_dir("carry-whole"), fresh_dir("carry-parts"));
     let a = train::run_with(&c, &whole, false, &quiet_run).unwrap();
@@ -587,13 +650,7 @@ fn a_carried_run_resumes_bit_exactly_mid_book() {
     assert_ne!(r.final_loss.to_bits(), a.final_loss.to_bits());
 
     // what it needs: books, a retention mixer, node tables certified for the context
-    let refused = |edit: &dyn Fn(&mut RunConfig)| {
-        let mut bad = c.clone();
-        edit(&mut bad);
-        let e = bad.validate().expect_err("refused");
-        assert!(e.is_bad_input(), "{e}");
-        e.to_string()
-    };
+    let refused = |edit: &dyn Fn(&mut RunConfig)| refused_edit(&c, edit);
     assert!(refused(&|b| b.train.carry_context = 200).contains("horizon >= 200"));
     assert!(refused(&|b| b.train.carry_context = 16).contains("below task.seq_len"));
     assert!(

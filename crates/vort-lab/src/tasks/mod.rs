@@ -27,6 +27,7 @@ pub mod lanes;
 pub mod mqar;
 #[cfg(not(feature = "corpus"))]
 mod no_corpus;
+pub mod recall_mix;
 
 use std::sync::Arc;
 

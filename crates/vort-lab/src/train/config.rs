@@ -66,6 +66,10 @@ pub struct TrainConfig {
     /// The longest context a carried row holds, in bytes (rounded down to whole windows); the
     /// mixer's node tables must be certified to it (`[model.mixer.nodes] horizon`).
     pub carry_context: u64,
+    /// Synthetic recall windows in place of some rows of each books training batch
+    /// (`[train.recall_mix]`, [`crate::tasks::recall_mix`]); absent: books only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recall_mix: Option<crate::tasks::recall_mix::RecallMix>,
 }
 
 impl Default for TrainConfig {
@@ -93,6 +97,7 @@ impl Default for TrainConfig {
             early_stop_accuracy: 0.0,
             carry_state: false,
             carry_context: 1 << 20,
+            recall_mix: None,
         }
     }
 }
@@ -239,6 +244,18 @@ impl RunConfig {
         }
         if t.carry_state {
             self.check_carry()?;
+        }
+        if let Some(mix) = &t.recall_mix {
+            if self.task.kind != crate::tasks::TaskKind::Books || t.carry_state {
+                return bad(
+                    "train.recall_mix mixes recall windows into books batches of independent                      windows: it needs task.kind = \"books\" and no train.carry_state",
+                );
+            }
+            mix.validate(self.task.seq_len)
+                .map_err(|message| TrainError::Config {
+                    path: "<config>".into(),
+                    message,
+                })?;
         }
         Ok(())
     }

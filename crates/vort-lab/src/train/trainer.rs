@@ -289,7 +289,10 @@ impl Trainer {
                 optimizer_step(&self.model, &mut self.opt, c, &batch, step, device, state)?
             }
             None => {
-                let batch = self.source.batch(c.seed, Stream::Train, step, b);
+                let mut batch = self.source.batch(c.seed, Stream::Train, step, b);
+                if let Some(mix) = &c.train.recall_mix {
+                    mix.mix_into(&mut batch, c.seed, step);
+                }
                 optimizer_step(&self.model, &mut self.opt, c, &batch, step, device, None)?
             }
         };

@@ -218,6 +218,11 @@ def train(argv: Optional[List[str]] = None) -> int:
             "train.carry_state: training with the state carried through the books is not "
             "ported to torch yet (train it with `vort train`)"
         )
+    if tr.get("recall_mix") is not None:
+        raise UserError(
+            "train.recall_mix: recall windows mixed into the books batches are not ported to "
+            "torch yet (train it with `vort train`)"
+        )
     if tr["entity_aux_weight"] > 0 and cfg["model"]["mixer"]["kind"] == "vort":
         raise UserError(
             "train.entity_aux_weight > 0: the entity probe's loss is not ported to torch yet "

@@ -110,7 +110,7 @@ impl RecallMix {
 
     /// The generator of row `row` at training step `step`.
     fn rng(seed: u64, step: u64, row: usize) -> SplitMix64 {
-        SplitMix64::new(derive(seed, RECALL_STREAM, (step << 20) | row as u64))
+        SplitMix64::new(derive(derive(seed, RECALL_STREAM, step), 0, row as u64))
     }
 
     /// Whether row `row` of training step `step` is a recall window (chance `share`).

@@ -212,6 +212,13 @@ def test_user_errors_exit_2(runs, tmp_path):
     p = train(tmp_path / "carry", carry, 1, check=False)
     assert p.returncode == 2 and "has no books" in p.stderr, p.stderr
     assert not (tmp_path / "carry" / "config.toml").exists()
+    # recall windows mixed into the books batches (vort train's train.recall_mix): not ported
+    mix = tmp_path / "mix.toml"
+    books = (CONFIG % (STEPS, 8)).replace('kind = "mqar"', 'kind = "books"\ndata_dir = "no-books-here"')
+    mix.write_text(books + "[train.recall_mix]\nshare = 0.25\nmax_period = 16\n")
+    p = train(tmp_path / "mix", mix, 1, check=False)
+    assert p.returncode == 2 and "train.recall_mix" in p.stderr, p.stderr
+    assert not (tmp_path / "mix" / "config.toml").exists()
 
 
 def test_vort_with_parameters_that_get_no_gradient(tmp_path):

@@ -45,3 +45,11 @@ pub fn bytes_bar() -> indicatif::ProgressBar {
     );
     bar
 }
+
+/// The progress callback of a byte stream, `(done, total)`, drawn on `bar`.
+pub fn track(bar: &indicatif::ProgressBar) -> impl Fn(usize, usize) + '_ {
+    |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    }
+}

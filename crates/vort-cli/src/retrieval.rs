@@ -92,10 +92,7 @@ pub fn run(a: RetrievalArgs) -> Result<(), CliError> {
         &opts,
         cfg.task.seq_len,
         &vort_lab::train::device(),
-        |done, total| {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-        },
+        crate::books_model::track(&bar),
     )?;
     bar.finish_and_clear();
     if let Some(out) = &a.out {

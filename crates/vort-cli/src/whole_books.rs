@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use vort_lab::data::books::{load_split, Split};
-use vort_lab::train::stream::{stream_books_by_context, BooksByContext, BOOK_BUCKETS};
+use vort_lab::train::stream::{longest_book_lag, stream_books_by_context, BooksByContext};
 
 use crate::books_model;
 use crate::error::CliError;
@@ -22,22 +22,14 @@ pub fn run(run: &Path, json: bool) -> Result<(), CliError> {
         .into_iter()
         .map(|b| (b.title, b.bytes))
         .collect();
-    let cap = BOOK_BUCKETS[BOOK_BUCKETS.len() - 1].2;
-    let longest = books
-        .iter()
-        .map(|(_, b)| b.len().saturating_sub(1).min(cap))
-        .max();
-    let model = books_model::build_for(trained, longest.unwrap_or(0) as u64)?;
+    let model = books_model::build_for(trained, longest_book_lag(&books))?;
     let bar = books_model::bytes_bar();
     let r = stream_books_by_context(
         &model,
         &books,
         cfg.task.seq_len,
         &vort_lab::train::device(),
-        |done, total| {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-        },
+        books_model::track(&bar),
     )?;
     bar.finish_and_clear();
     if json {

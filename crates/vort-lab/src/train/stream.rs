@@ -320,6 +320,17 @@ pub const BOOK_BUCKETS: [(&str, usize, usize); 6] = [
     ("128K-1M", 131_073, 1 << 20),
 ];
 
+/// The longest lag a whole-books stream of `books` reads (each book to at most the last
+/// bucket's context): the horizon the model's node tables must be certified for.
+pub fn longest_book_lag(books: &[(String, Vec<u8>)]) -> u64 {
+    let cap = BOOK_BUCKETS[BOOK_BUCKETS.len() - 1].2;
+    books
+        .iter()
+        .map(|(_, b)| b.len().saturating_sub(1).min(cap))
+        .max()
+        .unwrap_or(0) as u64
+}
+
 /// BPC over one context bucket of the books streamed, the state carried and reset.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BookBucket {

@@ -58,11 +58,7 @@ pub(super) fn measure(
     progress: bool,
 ) -> Result<(Vec<WholeBooksRow>, Vec<Skipped>), TrainError> {
     let books = test_books(corpus);
-    let cap = BOOK_BUCKETS[BOOK_BUCKETS.len() - 1].2;
-    let longest = books
-        .iter()
-        .map(|(_, b)| b.len().saturating_sub(1).min(cap))
-        .max();
+    let longest = crate::train::stream::longest_book_lag(&books);
     let (mut rows, mut skipped) = (Vec::new(), Vec::new());
     for (c, e) in runs.iter().zip(results).filter(|(c, _)| c.seed == 0) {
         if let Some(k) = Skipped::needing_marks(c, e) {
@@ -90,7 +86,7 @@ pub(super) fn measure(
             rows.push(r);
             continue;
         }
-        let (model, step) = match Skipped::or_model(&dir, e, longest.unwrap_or(0) as u64)? {
+        let (model, step) = match Skipped::or_model(&dir, e, longest)? {
             Ok(m) => m,
             Err(k) => {
                 skipped.push(k);

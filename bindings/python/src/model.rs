@@ -107,7 +107,7 @@ impl PyModel {
     /// The mixer kind (vort, power-law, exponential, retnet, mixture, softmax).
     #[getter]
     fn mixer(&self) -> &'static str {
-        self.cfg.model.mixer.kind()
+        self.cfg.model.mixer.kind().name()
     }
     /// The certified horizon of the memory (None for memories without node tables).
     #[getter]
@@ -268,11 +268,11 @@ impl PyModel {
         if !(temperature.is_finite() && temperature >= 0.0) {
             return Err(input(format!("--temperature {temperature:?} must be >= 0")).into());
         }
-        if self.cfg.task.kind != TaskKind::Books {
+        if self.cfg.task.kind() != TaskKind::Books {
             return Err(input(format!(
                 "{} is a {} run; generate needs a books model (`vort train --task books`)",
                 self.path.display(),
-                self.cfg.task.kind
+                self.cfg.task.kind()
             ))
             .into());
         }

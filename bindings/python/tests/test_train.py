@@ -214,7 +214,9 @@ def test_user_errors_exit_2(runs, tmp_path):
     assert not (tmp_path / "carry" / "config.toml").exists()
     # recall windows mixed into the books batches (vort train's train.recall_mix): not ported
     mix = tmp_path / "mix.toml"
-    books = (CONFIG % (STEPS, 8)).replace('kind = "mqar"', 'kind = "books"\ndata_dir = "no-books-here"')
+    mqar_task = CONFIG.split("[task]\n")[1].split("[model]")[0]
+    books_task = 'kind = "books"\nseq_len = 32\ndata_dir = "no-books-here"\n'
+    books = (CONFIG % (STEPS, 8)).replace(mqar_task, books_task)
     mix.write_text(books + "[train.recall_mix]\nshare = 0.25\nmax_period = 16\n")
     p = train(tmp_path / "mix", mix, 1, check=False)
     assert p.returncode == 2 and "train.recall_mix" in p.stderr, p.stderr

@@ -15,11 +15,11 @@ use crate::error::CliError;
 /// refusal ("the retrieval probe needs a byte-level books model").
 pub fn load(run: &Path, needs: &str) -> Result<TrainedModel, CliError> {
     let trained = TrainedModel::load(run)?;
-    if trained.cfg.task.kind != TaskKind::Books {
+    if trained.cfg.task.kind() != TaskKind::Books {
         return Err(CliError::Usage(format!(
             "{} is a {} run; {needs}",
             run.display(),
-            trained.cfg.task.kind
+            trained.cfg.task.kind()
         )));
     }
     Ok(trained)

@@ -35,7 +35,7 @@ pub struct TrainArgs {
     /// the config's takes that kind's defaults). Default: the config's `[model.mixer] kind`
     /// (required without --config or --resume). `--memory` is its old name.
     #[arg(long, alias = "memory", value_parser = parse_mixer)]
-    mixer: Option<&'static str>,
+    mixer: Option<vort::MixerKind>,
     /// A TOML config (unknown fields are errors); --task and --mixer override its kinds.
     /// Without it the embedded defaults are used.
     #[arg(long, value_name = "FILE")]
@@ -77,10 +77,36 @@ fn parse_task(s: &str) -> Result<TaskKind, String> {
         .map_err(|e: vort_lab::tasks::TaskError| e.to_string())
 }
 
-fn parse_mixer(s: &str) -> Result<&'static str, String> {
-    vort::Mixer::of_kind(s)
-        .map(|m| m.kind())
-        .map_err(|e| e.to_string())
+fn parse_mixer(s: &str) -> Result<vort::MixerKind, String> {
+    s.parse().map_err(|e: vort::VortError| e.to_string())
+}
+
+/// `--train-data` and `--test-data` into the MQAR task's file fields.
+fn set_data_files(a: &TrainArgs, config: &mut RunConfig) -> Result<(), CliError> {
+    if a.train_data.is_none() && a.test_data.is_none() {
+        return Ok(());
+    }
+    let kind = config.task.kind();
+    let Some(m) = config.task.mqar_mut() else {
+        return Err(CliError::Usage(format!(
+            "--train-data and --test-data read MQAR sequences in Zoology's format; the task is \
+             {kind}"
+        )));
+    };
+    for (flag, file, field) in [
+        ("--train-data", &a.train_data, &mut m.train_data),
+        ("--test-data", &a.test_data, &mut m.test_data),
+    ] {
+        if let Some(f) = file {
+            *field = f
+                .to_str()
+                .ok_or_else(|| {
+                    CliError::Usage(format!("{flag} {} is not valid UTF-8", f.display()))
+                })?
+                .to_string();
+        }
+    }
+    Ok(())
 }
 
 pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
@@ -97,12 +123,14 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
         ));
     }
     if let Some(task) = a.task {
-        config.task.kind = task;
+        if config.task.kind() != task {
+            config.task.spec = vort_lab::tasks::TaskSpec::of_kind(task);
+        }
     }
     if let Some(kind) = a.mixer {
         if config.model.mixer.kind() != kind {
             config.model.mixer =
-                vort::Mixer::of_kind(kind).map_err(|e| CliError::Usage(e.to_string()))?;
+                vort::Mixer::of_kind(kind.name()).map_err(|e| CliError::Usage(e.to_string()))?;
         }
     }
     if let Some(seed) = a.seed {
@@ -112,23 +140,13 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
     if a.steps == Some(0) {
         return Err(CliError::Usage("--steps must be >= 1".into()));
     }
-    for (flag, file, field) in [
-        ("--train-data", &a.train_data, &mut config.task.train_data),
-        ("--test-data", &a.test_data, &mut config.task.test_data),
-    ] {
-        if let Some(f) = file {
-            *field = f
-                .to_str()
-                .ok_or_else(|| {
-                    CliError::Usage(format!("{flag} {} is not valid UTF-8", f.display()))
-                })?
-                .to_string();
-        }
-    }
+    set_data_files(&a, &mut config)?;
     let dir = a.out.clone().unwrap_or_else(|| {
         PathBuf::from("runs").join(format!(
             "{}-{}-s{}",
-            config.task.kind, config.model.mixer, config.seed
+            config.task.kind(),
+            config.model.mixer,
+            config.seed
         ))
     });
     if a.resume {
@@ -156,13 +174,13 @@ pub fn run_train(a: TrainArgs) -> Result<(), CliError> {
         }
         // The saved config is the run's identity: the flags given must name the same run.
         let mut saved = RunConfig::load(&saved_path)?;
-        let task = a.task.unwrap_or(saved.task.kind);
+        let task = a.task.unwrap_or(saved.task.kind());
         let mixer = a.mixer.unwrap_or(saved.model.mixer.kind());
-        if saved.task.kind != task || saved.model.mixer.kind() != mixer {
+        if saved.task.kind() != task || saved.model.mixer.kind() != mixer {
             return Err(CliError::Usage(format!(
                 "{} holds a {} / {} run, not {task} / {mixer}",
                 dir.display(),
-                saved.task.kind,
+                saved.task.kind(),
                 saved.model.mixer,
             )));
         }

@@ -116,11 +116,11 @@ pub fn run(a: GenerateArgs) -> Result<(), CliError> {
     // is not a books model
     let trained = eval::TrainedModel::load(&a.run)?;
     let cfg = &trained.cfg;
-    if cfg.task.kind != TaskKind::Books {
+    if cfg.task.kind() != TaskKind::Books {
         return Err(CliError::Usage(format!(
             "{} is a {} run; generate needs a books model (`vort train --task books`)",
             a.run.display(),
-            cfg.task.kind
+            cfg.task.kind()
         )));
     }
     // the memory is certified for the whole prompt + output: more than the SOE builder's

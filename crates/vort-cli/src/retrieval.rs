@@ -76,11 +76,14 @@ pub fn run(a: RetrievalArgs) -> Result<(), CliError> {
         Some(f) => {
             std::fs::read(f).map_err(|e| CliError::Usage(format!("--text {}: {e}", f.display())))?
         }
-        None => load_split(std::path::Path::new(&cfg.task.data_dir), Split::Test)
-            .map_err(|e| CliError::Usage(format!("the run's test books: {e}")))?
-            .into_iter()
-            .flat_map(|b| b.bytes)
-            .collect(),
+        None => load_split(
+            std::path::Path::new(&cfg.task.data_dir().unwrap_or_default()),
+            Split::Test,
+        )
+        .map_err(|e| CliError::Usage(format!("the run's test books: {e}")))?
+        .into_iter()
+        .flat_map(|b| b.bytes)
+        .collect(),
     };
     // certified for the longest stream
     let longest = longest_stream(&opts, text.len()) as u64;

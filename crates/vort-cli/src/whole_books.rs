@@ -17,11 +17,14 @@ pub fn run(run: &Path, json: bool) -> Result<(), CliError> {
         "--whole-books streams the test books through a byte-level books model",
     )?;
     let cfg = trained.cfg.clone();
-    let books: Vec<(String, Vec<u8>)> = load_split(Path::new(&cfg.task.data_dir), Split::Test)
-        .map_err(|e| CliError::Usage(format!("the run's test books: {e}")))?
-        .into_iter()
-        .map(|b| (b.title, b.bytes))
-        .collect();
+    let books: Vec<(String, Vec<u8>)> = load_split(
+        Path::new(&cfg.task.data_dir().unwrap_or_default()),
+        Split::Test,
+    )
+    .map_err(|e| CliError::Usage(format!("the run's test books: {e}")))?
+    .into_iter()
+    .map(|b| (b.title, b.bytes))
+    .collect();
     let model = books_model::build_for(trained, longest_book_lag(&books))?;
     let bar = books_model::bytes_bar();
     let r = stream_books_by_context(

@@ -54,7 +54,11 @@ fn tiny_bench_measures_every_mixer() {
             );
             assert!(run.peak_rss_bytes > 0, "{run:?}");
         }
-        assert_eq!(run.nodes == 0, run.mixer == "softmax", "{run:?}");
+        assert_eq!(
+            run.nodes == 0,
+            run.mixer == vort::MixerKind::Softmax,
+            "{run:?}"
+        );
     }
     assert!(bench_train(&refs, 0, 0, |_| {}).is_err(), "0 timed steps");
 }

@@ -335,6 +335,24 @@ fn mqar_with_zoology_files() {
     let err = assert_one_line_error(&vort(&["eval", "--run", d, "--data", b]), 2);
     assert!(err.contains("vocabulary"), "{err}");
     assert_one_line_error(&vort(&["eval", "--run", d, "--data", "/nonexistent.st"]), 2);
+    // Zoology's files are MQAR sequences: another task with them is refused, nothing written
+    let other = dir.join("zipf-run");
+    let err = assert_one_line_error(
+        &vort(&[
+            "train",
+            "--task",
+            "zipf",
+            "--memory",
+            "retnet",
+            "--out",
+            other.to_str().unwrap(),
+            "--train-data",
+            f,
+        ]),
+        2,
+    );
+    assert!(err.contains("MQAR") && err.contains("zipf"), "{err}");
+    assert!(!other.exists());
     // --resume takes the saved config: flags it would ignore are refused
     let err = assert_one_line_error(
         &vort(&[

@@ -375,7 +375,7 @@ fn the_address_space_limit_is_the_memory_limit() {
     use vort_lab::train::{available_memory, RunConfig};
     let d = tmp("ulimit");
     let mut cfg = RunConfig::load(Path::new(&format!("{DATA}/tiny_mqar.toml"))).unwrap();
-    cfg.task.kind = vort_lab::tasks::TaskKind::Mqar;
+    assert_eq!(cfg.task.kind(), vort_lab::tasks::TaskKind::Mqar);
     // a run of about 3-6 GB: over a 2 GB address space, under the machine's memory
     while cfg.estimate_memory().total() < 3e9 {
         cfg.train.batch_size *= 2;

@@ -415,13 +415,12 @@ fn entity_gazetteer_drops_common_words_seen_lower_case() {
 /// ordinary loop and its test BPC by context falls far below the 8 bits of a uniform guess.
 #[test]
 fn a_tiny_books_run_trains_and_reports_bpc_by_context() {
-    use vort_lab::tasks::{TaskKind, CONTEXT_BUCKETS};
+    use vort_lab::tasks::{TaskConfig, CONTEXT_BUCKETS};
     use vort_lab::train::{self, eval, RunConfig, RunOptions};
     let (cache, out) = (fresh_dir("run-cache"), fresh_dir("run-out").join("books"));
     fetch(&config(&out, &cache, vec![five_books(&cache)]), &mut quiet).unwrap();
     let mut c = RunConfig::default();
-    c.task.kind = TaskKind::Books;
-    c.task.data_dir = out.display().to_string();
+    c.task = TaskConfig::books(out.display().to_string(), c.task.seq_len);
     c.task.seq_len = 32; // every synthetic book has > 33 bytes
     c.model.d_model = 32;
     c.model.layers = 1;
@@ -475,7 +474,7 @@ fn a_tiny_books_run_trains_and_reports_bpc_by_context() {
     );
     generate_from_the_tiny_run(&run);
     // a missing data directory is bad input with a hint, not a panic
-    c.task.data_dir = fresh_dir("no-data").join("books").display().to_string();
+    c.task.books_mut().unwrap().data_dir = fresh_dir("no-data").join("books").display().to_string();
     let err = train::run_with(&c, &fresh_dir("run2"), false, &RunOptions::default())
         .err()
         .unwrap();
@@ -502,8 +501,7 @@ fn refused_edit(
 /// certified to 96 lags, 8 steps of batch 2, checkpoints every 3.
 fn tiny_books_run(data: &Path) -> vort_lab::train::RunConfig {
     let mut c = vort_lab::train::RunConfig::default();
-    c.task.kind = vort_lab::tasks::TaskKind::Books;
-    c.task.data_dir = data.display().to_string();
+    c.task = vort_lab::tasks::TaskConfig::books(data.display().to_string(), c.task.seq_len);
     c.task.seq_len = 32;
     c.model.d_model = 16;
     c.model.layers = 1;
@@ -566,7 +564,8 @@ fn recall_windows_mixed_into_books_batches_train_and_resume_exactly() {
         b.train.carry_context = 96;
     })
     .contains("recall_mix"));
-    assert!(refused(&|b| b.task.kind = vort_lab::tasks::TaskKind::Mqar).contains("books"));
+    let mqar = vort_lab::tasks::TaskConfig::of_kind(vort_lab::tasks::TaskKind::Mqar);
+    assert!(refused(&|b| b.task.spec = mqar.spec.clone()).contains("books"));
     assert!(refused(&|b| b.train.recall_mix.as_mut().unwrap().share = 1.0).contains("share"));
 }
 
@@ -837,10 +836,7 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
     // at context 0-512 the paired differences are the windows' own differences
     let d = books::paired_window_diffs(&rep.runs, "vort", "exponential", 0);
     let (v, e) = (&rep.runs[0], &rep.runs[1]);
-    assert_eq!(
-        (v.mixer.as_str(), e.mixer.as_str()),
-        ("vort", "exponential")
-    );
+    assert_eq!((v.label(), e.label()), ("vort", "exponential"));
     assert_eq!(d.len(), 2);
     for (w, x) in d.iter().enumerate() {
         assert!((x - (v.per_window[w].bits(0) - e.per_window[w].bits(0))).abs() < 1e-12);
@@ -1113,11 +1109,11 @@ name = "books"
         .named_runs()
         .unwrap();
     for r in &mut runs {
-        r.config.task.data_dir = data.display().to_string();
+        r.config.task.books_mut().unwrap().data_dir = data.display().to_string();
     }
     let names: Vec<(&str, &str, Role)> = runs
         .iter()
-        .map(|r| (r.name.as_str(), r.config.model.mixer.kind(), r.role))
+        .map(|r| (r.name.as_str(), r.config.model.mixer.kind().name(), r.role))
         .collect();
     assert_eq!(
         names,
@@ -1149,7 +1145,7 @@ name = "books"
             "oracle"
         ]
     );
-    let memories: Vec<&str> = rep.runs.iter().map(|e| e.mixer.as_str()).collect();
+    let memories: Vec<&str> = rep.runs.iter().map(|e| e.label()).collect();
     assert_eq!(
         memories,
         [

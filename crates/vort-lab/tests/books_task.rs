@@ -170,9 +170,8 @@ fn evaluation_scores_each_test_window_once_and_by_book() {
     let t = 99; // 10 test windows of 100 bytes (see above)
     let mut cfg = RunConfig {
         task: TaskConfig {
-            kind: TaskKind::Books,
             seq_len: t,
-            ..TaskConfig::default()
+            ..TaskConfig::of_kind(TaskKind::Books)
         },
         ..RunConfig::default()
     };

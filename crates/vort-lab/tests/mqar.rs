@@ -10,7 +10,7 @@ use vort::model::{Config, Model, ModelConfig};
 use vort::Mixer;
 use vort_lab::tasks::external::LabelledSet;
 use vort_lab::tasks::mqar::{gap_weights, weighted_without_replacement};
-use vort_lab::tasks::{Source, Stream, TaskConfig, TaskError, TaskKind};
+use vort_lab::tasks::{MqarTask, Source, Stream, TaskConfig, TaskError, TaskSpec};
 use vort_lab::train::checkpoint::Checkpoint;
 use vort_lab::train::{self, RunConfig, RunOptions, TrainConfig};
 use vort_math::rng::SplitMix64;
@@ -24,14 +24,20 @@ fn tmp(name: &str) -> PathBuf {
 
 fn mqar(seq_len: usize, k: usize, v: usize, a: f64) -> TaskConfig {
     TaskConfig {
-        kind: TaskKind::Mqar,
+        spec: TaskSpec::Mqar(MqarTask {
+            vocab_size: v,
+            num_kv_pairs: k,
+            power_a: a,
+            random_non_queries: false,
+            ..MqarTask::default()
+        }),
         seq_len,
-        vocab_size: v,
-        num_kv_pairs: k,
-        power_a: a,
-        random_non_queries: false,
-        ..TaskConfig::default()
     }
+}
+
+/// The MQAR settings of `c`, to edit.
+fn q(c: &mut TaskConfig) -> &mut MqarTask {
+    c.mqar_mut().expect("an MQAR config")
 }
 
 /// Zoology's layout: pairs first, key i repeated at slot 2·g_i of the query region with its
@@ -79,7 +85,7 @@ fn sequences_follow_zoologys_layout() {
     }
     // random filler: Zoology draws it from the whole vocabulary
     let mut r = c.clone();
-    r.random_non_queries = true;
+    q(&mut r).random_non_queries = true;
     let s = r.sample(7, Stream::Train, 3);
     assert!((8..64).filter(|&p| !s.mask[p]).any(|p| s.tokens[p] != 0));
     // train, validation and test never share a sequence
@@ -87,7 +93,7 @@ fn sequences_follow_zoologys_layout() {
     assert_ne!(c.sample(7, Stream::Valid, 0), c.sample(7, Stream::Eval, 0));
     // the training set is train_examples sequences, seen in epochs
     let mut e = c.clone();
-    e.train_examples = 10;
+    q(&mut e).train_examples = 10;
     assert_eq!(
         e.sample(1, Stream::Train, 3),
         e.sample(1, Stream::Train, 13)
@@ -247,7 +253,7 @@ fn zoology_files_round_trip_and_bad_ones_are_refused() {
     // a training file of another length than the run's is refused when the source opens
     let ok = d.join("ok-I64.safetensors");
     let mut other = mqar(64, 3, 128, 0.5);
-    other.train_data = ok.display().to_string();
+    q(&mut other).train_data = ok.display().to_string();
     let e = Source::open(&other).unwrap_err().to_string();
     assert!(e.contains("seq_len is 64"), "{e}");
 }
@@ -360,10 +366,10 @@ fn retnet_decays_are_fixed_per_head() {
 fn tiny_run(memory: &str, steps: u64) -> RunConfig {
     let mut c = RunConfig {
         seed: 0,
-        task: TaskConfig {
-            test_examples: 64,
-            train_examples: 0,
-            ..mqar(32, 2, 40, 1.0)
+        task: {
+            let mut t = mqar(32, 2, 40, 1.0);
+            (q(&mut t).test_examples, q(&mut t).train_examples) = (64, 0);
+            t
         },
         model: tiny_model(memory, 3),
         train: TrainConfig {
@@ -548,8 +554,8 @@ fn softmax_learns_tiny_mqar_and_stops_early() {
 fn training_mixture_cycles_lengths_and_keeps_tokens_per_step() {
     use vort_lab::tasks::MixLength;
     let mut c = mqar(128, 8, 128, 1.0);
-    c.train_examples = 0;
-    c.train_mix = vec![
+    q(&mut c).train_examples = 0;
+    q(&mut c).train_mix = vec![
         MixLength {
             seq_len: 32,
             num_kv_pairs: 2,
@@ -591,17 +597,26 @@ fn training_mixture_cycles_lengths_and_keeps_tokens_per_step() {
         let e = x.validate().unwrap_err().to_string();
         assert!(e.contains(field), "{e}");
     };
-    refused(&|x| x.train_mix[0].seq_len = 256, "train_mix[0].seq_len");
+    refused(&|x| q(x).train_mix[0].seq_len = 256, "train_mix[0].seq_len");
     refused(
-        &|x| x.train_mix[1].num_kv_pairs = 17,
+        &|x| q(x).train_mix[1].num_kv_pairs = 17,
         "train_mix[1]: num_kv_pairs",
     );
-    refused(&|x| x.train_mix[2].seq_len = 127, "train_mix[2]: seq_len");
-    refused(&|x| x.train_data = "f.safetensors".into(), "train_mix");
-    refused(&|x| x.kind = TaskKind::Zipf, "train_mix");
+    refused(
+        &|x| q(x).train_mix[2].seq_len = 127,
+        "train_mix[2]: seq_len",
+    );
+    refused(&|x| q(x).train_data = "f.safetensors".into(), "train_mix");
+    // a training mixture belongs to MQAR: the reader refuses it on another kind
+    let zipf = "kind = \"zipf\"\ntrain_mix = [{ seq_len = 32, num_kv_pairs = 2 }]\n";
+    let e = toml::from_str::<TaskConfig>(zipf).unwrap_err().to_string();
+    assert!(
+        e.contains("task.train_mix") && e.contains("kind = \"zipf\""),
+        "{e}"
+    );
     // a config without a mixture serialises as before (old checkpoints still match)
     let mut plain = c.clone();
-    plain.train_mix.clear();
+    q(&mut plain).train_mix.clear();
     let text = toml::to_string(&plain).unwrap();
     assert!(!text.contains("train_mix"), "{text}");
     let back: TaskConfig = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();

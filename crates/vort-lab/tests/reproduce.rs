@@ -8,8 +8,8 @@ use vort_lab::tasks::TaskKind;
 
 fn shrink(mut c: vort_lab::train::RunConfig) -> vort_lab::train::RunConfig {
     c.task.seq_len = 96;
-    c.task.max_lag = 80;
-    c.task.queries = 4;
+    let pairs = c.task.planted_mut().expect("a synthetic task");
+    (pairs.max_lag, pairs.queries) = (80, 4);
     c.model.chunk = 32;
     c.train.steps = 3;
     c.train.eval_sequences = 4;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use vort::model::Model;
-use vort_lab::tasks::TaskKind;
+use vort_lab::tasks::{TaskConfig, TaskKind};
 use vort_lab::train::checkpoint::{Checkpoint, HostTensor};
 use vort_lab::train::{
     buffer_vars, eval, named_vars, optimizer, run_model, trainable_vars, RunConfig,
@@ -24,9 +24,13 @@ fn tmp(name: &str) -> PathBuf {
 
 /// A tiny two-layer books model of `mixer` with run seed `seed`.
 fn tiny(mixer: &str, seed: u64) -> RunConfig {
-    let mut c = RunConfig::default();
-    c.task.kind = TaskKind::Books;
-    c.task.seq_len = 32;
+    let mut c = RunConfig {
+        task: TaskConfig {
+            seq_len: 32,
+            ..TaskConfig::of_kind(TaskKind::Books)
+        },
+        ..RunConfig::default()
+    };
     c.seed = seed;
     c.model.mixer = vort::Mixer::of_kind(mixer).unwrap();
     c.model.d_model = 16;

@@ -1,15 +1,19 @@
 //! Task generators: determinism, lag laws (chi-square with a fixed seed), recoverable answers.
 
-use vort_lab::tasks::{bucket_of, Source, Stream, TaskConfig, TaskKind};
+use vort_lab::tasks::{bucket_of, PlantedPairs, Source, Stream, TaskConfig, TaskKind};
 
 fn cfg(kind: TaskKind) -> TaskConfig {
-    TaskConfig {
-        kind,
-        seq_len: 2048,
-        max_lag: 2000,
-        queries: 16,
-        ..TaskConfig::default()
-    }
+    let mut c = TaskConfig::of_kind(kind);
+    c.seq_len = 2048;
+    let p = c.planted_mut().unwrap();
+    p.max_lag = 2000;
+    p.queries = 16;
+    c
+}
+
+/// The planted pairs of a Zipf or label-copy config.
+fn pairs(c: &TaskConfig) -> &PlantedPairs {
+    c.planted().unwrap()
 }
 
 /// Lags of `n` sequences.
@@ -47,16 +51,16 @@ fn zipf_lags_follow_the_zipf_law() {
     assert!(l.len() > 23_000, "{} lags placed", l.len());
     // doubling bins 1, 2-3, 4-7, ..., 1024-2000: expected counts all >= ~200
     let mut edges = vec![1];
-    while *edges.last().unwrap() * 2 <= c.max_lag {
+    while *edges.last().unwrap() * 2 <= pairs(&c).max_lag {
         edges.push(edges.last().unwrap() * 2);
     }
-    edges.push(c.max_lag + 1);
+    edges.push(pairs(&c).max_lag + 1);
     let (stat, df) = chi_square(&l, &c.lag_pmf(), &edges);
     // chi-square 0.999 quantile at df = 10 is 29.6
     assert_eq!(df, 10);
     assert!(stat < 29.6, "chi-square {stat} with {df} dof");
     // and the law is not uniform: the same test against uniform fails massively
-    let uni = vec![1.0 / c.max_lag as f64; c.max_lag];
+    let uni = vec![1.0 / pairs(&c).max_lag as f64; pairs(&c).max_lag];
     assert!(chi_square(&l, &uni, &edges).0 > 1000.0);
     // long lags exist
     assert!(l.iter().filter(|&&x| x > 1000).count() > 1000);
@@ -87,10 +91,13 @@ fn answers_are_recoverable_by_lookup() {
             assert_eq!(s.tokens.len(), c.seq_len);
             assert!(s.tokens.iter().all(|&x| (x as usize) < c.vocab()));
             let answers: Vec<usize> = (0..c.seq_len).filter(|&p| s.mask[p]).collect();
-            assert!(answers.len() >= c.queries - 1, "{kind}: {answers:?}");
+            assert!(
+                answers.len() >= pairs(&c).queries - 1,
+                "{kind}: {answers:?}"
+            );
             for a in answers {
                 let key = s.tokens[a];
-                assert!(key >= c.key0() && key < c.value0());
+                assert!(key >= pairs(&c).key0() && key < pairs(&c).value0());
                 // the key's first occurrence, followed by its value
                 let p = s.tokens.iter().position(|&x| x == key).unwrap();
                 assert!(p < a);
@@ -99,7 +106,7 @@ fn answers_are_recoverable_by_lookup() {
                 let lag = s.lags[a] as usize;
                 match kind {
                     TaskKind::Zipf => {
-                        assert_eq!(s.tokens[a - 1], c.qry());
+                        assert_eq!(s.tokens[a - 1], pairs(&c).qry());
                         assert_eq!(a - 1 - (p + 1), lag);
                     }
                     TaskKind::LabelCopy => {
@@ -110,7 +117,7 @@ fn answers_are_recoverable_by_lookup() {
                         unreachable!("only the sparse synthetic tasks are generated here")
                     }
                 }
-                assert!(lag >= 1 && lag <= c.max_lag);
+                assert!(lag >= 1 && lag <= pairs(&c).max_lag);
                 // exactly two occurrences of the key
                 assert_eq!(s.tokens.iter().filter(|&&x| x == key).count(), 2);
             }
@@ -145,10 +152,10 @@ fn generation_is_deterministic_and_streams_differ() {
 #[test]
 fn invalid_configs_are_refused() {
     let mut c = cfg(TaskKind::Zipf);
-    c.max_lag = c.seq_len;
+    c.planted_mut().unwrap().max_lag = c.seq_len;
     assert!(c.validate().is_err());
     let mut c = cfg(TaskKind::Zipf);
-    c.queries = 1000;
+    c.planted_mut().unwrap().queries = 1000;
     assert!(c.validate().is_err());
     assert!("nope".parse::<TaskKind>().is_err());
     let err = toml::from_str::<TaskConfig>("kind = \"zipf\"\nbogus = 1\n").unwrap_err();

@@ -19,14 +19,8 @@ fn tiny(kind: TaskKind, memory: &str, steps: u64) -> RunConfig {
     let mut c = RunConfig {
         seed: 1,
         task: TaskConfig {
-            kind,
             seq_len: 128,
-            max_lag: 24,
-            queries: 8,
-            n_filler: 8,
-            n_keys: 16,
-            n_values: 16,
-            ..TaskConfig::default()
+            ..TaskConfig::of_kind(kind)
         },
         train: TrainConfig {
             steps,
@@ -40,6 +34,8 @@ fn tiny(kind: TaskKind, memory: &str, steps: u64) -> RunConfig {
         },
         ..RunConfig::default()
     };
+    let p = c.task.planted_mut().expect("a planted-pair task");
+    (p.max_lag, p.queries, p.n_filler, p.n_keys, p.n_values) = (24, 8, 8, 16, 16);
     c.model.mixer = Mixer::of_kind(memory).unwrap();
     c.model.d_model = 32;
     c.model.layers = 1;
@@ -415,7 +411,7 @@ fn absurd_sizes_are_refused_before_allocation() {
     wide.model.d_model = 1_000_000;
     let mut long = base.clone();
     long.task.seq_len = 1_000_000_000;
-    long.task.max_lag = 1000;
+    long.task.planted_mut().unwrap().max_lag = 1000;
     let mut big_batch = base.clone();
     big_batch.train.batch_size = 1_000_000_000;
     let mut heads = base.clone();
@@ -454,7 +450,7 @@ fn absurd_sizes_are_refused_before_allocation() {
     )
     .unwrap();
     let alone = at4096.estimate_memory().activations;
-    at4096.task.train_mix = [(64, 4), (128, 8), (256, 16), (512, 32)]
+    at4096.task.mqar_mut().unwrap().train_mix = [(64, 4), (128, 8), (256, 16), (512, 32)]
         .map(|(seq_len, num_kv_pairs)| vort_lab::tasks::MixLength {
             seq_len,
             num_kv_pairs,
@@ -463,12 +459,12 @@ fn absurd_sizes_are_refused_before_allocation() {
     let mixed = at4096.estimate_memory().activations;
     assert!(mixed < alone / 2.0, "{mixed} vs {alone}");
     let mut largest = at4096.clone();
-    largest.task.train_mix.clear();
+    largest.task.mqar_mut().unwrap().train_mix.clear();
     largest.task.seq_len = 512;
     largest.train.batch_size = 32;
     assert!(mixed >= largest.estimate_memory().activations);
     let mut eval_only = at4096.clone();
-    eval_only.task.train_mix.truncate(1);
+    eval_only.task.mqar_mut().unwrap().train_mix.truncate(1);
     assert_eq!(
         eval_only.estimate_memory().activations,
         mixed,
@@ -500,7 +496,7 @@ fn absurd_sizes_are_refused_before_allocation() {
         assert_eq!((books.len(), synthetic.len()), (5, 24));
         for c in books.iter().chain(&synthetic) {
             let gb = c.estimate_memory().total() / 1e9;
-            let what = format!("{} {scale:?} {}", c.task.kind, c.model.mixer.kind());
+            let what = format!("{} {scale:?} {}", c.task.kind(), c.model.mixer.kind());
             assert!(gb < 8.0, "{what}: {gb:.2} GB");
         }
     }

@@ -123,7 +123,7 @@ pub mod tol;
 
 pub use dims::Dims;
 pub use error::{Result, VortError};
-pub use mixer::{Mixer, Routing};
+pub use mixer::{Mixer, MixerKind, Routing};
 pub use model::{Config, Model};
 pub use nodes::{NodeMode, NodeSpec, NodeTable};
 pub use vort_math;

@@ -88,6 +88,55 @@ impl Routing {
     }
 }
 
+/// A mixer's kind without its settings: what results record beside a run
+/// (`"vort"`, `"power-law"`, ... in JSON, as `kind` in a config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MixerKind {
+    /// [`Mixer::Vort`].
+    Vort,
+    /// [`Mixer::PowerLaw`].
+    PowerLaw,
+    /// [`Mixer::Exponential`].
+    Exponential,
+    /// [`Mixer::Retnet`].
+    Retnet,
+    /// [`Mixer::Mixture`].
+    Mixture,
+    /// [`Mixer::Softmax`].
+    Softmax,
+}
+
+impl MixerKind {
+    /// Every kind, in [`Mixer::KINDS`]'s order.
+    pub const ALL: [MixerKind; 6] = [
+        MixerKind::Vort,
+        MixerKind::PowerLaw,
+        MixerKind::Exponential,
+        MixerKind::Retnet,
+        MixerKind::Mixture,
+        MixerKind::Softmax,
+    ];
+
+    /// The name in configs, results and on the command line.
+    pub fn name(self) -> &'static str {
+        Mixer::KINDS[self as usize]
+    }
+}
+
+impl std::fmt::Display for MixerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for MixerKind {
+    type Err = VortError;
+    fn from_str(s: &str) -> Result<MixerKind> {
+        Mixer::of_kind(s).map(|m| m.kind())
+    }
+}
+
 /// The token mixer of every block, with the settings of its kind only.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
@@ -214,15 +263,15 @@ impl Mixer {
         })
     }
 
-    /// The kind's name ([`Mixer::KINDS`]).
-    pub fn kind(&self) -> &'static str {
+    /// The kind ([`MixerKind::name`] gives its name in [`Mixer::KINDS`]).
+    pub fn kind(&self) -> MixerKind {
         match self {
-            Mixer::Vort { .. } => "vort",
-            Mixer::PowerLaw { .. } => "power-law",
-            Mixer::Exponential => "exponential",
-            Mixer::Retnet => "retnet",
-            Mixer::Mixture { .. } => "mixture",
-            Mixer::Softmax { .. } => "softmax",
+            Mixer::Vort { .. } => MixerKind::Vort,
+            Mixer::PowerLaw { .. } => MixerKind::PowerLaw,
+            Mixer::Exponential => MixerKind::Exponential,
+            Mixer::Retnet => MixerKind::Retnet,
+            Mixer::Mixture { .. } => MixerKind::Mixture,
+            Mixer::Softmax { .. } => MixerKind::Softmax,
         }
     }
 
@@ -349,6 +398,28 @@ impl Mixer {
 
 impl std::fmt::Display for Mixer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.kind())
+        f.write_str(self.kind().name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each kind's name is its config name, and the kind of each kind's default mixer.
+    #[test]
+    fn mixer_kinds_name_their_mixers() {
+        for (kind, name) in MixerKind::ALL.iter().zip(Mixer::KINDS) {
+            assert_eq!(kind.name(), name);
+            assert_eq!(Mixer::of_kind(name).unwrap().kind(), *kind);
+            assert_eq!(name.parse::<MixerKind>().unwrap(), *kind);
+            let json = serde_json::to_string(kind).unwrap();
+            assert_eq!(json, format!("\"{name}\""));
+        }
+        assert_eq!(
+            "power_law".parse::<MixerKind>().unwrap(),
+            MixerKind::PowerLaw
+        );
+        assert!("attention".parse::<MixerKind>().is_err());
     }
 }

@@ -203,7 +203,7 @@ pub struct TrainBenchRun {
     pub name: String,
     /// The mixer's kind (`memory` in older files).
     #[serde(alias = "memory")]
-    pub mixer: String,
+    pub mixer: vort::MixerKind,
     /// Training tokens per second over the timed steps.
     pub tokens_per_s: f64,
     /// Model FLOPs per training token ([`flops_per_token`]).
@@ -387,7 +387,7 @@ pub fn bench_train(
         let fpt = flops_per_token(&r.config.model, nodes, t, r.vocab, fraction);
         let run = TrainBenchRun {
             name: r.name.clone(),
-            mixer: r.config.model.mixer.kind().into(),
+            mixer: r.config.model.mixer.kind(),
             tokens_per_s,
             flops_per_token: fpt,
             mfu: fpt * tokens_per_s / (sgemm_before * 1e9),

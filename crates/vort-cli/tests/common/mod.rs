@@ -59,13 +59,13 @@ pub fn books_run(dir: &std::path::Path) -> std::path::PathBuf {
 
 /// [`books_run`] whose config reads the books in `data_dir`.
 pub fn books_run_on(dir: &std::path::Path, data_dir: &str) -> std::path::PathBuf {
-    use vort_lab::tasks::TaskKind;
+    use vort_lab::tasks::TaskConfig;
     use vort_lab::train::checkpoint::{Checkpoint, HostTensor};
     use vort_lab::train::{named_vars, run_model, RunConfig};
-    let mut c = RunConfig::default();
-    c.task.kind = TaskKind::Books;
-    c.task.data_dir = data_dir.into();
-    c.task.seq_len = 32;
+    let mut c = RunConfig {
+        task: TaskConfig::books(data_dir, 32),
+        ..RunConfig::default()
+    };
     c.model.d_model = 16;
     c.model.layers = 1;
     c.model.heads = 2;

@@ -43,10 +43,10 @@ pub trait Experiment {
     /// [`TrainError::Flag`] naming the task and what this experiment needs.
     fn check_preset(&self, preset: &Preset, source: &str) -> Result<(), TrainError> {
         for c in preset.unswept_runs()? {
-            if !self.trains(c.task.kind) {
+            if !self.trains(c.task.kind()) {
                 return Err(TrainError::Flag(format!(
                     "{source}: the preset trains the {} task; `reproduce {}` needs {}",
-                    c.task.kind,
+                    c.task.kind(),
                     self.name(),
                     self.needs()
                 )));
@@ -116,7 +116,9 @@ impl Books {
     fn runs(&self, preset: &Preset) -> Result<Vec<super::preset::NamedRun>, TrainError> {
         let mut runs = preset.named_runs()?;
         for r in &mut runs {
-            r.config.task.data_dir = self.data_dir.clone();
+            if let Some(books) = r.config.task.books_mut() {
+                books.data_dir.clone_from(&self.data_dir);
+            }
         }
         Ok(runs)
     }

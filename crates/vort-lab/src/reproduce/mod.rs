@@ -148,12 +148,13 @@ fn mean_sd(x: &[f64]) -> (f64, f64) {
 /// ([`runner::run_path`]: the task is the cell, no rate is swept). Books names a run by its
 /// preset mixer's name, synthetic by its kind ([`NamedRun::by_kind`]).
 fn run_path(mixer: &str, c: &RunConfig) -> String {
-    runner::run_path(c.task.kind.name(), mixer, None, c.seed)
+    runner::run_path(c.task.kind().name(), mixer, None, c.seed)
 }
 
 /// Trains (or reuses) the books or synthetic runs `runs` into `out_dir` ([`runner::train_all`]),
 /// each in the directory of its name; every finished run's evaluation carries that name as
-/// its `memory`, so the report's rows, tables and figures keep mixers of one kind apart.
+/// its [`EvalResult::label`], so the report's rows, tables and figures keep mixers of one
+/// kind apart.
 fn train_named(
     runs: &[NamedRun],
     out_dir: &Path,
@@ -165,7 +166,7 @@ fn train_named(
         .collect();
     let mut t = runner::train_all(out_dir, &paths, mode)?;
     for (e, &i) in t.results.iter_mut().zip(&t.finished) {
-        e.mixer.clone_from(&runs[i].name);
+        e.label = Some(runs[i].name.clone());
     }
     Ok(t)
 }

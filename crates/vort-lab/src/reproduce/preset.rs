@@ -482,7 +482,7 @@ mod tests {
             "configs/example-mqar.toml",
         )
         .unwrap();
-        assert_eq!(c.task.kind, crate::tasks::TaskKind::Mqar);
+        assert_eq!(c.task.kind(), crate::tasks::TaskKind::Mqar);
         assert_eq!(c.model.short_conv, 4);
     }
 
@@ -515,7 +515,7 @@ model = { d_model = 48, qk_scale_init = 1.0 }
         let c = p.run_config(&p.cells[0], &p.mixers[0], 3e-3, 1).unwrap();
         assert_eq!(c.seed, 1);
         assert_eq!(c.train.lr, 3e-3);
-        assert_eq!(c.task.num_kv_pairs, 8);
+        assert_eq!(c.task.mqar().unwrap().num_kv_pairs, 8);
         assert_eq!(c.model.d_model, 48);
         // the mixer's patch comes last
         assert_eq!(c.model.qk_scale_init, 4.0);

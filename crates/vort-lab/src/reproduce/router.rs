@@ -400,9 +400,9 @@ pub fn measure(
     (routing, step, sequences): (Routing, u64, usize),
     device: &candle_core::Device,
 ) -> Result<RouterInputs, TrainError> {
-    let kind = cfg.task.kind;
+    let kind = cfg.task.kind();
     let role_names = roles(kind);
-    let pairs = (kind == TaskKind::Mqar).then_some(2 * cfg.task.num_kv_pairs);
+    let pairs = cfg.task.mqar().map(|m| 2 * m.num_kv_pairs);
     let (uses_probe, uses_entropy) = (routing.uses_probe(), routing.uses_entropy());
     let bs = cfg.train.eval_batch();
     let mut sums = Sums::new(role_names.len());

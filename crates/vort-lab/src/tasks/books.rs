@@ -63,7 +63,7 @@ impl BookCorpus {
     /// # Errors
     /// [`TaskError::Data`] saying what is missing and how to get it.
     pub fn open(cfg: &TaskConfig) -> Result<BookCorpus, TaskError> {
-        let dir = Path::new(&cfg.data_dir);
+        let dir = Path::new(cfg.data_dir().unwrap_or_default());
         // the data errors already say which command writes the directory
         let data = |e: crate::data::DataError| TaskError::Data(e.to_string());
         let lex = Lexicon::load(dir).map_err(data)?;

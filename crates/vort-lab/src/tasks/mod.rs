@@ -1,32 +1,23 @@
-//! Synthetic long-memory tasks (docs/DESIGN.md §3), deterministic and seedable: every sequence is a
+//! Long-memory tasks (docs/DESIGN.md §3), deterministic and seedable: every sequence is a
 //! pure function of (seed, stream, index), so a training batch is a function of (seed, step)
 //! and a resumed run sees exactly the data an uninterrupted one would.
 //!
-//! Vocabulary (shared by both tasks): `n_filler` filler tokens, then `n_keys` key / entity
-//! tokens, then `n_values` value / label tokens, then one query marker `QRY`.
-//!
-//! - **Zipf-lag key–value retrieval** ([`TaskKind::Zipf`]): filler with planted pairs
-//!   `[key][value]`; later a query `[QRY][key]` at which the model must emit the value (it
-//!   also follows in the sequence). The lag ℓ = position(QRY) - position(value) follows the
-//!   truncated Zipf law P(ℓ) ∝ ℓ^(-s) on [1, L_max]. Keys are distinct within a sequence.
-//! - **Entity label copy with uniform lags** ([`TaskKind::LabelCopy`]): an entity appears
-//!   with its label `[entity][label]`; later the entity reappears and the model must emit its
-//!   label. The lag ℓ = position(reappearance) - position(label) is uniform on [1, L_max],
-//!   so the lag prior favours no kernel. Entities are distinct within a sequence; entity
-//!   positions are flagged (labels for the router's entity probe).
-//!
-//! Only answer positions count in the loss ([`Sample::mask`]); each carries its lag for
-//! accuracy by lag bucket ([`BUCKETS`]). A query whose lag cannot be placed (every admissible
-//! position taken, only possible for lags within a few tokens of `seq_len`) is dropped rather
-//! than re-drawn, so the placed lags keep their law.
+//! A run's `[task]` table is a [`TaskConfig`]: one struct per kind behind [`TaskOps`]
+//! ([`config`]). The kinds: Zipf-lag retrieval and entity label copy ([`planted`]), Zoology's
+//! MQAR ([`mqar`]) and byte-level books ([`books`], behind the `corpus` feature). Only answer
+//! positions count in the loss ([`Sample::mask`]); each carries its lag for accuracy by lag
+//! bucket ([`BUCKETS`]). [`Source`] serves a run's batches: generated, from files in
+//! Zoology's format ([`external`]), or from the books.
 
 #[cfg(feature = "corpus")]
 pub mod books;
+pub mod config;
 pub mod external;
 pub mod lanes;
 pub mod mqar;
 #[cfg(not(feature = "corpus"))]
 mod no_corpus;
+pub mod planted;
 pub mod recall_mix;
 
 use std::sync::Arc;
@@ -35,12 +26,17 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "corpus")]
 use books::BookCorpus;
+pub use config::{
+    BooksTask, MixLength, MqarTask, PlantedPairs, TaskConfig, TaskOps, TaskSpec, ZipfTask,
+};
 #[cfg(not(feature = "corpus"))]
 use no_corpus::BookCorpus;
 use vort::vort_math::rng::{derive, SplitMix64};
 
 /// Which task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum TaskKind {
     /// Zipf-lag key–value retrieval.
@@ -105,108 +101,6 @@ pub enum TaskError {
     BadFile(String),
 }
 
-/// Task configuration (the `[task]` table of a run config).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TaskConfig {
-    /// Which task: "mqar", "books", "zipf" or "label-copy".
-    pub kind: TaskKind,
-    /// Tokens per sequence T.
-    pub seq_len: usize,
-    /// MQAR: vocabulary size V (keys from [1, V/2), values from [V/2, V)).
-    pub vocab_size: usize,
-    /// MQAR: key–value pairs K per sequence (each queried once).
-    pub num_kv_pairs: usize,
-    /// MQAR: gap law p(g) ∝ (g+1)^(a−1) of the queries (0.01 Zipf-like, 1 uniform).
-    pub power_a: f64,
-    /// MQAR: random filler tokens instead of 0 (Zoology's default).
-    pub random_non_queries: bool,
-    /// MQAR: distinct training sequences (training cycles through them in epochs; 0 = a
-    /// fresh sequence at every draw).
-    pub train_examples: u64,
-    /// MQAR: held-out sequences scored by the final evaluation (also `eval_sequences`'s
-    /// role for this task).
-    pub test_examples: usize,
-    /// Training sequences from a file in Zoology's format instead of the generator
-    /// (safetensors `inputs`, `labels` [N, L]; see [`external`]). Empty: generated.
-    pub train_data: String,
-    /// Test (and validation) sequences from a file in Zoology's format. Empty: generated.
-    pub test_data: String,
-    /// MQAR: train on a mixture of shorter lengths, as Zoology does (its MQAR runs train on
-    /// (64, 4), (128, 8), (256, 16), ... together): training step s draws its batch from
-    /// entry s mod n, with batch_size · seq_len / entry.seq_len sequences (the same tokens
-    /// per step); validation and test stay at (seq_len, num_kv_pairs). Empty: train at
-    /// (seq_len, num_kv_pairs).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub train_mix: Vec<MixLength>,
-    /// Largest lag L_max (at most seq_len - 4).
-    pub max_lag: usize,
-    /// Zipf exponent s of P(ℓ) ∝ ℓ^(-s) (zipf task only).
-    pub zipf_exponent: f64,
-    /// Queries (answer positions) per sequence.
-    pub queries: usize,
-    /// Filler tokens in the vocabulary.
-    pub n_filler: usize,
-    /// Key / entity tokens in the vocabulary (>= queries: distinct within a sequence).
-    pub n_keys: usize,
-    /// Value / label tokens in the vocabulary (chance accuracy is 1/n_values).
-    pub n_values: usize,
-    /// Directory written by `vort data fetch books` (books task only).
-    pub data_dir: String,
-}
-
-impl Default for TaskConfig {
-    fn default() -> Self {
-        TaskConfig {
-            kind: TaskKind::Zipf,
-            seq_len: 2048,
-            max_lag: 2000,
-            zipf_exponent: 1.0,
-            queries: 16,
-            n_filler: 32,
-            n_keys: 64,
-            n_values: 64,
-            data_dir: "data/books".into(),
-            vocab_size: 8192,
-            num_kv_pairs: 4,
-            power_a: 0.01,
-            random_non_queries: true,
-            train_examples: 100_000,
-            test_examples: 3_000,
-            train_data: String::new(),
-            test_data: String::new(),
-            train_mix: Vec::new(),
-        }
-    }
-}
-
-/// One length of an MQAR training mixture ([`TaskConfig::train_mix`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MixLength {
-    /// Tokens per sequence.
-    pub seq_len: usize,
-    /// Key–value pairs per sequence.
-    pub num_kv_pairs: usize,
-}
-
-impl TaskConfig {
-    /// The config of training step `step`'s sequences and how many of them a batch of `b`
-    /// (at `seq_len`) becomes: entry `step mod n` of [`TaskConfig::train_mix`], or this
-    /// config and `b` without a mixture.
-    pub fn train_length(&self, step: u64, b: usize) -> (TaskConfig, usize) {
-        if self.train_mix.is_empty() {
-            return (self.clone(), b);
-        }
-        let m = self.train_mix[(step % self.train_mix.len() as u64) as usize];
-        let mut c = self.clone();
-        c.seq_len = m.seq_len;
-        c.num_kv_pairs = m.num_kv_pairs;
-        c.train_mix.clear();
-        (c, (b * self.seq_len / m.seq_len).max(1))
-    }
-}
-
 /// Lag buckets of the report: (label, lo, hi) inclusive.
 pub const BUCKETS: [(&str, usize, usize); 3] = [
     ("1-100", 1, 100),
@@ -255,6 +149,22 @@ pub struct Sample {
     pub function: Vec<bool>,
 }
 
+impl Sample {
+    /// `tokens` with no answer, nothing flagged.
+    pub fn unlabelled(tokens: Vec<u32>) -> Sample {
+        let t = tokens.len();
+        Sample {
+            tokens,
+            targets: vec![0; t],
+            mask: vec![false; t],
+            lags: vec![0; t],
+            entity: vec![false; t],
+            memorable: vec![false; t],
+            function: vec![false; t],
+        }
+    }
+}
+
 /// A batch of B samples flattened row-major ([B, T]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Batch {
@@ -291,126 +201,7 @@ pub enum Stream {
 }
 
 impl TaskConfig {
-    /// Vocabulary size: filler + keys + values + the query marker; 256 bytes for books.
-    pub fn vocab(&self) -> usize {
-        match self.kind {
-            TaskKind::Books => 256,
-            TaskKind::Mqar => self.vocab_size,
-            _ => self.n_filler + self.n_keys + self.n_values + 1,
-        }
-    }
-
-    /// The largest lag an answer can have (MQAR: seq_len; books: the context length).
-    pub fn lag_limit(&self) -> usize {
-        match self.kind {
-            TaskKind::Books | TaskKind::Mqar => self.seq_len,
-            _ => self.max_lag,
-        }
-    }
-
-    /// The report buckets of this task: lag buckets, or context buckets for books.
-    pub fn buckets(&self) -> &'static [(&'static str, usize, usize)] {
-        match self.kind {
-            TaskKind::Books => &CONTEXT_BUCKETS,
-            _ => &BUCKETS,
-        }
-    }
-    /// First key / entity token.
-    pub fn key0(&self) -> u32 {
-        self.n_filler as u32
-    }
-    /// First value / label token.
-    pub fn value0(&self) -> u32 {
-        (self.n_filler + self.n_keys) as u32
-    }
-    /// The query marker.
-    pub fn qry(&self) -> u32 {
-        (self.n_filler + self.n_keys + self.n_values) as u32
-    }
-
-    /// Checks every field.
-    ///
-    /// # Errors
-    /// [`TaskError::Invalid`] naming the field.
-    pub fn validate(&self) -> Result<(), TaskError> {
-        let bad = |m: String| Err(TaskError::Invalid(m));
-        if self.seq_len < 8 {
-            return bad(format!("seq_len = {} must be >= 8", self.seq_len));
-        }
-        if self.kind == TaskKind::Books {
-            // the synthetic fields are unused; the data directory is checked when opened
-            return if self.data_dir.is_empty() {
-                bad("data_dir must name the directory of `vort data fetch books`".into())
-            } else {
-                Ok(())
-            };
-        }
-        if !self.train_mix.is_empty() {
-            if self.kind != TaskKind::Mqar || !self.train_data.is_empty() {
-                return bad("train_mix needs kind = \"mqar\" and no train_data".into());
-            }
-            for (i, m) in self.train_mix.iter().enumerate() {
-                let (c, _) = self.train_length(i as u64, 1);
-                if m.seq_len < 8 || m.seq_len > self.seq_len {
-                    return bad(format!(
-                        "train_mix[{i}].seq_len = {} must be in [8, seq_len = {}]",
-                        m.seq_len, self.seq_len
-                    ));
-                }
-                mqar::validate(&c)
-                    .map_err(|e| TaskError::Invalid(format!("train_mix[{i}]: {e}")))?;
-            }
-        }
-        if self.kind == TaskKind::Mqar {
-            return mqar::validate(self).map_err(TaskError::Invalid);
-        }
-        if self.max_lag < 1 || self.max_lag + 4 > self.seq_len {
-            return bad(format!(
-                "max_lag = {} must be in [1, seq_len - 4 = {}]",
-                self.max_lag,
-                self.seq_len - 4
-            ));
-        }
-        if self.queries == 0 || self.queries > self.n_keys {
-            return bad(format!(
-                "queries = {} must be in [1, n_keys = {}] (keys are distinct per sequence)",
-                self.queries, self.n_keys
-            ));
-        }
-        if 5 * self.queries > self.seq_len / 2 {
-            return bad(format!(
-                "queries = {} is too many for seq_len = {} (at most seq_len / 10)",
-                self.queries, self.seq_len
-            ));
-        }
-        if self.n_filler == 0 || self.n_values < 2 {
-            return bad("n_filler must be >= 1 and n_values >= 2".into());
-        }
-        if !(self.zipf_exponent.is_finite() && self.zipf_exponent >= 0.0) {
-            return bad(format!(
-                "zipf_exponent = {:?} must be finite and >= 0",
-                self.zipf_exponent
-            ));
-        }
-        if self.vocab() > u32::MAX as usize / 2 {
-            return bad("vocabulary too large".into());
-        }
-        Ok(())
-    }
-
-    /// The lag law of this task: P(ℓ) for ℓ = 1..=max_lag (index ℓ - 1).
-    pub fn lag_pmf(&self) -> Vec<f64> {
-        let w: Vec<f64> = (1..=self.max_lag)
-            .map(|l| match self.kind {
-                TaskKind::Zipf => (l as f64).powf(-self.zipf_exponent),
-                TaskKind::LabelCopy | TaskKind::Books | TaskKind::Mqar => 1.0,
-            })
-            .collect();
-        let z: f64 = w.iter().sum();
-        w.into_iter().map(|x| x / z).collect()
-    }
-
-    /// Sequence `index` of `stream` under `seed` (a synthetic task; config assumed valid).
+    /// Sequence `index` of `stream` under `seed` (a generated task; config assumed valid).
     pub fn sample(&self, seed: u64, stream: Stream, index: u64) -> Sample {
         let s = match stream {
             Stream::Train => 0,
@@ -418,138 +209,13 @@ impl TaskConfig {
             Stream::Valid => 2,
         };
         // MQAR trains on a fixed set of train_examples sequences, in epochs
-        let index = match (self.kind, stream) {
-            (TaskKind::Mqar, Stream::Train) if self.train_examples > 0 => {
-                index % self.train_examples
-            }
+        let index = match (self.mqar(), stream) {
+            (Some(m), Stream::Train) if m.train_examples > 0 => index % m.train_examples,
             _ => index,
         };
         let mut rng = SplitMix64::new(derive(seed, s, index));
-        if self.kind == TaskKind::Mqar {
-            return mqar::generate(self, &mut rng);
-        }
-        let cdf = cumulative(&self.lag_pmf());
-        self.generate(&mut rng, &cdf)
+        self.spec.ops().generate(self.seq_len, &mut rng)
     }
-
-    fn generate(&self, rng: &mut SplitMix64, cdf: &[f64]) -> Sample {
-        let t = self.seq_len;
-        let mut tokens: Vec<u32> = (0..t)
-            .map(|_| rng.below(self.n_filler as u64) as u32)
-            .collect();
-        let mut targets = vec![0u32; t];
-        let mut mask = vec![false; t];
-        let mut lags = vec![0u32; t];
-        let mut entity = vec![false; t];
-        let mut memorable = vec![false; t];
-        let mut used = vec![false; t];
-        let keys = rng.choose(self.n_keys, self.queries);
-        for &key in &keys {
-            let u = rng.unif();
-            let lag = cdf.partition_point(|&c| c <= u).min(cdf.len() - 1) + 1;
-            let key_tok = self.key0() + key as u32;
-            let val_tok = self.value0() + rng.below(self.n_values as u64) as u32;
-            match self.kind {
-                TaskKind::Zipf => {
-                    // [key][value] ... lag ... [QRY][key] -> value (answer at QRY + 1)
-                    // value at v, QRY at m = v + lag, answer at m + 1, value echoed at m + 2
-                    let (lo, hi) = (1, t - 3 - lag); // v range so that m + 2 <= t - 1
-                    if let Some(v) = place(rng, &used, lo, hi, |v| {
-                        vec![v - 1, v, v + lag, v + lag + 1, v + lag + 2]
-                    }) {
-                        let m = v + lag;
-                        for p in [v - 1, v, m, m + 1, m + 2] {
-                            used[p] = true;
-                        }
-                        tokens[v - 1] = key_tok;
-                        tokens[v] = val_tok;
-                        tokens[m] = self.qry();
-                        tokens[m + 1] = key_tok;
-                        tokens[m + 2] = val_tok;
-                        targets[m + 1] = val_tok;
-                        mask[m + 1] = true;
-                        lags[m + 1] = lag as u32;
-                        memorable[v - 1] = true;
-                        memorable[v] = true;
-                    }
-                }
-                TaskKind::LabelCopy => {
-                    // [entity][label] ... lag ... [entity] -> label (echoed after)
-                    // label at p, reappearance at r = p + lag, label echoed at r + 1
-                    let (lo, hi) = (1, t - 2 - lag);
-                    if let Some(p) =
-                        place(rng, &used, lo, hi, |p| vec![p - 1, p, p + lag, p + lag + 1])
-                    {
-                        let r = p + lag;
-                        for q in [p - 1, p, r, r + 1] {
-                            used[q] = true;
-                        }
-                        tokens[p - 1] = key_tok;
-                        tokens[p] = val_tok;
-                        tokens[r] = key_tok;
-                        tokens[r + 1] = val_tok;
-                        targets[r] = val_tok;
-                        mask[r] = true;
-                        lags[r] = lag as u32;
-                        entity[p - 1] = true;
-                        entity[r] = true;
-                        memorable[p - 1] = true;
-                        memorable[p] = true;
-                    }
-                }
-                // books sequences come from `Source` (a books config here yields filler)
-                TaskKind::Books | TaskKind::Mqar => {}
-            }
-        }
-        Sample {
-            tokens,
-            targets,
-            mask,
-            lags,
-            entity,
-            memorable,
-            function: vec![false; t],
-        }
-    }
-}
-
-/// A uniformly random anchor in [lo, hi] whose slots are all free (up to 64 tries, then a
-/// scan from a random start), or None when none is free.
-fn place(
-    rng: &mut SplitMix64,
-    used: &[bool],
-    lo: usize,
-    hi: usize,
-    slots: impl Fn(usize) -> Vec<usize>,
-) -> Option<usize> {
-    if lo > hi {
-        return None;
-    }
-    let free = |a: usize| slots(a).iter().all(|&p| !used[p]);
-    for _ in 0..64 {
-        let a = rng.range(lo as u64, hi as u64) as usize;
-        if free(a) {
-            return Some(a);
-        }
-    }
-    let n = hi - lo + 1;
-    let start = rng.below(n as u64) as usize;
-    (0..n).map(|i| lo + (start + i) % n).find(|&a| free(a))
-}
-
-fn cumulative(pmf: &[f64]) -> Vec<f64> {
-    let mut acc = 0.0;
-    let mut c: Vec<f64> = pmf
-        .iter()
-        .map(|p| {
-            acc += p;
-            acc
-        })
-        .collect();
-    if let Some(last) = c.last_mut() {
-        *last = 1.0;
-    }
-    c
 }
 
 impl Batch {
@@ -603,7 +269,7 @@ impl Source {
     /// corrupt, or a data file cannot be read.
     pub fn open(cfg: &TaskConfig) -> Result<Source, TaskError> {
         cfg.validate()?;
-        if cfg.kind == TaskKind::Books {
+        if cfg.kind() == TaskKind::Books {
             return Ok(Source::Books(cfg.clone(), Arc::new(BookCorpus::open(cfg)?)));
         }
         let file = |path: &str| -> Result<Option<Arc<external::LabelledSet>>, TaskError> {
@@ -621,8 +287,8 @@ impl Source {
         };
         Ok(Source::Synthetic {
             cfg: cfg.clone(),
-            train: file(&cfg.train_data)?,
-            test: file(&cfg.test_data)?,
+            train: file(cfg.mqar().map_or("", |m| &m.train_data))?,
+            test: file(cfg.mqar().map_or("", |m| &m.test_data))?,
         })
     }
 
@@ -695,7 +361,7 @@ impl Source {
             Source::Books(c, corpus) => corpus.lane_plan(c.seq_len, context_cap),
             Source::Synthetic { cfg, .. } => Err(TaskError::Data(format!(
                 "training with the state carried streams through books, not {}",
-                cfg.kind.name()
+                cfg.kind().name()
             ))),
         }
     }
@@ -725,12 +391,12 @@ impl Source {
     }
 
     /// Batch `step` of `stream` (B sequences; a pure function of (seed, step)). A training
-    /// mixture ([`TaskConfig::train_mix`]) gives step s the sequences of entry s mod n, each
+    /// mixture ([`MqarTask::train_mix`]) gives step s the sequences of entry s mod n, each
     /// entry numbering its own sequences.
     pub fn batch(&self, seed: u64, stream: Stream, step: u64, b: usize) -> Batch {
         if let (Stream::Train, Source::Synthetic { cfg, .. }) = (stream, self) {
-            if !cfg.train_mix.is_empty() {
-                let n = cfg.train_mix.len() as u64;
+            if !cfg.train_mix().is_empty() {
+                let n = cfg.train_mix().len() as u64;
                 let (c, b) = cfg.train_length(step, b);
                 let first = (step / n) * b as u64;
                 let samples: Vec<Sample> = (0..b as u64)

@@ -20,18 +20,18 @@
 
 use vort::vort_math::rng::SplitMix64;
 
-use super::{Sample, TaskConfig};
+use super::{MqarTask, Sample};
 
 /// The label at positions that are not scored (Zoology's ignore index).
 pub const IGNORE: i64 = -100;
 
-/// Checks the MQAR fields of `cfg` (Zoology's asserts, plus room for the pairs).
+/// Checks the MQAR fields of `cfg` at length `l` (Zoology's asserts, plus room for the pairs).
 ///
 /// # Errors
 /// A message naming the field.
-pub fn validate(cfg: &TaskConfig) -> Result<(), String> {
-    let (v, l, k) = (cfg.vocab_size, cfg.seq_len, cfg.num_kv_pairs);
-    if l % 2 != 0 {
+pub fn validate(cfg: &MqarTask, l: usize) -> Result<(), String> {
+    let (v, k) = (cfg.vocab_size, cfg.num_kv_pairs);
+    if !l.is_multiple_of(2) {
         return Err(format!("seq_len = {l} must be even (MQAR)"));
     }
     // Zoology also asserts V > L. Nothing in the generator needs it, and scoring a model
@@ -97,9 +97,9 @@ pub fn weighted_without_replacement(rng: &mut SplitMix64, w: &[f64], k: usize) -
     out
 }
 
-/// One MQAR sequence from `rng` (config assumed valid).
-pub fn generate(cfg: &TaskConfig, rng: &mut SplitMix64) -> Sample {
-    let (v, l, k) = (cfg.vocab_size, cfg.seq_len, cfg.num_kv_pairs);
+/// One MQAR sequence of length `l` from `rng` (config assumed valid).
+pub fn generate(cfg: &MqarTask, l: usize, rng: &mut SplitMix64) -> Sample {
+    let (v, k) = (cfg.vocab_size, cfg.num_kv_pairs);
     let half = v / 2;
     let context = 2 * k;
     let space = (l - context) / 2;

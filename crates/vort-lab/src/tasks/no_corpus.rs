@@ -14,7 +14,7 @@ impl BookCorpus {
         Err(TaskError::Data(format!(
             "this build cannot read the books in {} (vort-lab was built without its `corpus` \
              feature; use the `vort` binary, or build the Python package with the `lab` feature)",
-            cfg.data_dir
+            cfg.data_dir().unwrap_or_default()
         )))
     }
 

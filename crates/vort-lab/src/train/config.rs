@@ -230,7 +230,8 @@ impl RunConfig {
         if t.eval_sequences == 0 || t.eval_sequences > 10_000_000 {
             return bad("train.eval_sequences must be in [1, 10^7]");
         }
-        if self.task.test_examples > 10_000_000 || t.val_sequences > 10_000_000 {
+        let test_examples = self.task.mqar().map_or(0, |m| m.test_examples);
+        if test_examples > 10_000_000 || t.val_sequences > 10_000_000 {
             return bad("task.test_examples and train.val_sequences must be <= 10^7");
         }
         if t.eval_every > 0 && t.val_sequences == 0 {
@@ -246,7 +247,7 @@ impl RunConfig {
             self.check_carry()?;
         }
         if let Some(mix) = &t.recall_mix {
-            if self.task.kind != crate::tasks::TaskKind::Books || t.carry_state {
+            if self.task.kind() != crate::tasks::TaskKind::Books || t.carry_state {
                 return bad(
                     "train.recall_mix mixes recall windows into books batches of independent                      windows: it needs task.kind = \"books\" and no train.carry_state",
                 );
@@ -270,10 +271,10 @@ impl RunConfig {
                 message: m,
             })
         };
-        if self.task.kind != crate::tasks::TaskKind::Books {
+        if self.task.kind() != crate::tasks::TaskKind::Books {
             return bad(format!(
                 "train.carry_state streams through books; task.kind = \"{}\" has no books",
-                self.task.kind.name()
+                self.task.kind().name()
             ));
         }
         if matches!(self.model.mixer, vort::Mixer::Softmax { .. }) {

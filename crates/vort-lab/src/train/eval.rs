@@ -102,9 +102,15 @@ pub fn mqar_role(j: usize, pairs: usize, answer: bool) -> usize {
 pub struct EvalResult {
     /// The task (its config name in the JSON: "mqar", "books", "zipf", "label-copy").
     pub task: TaskKind,
-    /// The mixer's kind, or a preset's name for it (`memory` in older files).
+    /// The mixer's kind (`memory` in older files; a preset's label for the mixer lives in
+    /// the report, beside it).
     #[serde(alias = "memory")]
-    pub mixer: String,
+    pub mixer: vort::MixerKind,
+    /// The run's name in a report that names its mixers (a preset's label, such as
+    /// `power-law-0.95`), set by the report that loads the run: in a report's results.json,
+    /// never in eval.json.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     /// Run seed.
     pub seed: u64,
     /// Training steps of the evaluated parameters.
@@ -157,6 +163,12 @@ pub struct DataHorizon {
 }
 
 impl EvalResult {
+    /// The run's name in its report: [`EvalResult::label`] when a report set it, else the
+    /// mixer's kind.
+    pub fn label(&self) -> &str {
+        self.label.as_deref().unwrap_or(self.mixer.name())
+    }
+
     /// The result without its raw α samples (see [`AlphaSample::without_samples`]).
     pub fn without_alpha_samples(mut self) -> EvalResult {
         self.alpha = self.alpha.map(AlphaSample::without_samples);
@@ -306,10 +318,10 @@ pub fn evaluate(
 /// num_test_examples), the other tasks `train.eval_sequences`, at most the source's distinct
 /// ones.
 pub fn eval_count(source: &Source, cfg: &RunConfig) -> usize {
-    let wanted = match cfg.task.kind {
-        crate::tasks::TaskKind::Mqar => cfg.task.test_examples,
-        _ => cfg.train.eval_sequences,
-    };
+    let wanted = cfg
+        .task
+        .mqar()
+        .map_or(cfg.train.eval_sequences, |m| m.test_examples);
     source.eval_len().map_or(wanted, |n| n.min(wanted))
 }
 
@@ -474,8 +486,7 @@ pub fn evaluate_stream(
             }
         }
         let t = batch.t;
-        let mqar_pairs =
-            (cfg.task.kind == crate::tasks::TaskKind::Mqar).then_some(2 * cfg.task.num_kv_pairs);
+        let mqar_pairs = cfg.task.mqar().map(|m| 2 * m.num_kv_pairs);
         for a in &alphas {
             let (bb, h, tt) = a.dims3()?;
             let v: Vec<f32> = a.flatten_all()?.to_vec1()?;
@@ -506,8 +517,9 @@ pub fn evaluate_stream(
     }
     let overall = total.row(String::new(), 1, max_lag);
     Ok(EvalResult {
-        task: cfg.task.kind,
-        mixer: cfg.model.mixer.kind().into(),
+        task: cfg.task.kind(),
+        mixer: cfg.model.mixer.kind(),
+        label: None,
         seed: cfg.seed,
         step,
         sequences: n_seq,
@@ -880,6 +892,36 @@ pub fn export(path: &Path, out: &Path) -> Result<(usize, u64), TrainError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An eval.json records the mixer's kind typed: old files (`memory`) load into it, a
+    /// name that is not a kind is refused, and a report's label is written only when set.
+    #[test]
+    fn eval_json_carries_the_mixer_kind_typed() {
+        let old = r#"{"task": "mqar", "memory": "power-law", "seed": 1, "step": 2,
+            "sequences": 3, "accuracy": 0.5, "loss": null, "buckets": [], "lag_bins": [],
+            "alpha": null}"#;
+        let e: EvalResult = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (e.mixer, e.label()),
+            (vort::MixerKind::PowerLaw, "power-law")
+        );
+        assert!(e.loss.is_nan());
+        let stored = serde_json::to_string(&e).unwrap();
+        assert!(stored.contains(r#""mixer":"power-law""#) && !stored.contains("label"));
+        let bad = old.replace(r#""power-law""#, r#""power-law-0.95""#);
+        assert!(serde_json::from_str::<EvalResult>(&bad).is_err());
+        let named = EvalResult {
+            label: Some("power-law-0.95".into()),
+            ..e
+        };
+        assert_eq!(named.label(), "power-law-0.95");
+        let report = serde_json::to_string(&named).unwrap();
+        let back: EvalResult = serde_json::from_str(&report).unwrap();
+        assert_eq!(
+            (back.mixer, back.label()),
+            (vort::MixerKind::PowerLaw, "power-law-0.95")
+        );
+    }
 
     /// Streamed logits keep no autograd graph, so the pieces' intermediate tensors are freed
     /// as the stream goes (a regression: they were all kept until the end of the sequence).

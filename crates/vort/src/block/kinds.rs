@@ -1,5 +1,5 @@
 //! The mixer kinds: one struct per [`Mixer`] variant, each holding its own parameters and
-//! fixed tables behind the small [`MixerKind`] trait. A [`super::Block`] holds one of them
+//! fixed tables behind the small [`MixerOps`] trait. A [`super::Block`] holds one of them
 //! and shares the projections, the q/k normalisation and the feature map across all kinds.
 //! Adding a mixer is a [`Mixer`] variant, a struct here, and its arms in [`init_params`] and
 //! [`build`] (config to parameters; nothing else matches on the kind).
@@ -16,7 +16,7 @@ use crate::retention::{node_weights, Rates};
 
 /// What one mixer kind adds to the shared projections: its orders (if any), its node weights
 /// and rates (the retention kinds) or its attention window (softmax).
-pub(super) trait MixerKind: Send + Sync {
+pub(super) trait MixerOps: Send + Sync {
     /// Orders α [B, H, T] and entity logits [B, T] from x [B, T, Dm], the entropy [B, T] and
     /// the memorable marks [B, T]; (None, None) for kinds without per-token orders.
     fn route(
@@ -33,7 +33,7 @@ pub(super) trait MixerKind: Send + Sync {
         None
     }
 
-    /// Per-token node weights cw [B, H, T, N] given the orders from [`MixerKind::route`].
+    /// Per-token node weights cw [B, H, T, N] given the orders from [`MixerOps::route`].
     fn node_weights(
         &self,
         alpha: Option<&Tensor>,
@@ -121,7 +121,7 @@ pub(super) fn build(
     mixer: &Mixer,
     (dm, h): (usize, usize),
     get: &dyn Fn(&[usize], &str) -> Result<Tensor>,
-) -> Result<Box<dyn MixerKind>> {
+) -> Result<Box<dyn MixerOps>> {
     Ok(match mixer {
         Mixer::Vort { nodes, routing, .. } => Box::new(VortKind {
             spec: *nodes,
@@ -165,7 +165,7 @@ struct VortKind {
     router: Option<Router>, // None for the rule-set orders (fixed, oracle)
 }
 
-impl MixerKind for VortKind {
+impl MixerOps for VortKind {
     fn route(
         &self,
         x: &Tensor,
@@ -223,7 +223,7 @@ struct PowerLawKind {
     tables: Vec<NodeTable>,
 }
 
-impl MixerKind for PowerLawKind {
+impl MixerOps for PowerLawKind {
     fn node_weights(
         &self,
         _alpha: Option<&Tensor>,
@@ -264,7 +264,7 @@ struct ExponentialKind {
     decay_rho: Tensor, // [H, 1]
 }
 
-impl MixerKind for ExponentialKind {
+impl MixerOps for ExponentialKind {
     fn node_weights(
         &self,
         _: Option<&Tensor>,
@@ -288,7 +288,7 @@ struct RetnetKind {
     rates: Rates,
 }
 
-impl MixerKind for RetnetKind {
+impl MixerOps for RetnetKind {
     fn node_weights(
         &self,
         _: Option<&Tensor>,
@@ -350,7 +350,7 @@ impl MixtureKind {
     }
 }
 
-impl MixerKind for MixtureKind {
+impl MixerOps for MixtureKind {
     fn node_weights(
         &self,
         _: Option<&Tensor>,
@@ -383,7 +383,7 @@ struct SoftmaxKind {
     window: usize,
 }
 
-impl MixerKind for SoftmaxKind {
+impl MixerOps for SoftmaxKind {
     fn attention_window(&self) -> Option<usize> {
         Some(self.window)
     }

@@ -27,7 +27,7 @@ use crate::retention::{
 mod kinds;
 mod router;
 
-use kinds::MixerKind;
+use kinds::MixerOps;
 use vort_math::rng::{self, stream_seed, XorShift64Star};
 
 /// Configuration of one block. Every field is saved with each run.
@@ -183,7 +183,7 @@ pub struct Block {
     scale_q: Tensor, // [H]
     scale_k: Tensor, // [H]
     features: Features,
-    kind: Box<dyn MixerKind>,
+    kind: Box<dyn MixerOps>,
     past_horizon: PastHorizon,
 }
 

@@ -50,10 +50,10 @@ pub(super) fn measure(
         routed
             .iter()
             .map(|(c, e, routing)| router::RunToMeasure {
-                name: e.mixer.clone(),
+                name: e.label().to_string(),
                 seed: c.seed,
                 routing: *routing,
-                dir: RunDir::new(out_dir.join(run_path(&e.mixer, c))),
+                dir: RunDir::new(out_dir.join(run_path(e.label(), c))),
                 means: means(e.alpha.as_ref()),
             })
             .collect(),

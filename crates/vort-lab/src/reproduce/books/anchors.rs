@@ -95,12 +95,9 @@ pub struct ModelBpc {
 pub fn model_rows(runs: &[EvalResult], anchors: &Anchors) -> Vec<ModelBpc> {
     let bits = |nll: f64, n: usize| (n > 0).then(|| nll / n as f64 / std::f64::consts::LN_2);
     let mut out = Vec::new();
-    let memories = super::Memories::new(
-        runs.iter().map(|r| r.mixer.as_str()),
-        &crate::reproduce::KINDS,
-    );
+    let memories = super::Memories::new(runs.iter().map(|r| r.label()), &crate::reproduce::KINDS);
     for memory in memories.order() {
-        let rs: Vec<&EvalResult> = runs.iter().filter(|r| r.mixer == *memory).collect();
+        let rs: Vec<&EvalResult> = runs.iter().filter(|r| r.label() == memory).collect();
         let pooled = |book: Option<&str>| {
             let (mut nll, mut n) = (0.0, 0usize);
             for row in rs
@@ -312,7 +309,8 @@ mod tests {
             .collect();
         EvalResult {
             task: crate::tasks::TaskKind::Books,
-            mixer: memory.into(),
+            mixer: memory.parse().expect("a mixer kind"),
+            label: None,
             seed,
             step: 1,
             sequences: 1,

@@ -60,7 +60,7 @@ pub(super) fn figure(results: &[EvalResult], out: &Path) -> Result<(), TrainErro
     let mut series = Vec::new();
     let memories = memories(results);
     for memory in memories.order() {
-        let rs: Vec<&EvalResult> = results.iter().filter(|r| r.mixer == *memory).collect();
+        let rs: Vec<&EvalResult> = results.iter().filter(|r| r.label() == memory).collect();
         let Some(first) = rs.first() else { continue };
         let LagCurve { points: pts, bars } = pooled_bins(&rs, first);
         series.push(
@@ -87,10 +87,7 @@ pub(super) fn figure(results: &[EvalResult], out: &Path) -> Result<(), TrainErro
 
 /// The memories of `results` in report order, with their colours.
 fn memories(results: &[EvalResult]) -> Memories {
-    Memories::new(
-        results.iter().map(|r| r.mixer.as_str()),
-        &crate::reproduce::KINDS,
-    )
+    Memories::new(results.iter().map(|r| r.label()), &crate::reproduce::KINDS)
 }
 
 /// The curve of the runs `rs` of one memory: per doubling context bin of `first`, the
@@ -150,7 +147,7 @@ fn per_book_table(rep: &BooksReport) -> String {
             for row in rep
                 .runs
                 .iter()
-                .filter(|e| e.mixer == r.mixer)
+                .filter(|e| e.label() == r.mixer)
                 .flat_map(|e| e.per_book.iter().filter(|x| x.label == *b))
             {
                 nll += row.nll * row.n as f64;
@@ -174,7 +171,7 @@ fn windows_of(
     score: impl Fn(&WindowScore) -> f64,
 ) -> Vec<(u64, Scores)> {
     runs.iter()
-        .filter(|r| r.mixer == memory)
+        .filter(|r| r.label() == memory)
         .map(|r| {
             (
                 r.seed,
@@ -223,7 +220,7 @@ fn verdicts(rep: &BooksReport, runs: &[NamedRun]) -> String {
         CONTEXT_BUCKETS[far].0,
         rep.runs.first().map_or(0, |r| r.per_book.len())
     );
-    let has = |m: &str| rep.runs.iter().any(|r| r.mixer == m);
+    let has = |m: &str| rep.runs.iter().any(|r| r.label() == m);
     for a in ["vort", "power-law"] {
         if !(has(a) && has("exponential")) {
             continue;
@@ -396,7 +393,7 @@ fn per_seed_table(rep: &BooksReport) -> String {
     s += "\n";
     let mut gains: Vec<(String, Vec<f64>)> = Vec::new();
     for memory in memories(&rep.runs).order() {
-        let mut runs: Vec<&EvalResult> = rep.runs.iter().filter(|r| r.mixer == *memory).collect();
+        let mut runs: Vec<&EvalResult> = rep.runs.iter().filter(|r| r.label() == memory).collect();
         runs.sort_by_key(|r| r.seed);
         for r in runs {
             let (row, gain) = per_seed_row(r, (&books, &bzip2), with_bzip2);
@@ -447,7 +444,7 @@ fn per_seed_row(
     };
     let mut s = format!(
         "| {} | {} | {} | {} | {} | {:.3} |",
-        r.mixer,
+        r.label(),
         r.seed,
         or_na(near, false),
         or_na(far_bits, false),
@@ -502,7 +499,8 @@ mod tests {
     fn run(memory: &str, seed: u64, bits: &[[f64; 2]]) -> EvalResult {
         EvalResult {
             task: crate::tasks::TaskKind::Books,
-            mixer: memory.into(),
+            mixer: memory.parse().expect("a mixer kind"),
+            label: None,
             seed,
             step: 1,
             sequences: bits.len(),

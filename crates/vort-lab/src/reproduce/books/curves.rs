@@ -63,7 +63,7 @@ pub(super) fn measure(
         .iter()
         .zip(results)
         .filter_map(|(c, e)| {
-            let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(&e.mixer, c)));
+            let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(e.label(), c)));
             let metrics = dir.metrics();
             // (step, bits per byte) of every logged step
             let pts: Vec<(u64, f64)> = metrics
@@ -74,7 +74,7 @@ pub(super) fn measure(
                 .iter()
                 .filter_map(|m| Some((m.step, m.val_loss? / std::f64::consts::LN_2)))
                 .collect();
-            curve(&e.mixer, c.seed, c.train.steps, &pts).map(|r| CurveRow { held_out, ..r })
+            curve(e.label(), c.seed, c.train.steps, &pts).map(|r| CurveRow { held_out, ..r })
         })
         .collect()
 }

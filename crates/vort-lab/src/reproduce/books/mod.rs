@@ -78,7 +78,9 @@ pub fn preset(
             message: format!("no mixer {mixer:?}"),
         })?;
     let mut config = p.run_config(cell, m, p.lrs_of(cell, m)[0], seed)?;
-    config.task.data_dir = data_dir.into();
+    if let Some(books) = config.task.books_mut() {
+        books.data_dir = data_dir.into();
+    }
     Ok(NamedRun {
         name: m.name.clone(),
         role: m.role,
@@ -94,7 +96,9 @@ pub fn preset(
 pub fn plan(scale: Scale, data_dir: &str) -> Result<Vec<NamedRun>, TrainError> {
     let mut runs = embedded(scale)?.named_runs()?;
     for r in &mut runs {
-        r.config.task.data_dir = data_dir.into();
+        if let Some(books) = r.config.task.books_mut() {
+            books.data_dir = data_dir.into();
+        }
     }
     Ok(runs)
 }
@@ -126,7 +130,7 @@ impl Skipped {
     /// The run of `e` left out because it needs marks ([`NEEDS_MARKS`]), or None.
     fn needing_marks(c: &RunConfig, e: &EvalResult) -> Option<Skipped> {
         c.model.mixer.needs_marks().then(|| Skipped {
-            mixer: e.mixer.clone(),
+            mixer: e.label().to_string(),
             seed: e.seed,
             why: NEEDS_MARKS.into(),
         })
@@ -144,7 +148,7 @@ impl Skipped {
     ) -> Result<Result<(vort::model::Model, u64), Skipped>, TrainError> {
         let Ok((_, mut model, _vm, step)) = dir.load_model() else {
             return Ok(Err(Skipped {
-                mixer: e.mixer.clone(),
+                mixer: e.label().to_string(),
                 seed: e.seed,
                 why: "no weights kept".into(),
             }));
@@ -413,7 +417,10 @@ pub fn run_plan_with(
     };
     std::fs::create_dir_all(out_dir).map_err(|e| train::checkpoint::io(out_dir, e))?;
     if let Some(r) = runs.first() {
-        record_data(Path::new(&r.config.task.data_dir), out_dir)?;
+        record_data(
+            Path::new(&r.config.task.data_dir().unwrap_or_default()),
+            out_dir,
+        )?;
     }
     let trained = train_named(runs, out_dir, mode)?;
     release_seed0_weights(&trained.configs, &trained.results, out_dir)?;
@@ -508,7 +515,7 @@ fn release_seed0_weights(
     out_dir: &Path,
 ) -> Result<(), TrainError> {
     for (c, e) in runs.iter().zip(results).filter(|(c, _)| c.seed == 0) {
-        let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(&e.mixer, c)));
+        let dir = train::RunDir::new(out_dir.join(crate::reproduce::run_path(e.label(), c)));
         if dir.has_checkpoint() {
             dir.release_weights()?;
         }
@@ -600,13 +607,10 @@ fn write_report(
 /// the BPC by context bucket, the overall BPC, throughput, and the α means of VORT's kind.
 fn rows(results: &[EvalResult], tps: &[f64]) -> Vec<BooksRow> {
     let mut rows = Vec::new();
-    let memories = Memories::new(
-        results.iter().map(|r| r.mixer.as_str()),
-        &crate::reproduce::KINDS,
-    );
+    let memories = Memories::new(results.iter().map(|r| r.label()), &crate::reproduce::KINDS);
     for memory in memories.order() {
         let idx: Vec<usize> = (0..results.len())
-            .filter(|&i| results[i].mixer == *memory)
+            .filter(|&i| results[i].label() == memory)
             .collect();
         let buckets = (0..CONTEXT_BUCKETS.len())
             .map(|b| {
@@ -724,7 +728,7 @@ fn intro(rep: &BooksReport, runs: &[NamedRun]) -> String {
                 .unwrap_or_default(),
             rep.runs.first().map_or(0, |r| r.sequences),
             c.task.seq_len,
-            c.task.data_dir
+            c.task.data_dir().unwrap_or_default()
         );
     }
     s

@@ -62,7 +62,7 @@ pub(super) fn measure(
             skipped.push(k);
             continue;
         }
-        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(&e.mixer, c)));
+        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(e.label(), c)));
         let cached = std::fs::read_to_string(dir.retrieval_path())
             .ok()
             .and_then(|t| serde_json::from_str::<RetrievalRow>(&t).ok())
@@ -91,7 +91,7 @@ pub(super) fn measure(
             |_, _| {},
         )?;
         let row = RetrievalRow {
-            mixer: e.mixer.clone(),
+            mixer: e.label().to_string(),
             seed: c.seed,
             step,
             text_bytes: text.len(),

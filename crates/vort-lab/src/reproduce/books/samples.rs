@@ -88,7 +88,7 @@ pub(super) fn measure(
             skipped.push(k);
             continue;
         }
-        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(&e.mixer, c)));
+        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(e.label(), c)));
         let cached = std::fs::read_to_string(dir.sample_path())
             .ok()
             .and_then(|t| serde_json::from_str::<SampleRow>(&t).ok())
@@ -120,7 +120,7 @@ pub(super) fn measure(
         };
         let drawn = generate(&mut model, &text, &opts, |_| Ok(()))?;
         let row = SampleRow {
-            mixer: e.mixer.clone(),
+            mixer: e.label().to_string(),
             seed: c.seed,
             step,
             prompt: prompt.clone(),

@@ -100,14 +100,14 @@ pub(super) fn measure(
     let text = &book.bytes[..book.bytes.len().min(max_bytes)];
     let (mut rows, mut skipped) = (Vec::new(), Vec::new());
     for (c, e) in runs.iter().zip(results) {
-        if !STREAMED.contains(&c.model.mixer.kind()) {
+        if !STREAMED.contains(&c.model.mixer.kind().name()) {
             continue;
         }
         if let Some(k) = Skipped::needing_marks(c, e) {
             skipped.push(k);
             continue;
         }
-        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(&e.mixer, c)));
+        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(e.label(), c)));
         if let Some(row) = stream_run((c, e), &dir, (&book.title, text), progress)? {
             rows.push(row);
         }
@@ -183,7 +183,7 @@ fn stream_run(
     let resets = reset_sweep(&model, text, c.task.seq_len, &result)?;
     bar.finish_and_clear();
     let row = StreamRow {
-        mixer: e.mixer.clone(),
+        mixer: e.label().to_string(),
         seed: c.seed,
         step,
         book: title.to_string(),
@@ -203,7 +203,7 @@ fn streamed_these(
     (title, text): (&str, &[u8]),
     r: &StreamRow,
 ) -> bool {
-    r.mixer == e.mixer
+    r.mixer == e.label()
         && r.seed == c.seed
         && r.step == e.step
         && r.book == title
@@ -277,7 +277,7 @@ fn reset_windows(rep: &BooksReport, r: &StreamRow) -> Vec<(f64, f64)> {
     let Some(e) = rep
         .runs
         .iter()
-        .find(|e| e.mixer == r.mixer && e.seed == r.seed)
+        .find(|e| e.label() == r.mixer && e.seed == r.seed)
     else {
         return Vec::new();
     };
@@ -448,7 +448,7 @@ fn reset_columns(rep: &BooksReport, r: &StreamRow, carried: &StreamResult) -> (S
     let reset = rep
         .runs
         .iter()
-        .filter(|e| e.mixer == r.mixer && e.seed == r.seed)
+        .filter(|e| e.label() == r.mixer && e.seed == r.seed)
         .flat_map(|e| e.per_book.iter().filter(|b| b.label == r.book))
         .next();
     match reset {

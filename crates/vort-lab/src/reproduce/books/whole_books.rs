@@ -67,13 +67,13 @@ pub(super) fn measure(
         }
         if matches!(c.model.mixer, vort::Mixer::Softmax { window: 0 }) {
             skipped.push(Skipped {
-                mixer: e.mixer.clone(),
+                mixer: e.label().to_string(),
                 seed: c.seed,
                 why: "full softmax attention: its cache grows with the book".into(),
             });
             continue;
         }
-        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(&e.mixer, c)));
+        let dir = RunDir::new(out_dir.join(crate::reproduce::run_path(e.label(), c)));
         let titles: Vec<&str> = books.iter().map(|b| b.0.as_str()).collect();
         let cached = std::fs::read_to_string(dir.whole_books_path())
             .ok()
@@ -99,7 +99,7 @@ pub(super) fn measure(
         let dev = train::device();
         let result = stream_books_by_context(&model, &books, c.task.seq_len, &dev, |_, _| {})?;
         let row = WholeBooksRow {
-            mixer: e.mixer.clone(),
+            mixer: e.label().to_string(),
             seed: c.seed,
             step,
             result,

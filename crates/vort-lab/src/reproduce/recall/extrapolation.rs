@@ -83,7 +83,7 @@ fn plot(rep: &RecallReport, out: &Path) -> Result<(), TrainError> {
             .iter()
             .filter(|c| c.cell == cell)
             .map(|c| {
-                let mut pts = vec![(c.seq_len as f64, c.mean_sd().0)];
+                let mut pts = vec![(c.seq_len() as f64, c.mean_sd().0)];
                 let nx = c.seeds[0].extrapolation.len();
                 for i in 0..nx {
                     let (k, n) = extrapolations(c, i)

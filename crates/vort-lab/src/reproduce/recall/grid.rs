@@ -39,7 +39,7 @@ fn grid_cells(rep: &RecallReport) -> Vec<(usize, usize)> {
         .cells
         .iter()
         .filter(|c| c.section != Section::Lags)
-        .map(|c| (c.seq_len, c.num_kv_pairs))
+        .map(|c| (c.seq_len(), c.num_kv_pairs()))
         .collect();
     cells.sort_unstable();
     cells.dedup();
@@ -56,7 +56,7 @@ fn grid_points(
     rep.cells
         .iter()
         .filter(|c| {
-            c.section != Section::Lags && c.mixer == mixer && (c.seq_len, c.num_kv_pairs) == lk
+            c.section != Section::Lags && c.mixer == mixer && (c.seq_len(), c.num_kv_pairs()) == lk
         })
         .map(|c| (x(c), c.mean_sd().0))
         .collect()

@@ -303,7 +303,7 @@ fn size_trend(rep: &RecallReport, ladder: &[&str], out: &Path) -> Result<String,
                 .map(|w| w.to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
-            base.seq_len
+            base.seq_len()
         ));
         let mut series = Vec::new();
         for m in &mixers {
@@ -342,8 +342,8 @@ fn size_trend(rep: &RecallReport, ladder: &[&str], out: &Path) -> Result<String,
 fn size_points(rep: &RecallReport, base: &CellResult) -> (Vec<usize>, Vec<SizePoint>) {
     let same_task = |c: &&CellResult| {
         c.section == Section::Lags
-            && (c.seq_len, c.num_kv_pairs) == (base.seq_len, base.num_kv_pairs)
-            && c.power_a == base.power_a
+            && (c.seq_len(), c.num_kv_pairs()) == (base.seq_len(), base.num_kv_pairs())
+            && c.task.mqar().map(|m| m.power_a) == base.task.mqar().map(|m| m.power_a)
     };
     let mut widths: Vec<usize> = rep
         .cells

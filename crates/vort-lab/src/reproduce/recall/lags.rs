@@ -107,14 +107,14 @@ fn paper_lines(rep: &RecallReport, cell: &str, names: &[String]) -> Vec<Series> 
         let Some(x) = paper_lag_number(&c.mixer) else {
             continue;
         };
-        if drawn.contains(&x) || c.seq_len <= 1000 {
+        if drawn.contains(&x) || c.seq_len() <= 1000 {
             continue;
         }
         drawn.push(x);
         series.push(
             Series::dashed(
                 format!("paper, lags > 1000: {} {x}%", c.mixer),
-                vec![(1001.0, x / 100.0), (c.seq_len as f64, x / 100.0)],
+                vec![(1001.0, x / 100.0), (c.seq_len() as f64, x / 100.0)],
             )
             .with_color(color_of(names, &c.mixer)),
         );
@@ -140,7 +140,7 @@ pub(super) fn far_answers(c: &CellResult) -> Vec<(Vec<(usize, usize)>, usize)> {
             .collect();
         (per_seed, c.seeds[0].extrapolation[i].seq_len)
     });
-    std::iter::once((own, c.seq_len))
+    std::iter::once((own, c.seq_len()))
         .chain(scored)
         .filter(|(s, _)| s.iter().any(|r| r.1 > 0))
         .collect()

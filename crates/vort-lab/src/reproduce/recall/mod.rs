@@ -190,18 +190,22 @@ fn cell_row(c: &CellResult) -> String {
     let steps: Vec<String> = c.seeds.iter().map(|r| r.steps.to_string()).collect();
     let tps = c.seeds.iter().map(|r| r.tokens_per_s).sum::<f64>() / c.seeds.len() as f64;
     // a model trained on a mixture of shorter lengths is tested at L
-    let len = if c.train_mix.is_empty() {
-        c.seq_len.to_string()
+    let mix = c.task.train_mix();
+    let len = if mix.is_empty() {
+        c.seq_len().to_string()
     } else {
-        let l: Vec<String> = c.train_mix.iter().map(|m| m.seq_len.to_string()).collect();
-        format!("{} (trained on {})", c.seq_len, l.join("/"))
+        let l: Vec<String> = mix.iter().map(|m| m.seq_len.to_string()).collect();
+        format!("{} (trained on {})", c.seq_len(), l.join("/"))
     };
+    let (pairs, gaps) = c.task.mqar().map_or(("-".into(), "-".into()), |m| {
+        (m.num_kv_pairs.to_string(), m.power_a.to_string())
+    });
     format!(
         "| {} | {} | {} | {} | {} | {} | {} | {} | {} ± {} | {} | {} | {:.0} |\n",
         c.cell,
         len,
-        c.num_kv_pairs,
-        c.power_a,
+        pairs,
+        gaps,
         c.d_model,
         c.mixer,
         c.state_floats,
@@ -322,10 +326,14 @@ mod fixtures {
             cell: "lags".into(),
             section: Section::Lags,
             mixer: mixer.into(),
-            seq_len,
-            num_kv_pairs: 32,
-            power_a: 1.0,
-            train_mix: Vec::new(),
+            kind: mixer.parse().expect("a mixer kind"),
+            task: {
+                let mut t = crate::tasks::TaskConfig::of_kind(crate::tasks::TaskKind::Mqar);
+                t.seq_len = seq_len;
+                let m = t.mqar_mut().expect("an MQAR task");
+                (m.num_kv_pairs, m.power_a) = (32, 1.0);
+                t
+            },
             d_model: 64,
             state_floats: 0,
             sweep: Vec::new(),

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Preset, Section};
-use crate::tasks::MixLength;
+use crate::tasks::TaskConfig;
 use crate::train::eval::LagAccuracy;
 use crate::train::RunConfig;
 use vort::Mixer;
@@ -74,17 +74,13 @@ pub struct CellResult {
     pub cell: String,
     /// Section.
     pub section: Section,
-    /// Mixer name.
+    /// The mixer's name in the preset (its settings are the preset's mixer of this name).
     pub mixer: String,
-    /// Sequence length L.
-    pub seq_len: usize,
-    /// Pairs K.
-    pub num_kv_pairs: usize,
-    /// Gap law exponent a.
-    pub power_a: f64,
-    /// The training mixture of lengths (empty: trained at L).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub train_mix: Vec<MixLength>,
+    /// The mixer's kind.
+    pub kind: vort::MixerKind,
+    /// The cell's task: its kind, length L and settings (MQAR: pairs K, gap law a, the
+    /// training mixture of lengths).
+    pub task: TaskConfig,
     /// d_model.
     pub d_model: usize,
     /// Recurrent state of the whole model in floats at length L (softmax: its KV cache).
@@ -98,6 +94,16 @@ pub struct CellResult {
 }
 
 impl CellResult {
+    /// The sequence length L the cell tests at.
+    pub fn seq_len(&self) -> usize {
+        self.task.seq_len
+    }
+
+    /// MQAR's pairs K (0 for another task).
+    pub fn num_kv_pairs(&self) -> usize {
+        self.task.mqar().map_or(0, |m| m.num_kv_pairs)
+    }
+
     /// Mean and sample sd of the test accuracy over seeds.
     pub fn mean_sd(&self) -> (f64, f64) {
         let x: Vec<f64> = self.seeds.iter().map(|r| r.accuracy).collect();

@@ -34,7 +34,9 @@ fn extrapolate(
     }
     let mut cx = c.clone();
     cx.task.seq_len = seq_len;
-    cx.task.test_examples = examples;
+    if let Some(m) = cx.task.mqar_mut() {
+        m.test_examples = examples;
+    }
     match &mut cx.model.mixer {
         Mixer::Vort { nodes, .. } if nodes.horizon != 0 && nodes.horizon < seq_len as u64 => {
             nodes.horizon = seq_len as u64;
@@ -346,10 +348,8 @@ impl Pass<'_> {
             cell: cell.name.clone(),
             section: cell.section,
             mixer: mixer.name.clone(),
-            seq_len: c.task.seq_len,
-            num_kv_pairs: c.task.num_kv_pairs,
-            power_a: c.task.power_a,
-            train_mix: c.task.train_mix.clone(),
+            kind: c.model.mixer.kind(),
+            task: c.task.clone(),
             d_model: c.model.d_model,
             state_floats: state_floats(&c, model_nodes),
             sweep,

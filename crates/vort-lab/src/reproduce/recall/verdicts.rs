@@ -75,7 +75,7 @@ fn far_per_seed(c: &CellResult, len: usize) -> Vec<(u64, Scores)> {
     c.seeds
         .iter()
         .map(|r| {
-            let buckets = if len == c.seq_len {
+            let buckets = if len == c.seq_len() {
                 Some(&r.buckets)
             } else {
                 r.extrapolation

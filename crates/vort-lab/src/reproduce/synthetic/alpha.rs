@@ -36,7 +36,7 @@ pub(super) fn figures(
 ) -> Result<(), TrainError> {
     let vort: Vec<&&EvalResult> = of_task
         .iter()
-        .filter(|r| r.mixer == "vort" && r.alpha.is_some())
+        .filter(|r| r.label() == "vort" && r.alpha.is_some())
         .collect();
     if vort.is_empty() {
         return Ok(());

@@ -88,7 +88,7 @@ fn runs_of<'a>(rep: &'a Report, task: TaskKind, memory: &str) -> Vec<&'a EvalRes
     let mut v: Vec<&EvalResult> = rep
         .runs
         .iter()
-        .filter(|e| e.task == task && e.mixer == memory)
+        .filter(|e| e.task == task && e.label() == memory)
         .collect();
     v.sort_by_key(|e| e.seed);
     v
@@ -174,7 +174,7 @@ pub(super) fn figure(
 ) -> Result<(), TrainError> {
     let mut series = Vec::new();
     for (ci, memory) in crate::reproduce::KINDS.iter().enumerate() {
-        let rs: Vec<&&EvalResult> = of_task.iter().filter(|r| r.mixer == *memory).collect();
+        let rs: Vec<&&EvalResult> = of_task.iter().filter(|r| r.label() == *memory).collect();
         if rs.is_empty() {
             continue;
         }
@@ -239,7 +239,8 @@ mod tests {
             .collect();
         EvalResult {
             task: TaskKind::Zipf,
-            mixer: memory.to_string(),
+            mixer: memory.parse().expect("a mixer kind"),
+            label: None,
             seed,
             step: 1,
             sequences: 1,

@@ -167,7 +167,8 @@ pub fn run_plan(plan: &Plan, out_dir: &Path, mode: runner::Mode) -> Result<Repor
     let chance = plan
         .runs
         .first()
-        .map_or(f64::NAN, |c| 100.0 / c.task.n_values as f64);
+        .and_then(|c| c.task.planted())
+        .map_or(f64::NAN, |p| 100.0 / p.n_values as f64);
     for task in TaskKind::SYNTHETIC {
         let of_task: Vec<&EvalResult> = results.iter().filter(|r| r.task == task).collect();
         if of_task.is_empty() {
@@ -202,7 +203,7 @@ fn rows(results: &[EvalResult], tps: &[f64]) -> Vec<Row> {
     for task in TaskKind::SYNTHETIC {
         for memory in crate::reproduce::KINDS {
             let idx: Vec<usize> = (0..results.len())
-                .filter(|&i| results[i].task == task && results[i].mixer == *memory)
+                .filter(|&i| results[i].task == task && results[i].label() == memory)
                 .collect();
             if idx.is_empty() {
                 continue;
@@ -263,8 +264,9 @@ fn markdown(rep: &Report, plan: &Plan) -> String {
         let chance = plan
             .runs
             .iter()
-            .find(|c| c.task.kind == task)
-            .map_or(f64::NAN, |c| 1.0 / c.task.n_values as f64);
+            .find(|c| c.task.kind() == task)
+            .and_then(|c| c.task.planted())
+            .map_or(f64::NAN, |p| 1.0 / p.n_values as f64);
         s.push_str(&format!("## {}\n\n", task.name()));
         s.push_str(&lags::markdown(rep, task, &rows, chance));
         s.push_str(&alpha::markdown(rep, task));
@@ -303,7 +305,7 @@ fn intro(rep: &Report, plan: &Plan) -> String {
     s += &runner::diverged_markdown(&rep.diverged);
     let kinds: Vec<String> = crate::reproduce::KINDS
         .iter()
-        .filter(|k| !plan.runs.iter().any(|r| r.model.mixer.kind() == **k))
+        .filter(|k| !plan.runs.iter().any(|r| r.model.mixer.kind().name() == **k))
         .map(|k| k.to_string())
         .collect();
     if !kinds.is_empty() {
@@ -314,6 +316,7 @@ fn intro(rep: &Report, plan: &Plan) -> String {
         ));
     }
     if let Some(c) = plan.runs.first() {
+        let p = c.task.planted().cloned().unwrap_or_default();
         s.push_str(&format!(
             "Setting: T = {}, L_max = {}, {} queries per sequence, {} values (chance {:.1}%), \
              model d_model = {}, {} layer(s), {} heads × {}, {} features, {} steps × {} \
@@ -322,10 +325,10 @@ fn intro(rep: &Report, plan: &Plan) -> String {
              entropy in units of ln V. Full configs: \
              `runs/<task>/<memory>/seed<k>/config.toml`.\n\n",
             c.task.seq_len,
-            c.task.max_lag,
-            c.task.queries,
-            c.task.n_values,
-            100.0 / c.task.n_values as f64,
+            p.max_lag,
+            p.queries,
+            p.n_values,
+            100.0 / p.n_values as f64,
             c.model.d_model,
             c.model.layers,
             c.model.heads,

@@ -373,6 +373,10 @@ pub enum Experiments {
     /// the paper's lag claim, every mixer through one code path (presets:
     /// configs/recall/*.toml).
     Recall,
+    /// The paper's Exp 2: entity label copy at uniform lags, on recall's runner (the softmax
+    /// gate in each cell, swept learning rates, paired verdicts, α by role; presets:
+    /// configs/exp2/*.toml, only --quick embedded until the pilots choose a setting).
+    Exp2,
     /// Superseded: the sparse Zipf-lag retrieval and entity label copy tasks (docs/DESIGN.md
     /// §3, first two claims), where every model sat near chance.
     Synthetic,
@@ -383,7 +387,7 @@ pub enum Experiments {
 
 #[derive(Debug, Args)]
 pub struct ReproduceArgs {
-    /// recall (default), books, or the superseded synthetic tasks.
+    /// recall (default), exp2, books, or the superseded synthetic tasks.
     #[arg(value_enum, default_value = "recall")]
     what: Experiments,
     /// The default: the smallest settings. On 2 cores: recall about 21 minutes (measured
@@ -472,6 +476,7 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
     let scale = a.scale();
     let experiment: Box<dyn reproduce::Experiment> = match a.what {
         Experiments::Recall => Box::new(reproduce::Recall),
+        Experiments::Exp2 => Box::new(reproduce::Exp2),
         Experiments::Synthetic => Box::new(reproduce::Synthetic),
         Experiments::Books => Box::new(reproduce::Books {
             data_dir: a

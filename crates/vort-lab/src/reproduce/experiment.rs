@@ -11,7 +11,7 @@ use super::Shard;
 use crate::tasks::TaskKind;
 use crate::train::TrainError;
 
-/// A reproduction: [`Recall`], [`Books`] or [`Synthetic`].
+/// A reproduction: [`Recall`], [`Exp2`], [`Books`] or [`Synthetic`].
 pub trait Experiment {
     /// Its name on the command line (`vort reproduce <name>`).
     fn name(&self) -> &'static str;
@@ -83,23 +83,60 @@ impl Experiment for Recall {
     }
 
     fn shard(&self, preset: &Preset, out: &Path, shard: Shard) -> Result<String, TrainError> {
-        let rep = super::recall::run_shard(preset, out, true, shard)?;
-        let runs: usize = rep
-            .cells
-            .iter()
-            .map(|c| c.sweep.len() + c.seeds.len() - 1)
-            .sum();
-        let what = format!("{} (cell, mixer) pairs, {runs} runs", rep.cells.len());
-        Ok(shard_line(shard, what, out))
+        sweep_shard(preset, out, shard)
     }
 
     fn run(&self, preset: &Preset, out: &Path, mode: Mode) -> Result<usize, TrainError> {
-        let rep = super::recall::run(preset, out, mode.progress, mode.train_missing)?;
-        if rep.gate_passed == Some(false) {
-            eprintln!("gate FAILED: softmax attention did not solve the gate cell");
-        }
-        Ok(rep.cells.iter().map(|c| c.seeds.len()).sum())
+        sweep_run(preset, out, mode)
     }
+}
+
+/// The paper's Exp 2, entity label copy at uniform lags, on the recall runner: the softmax
+/// gate, learning rates swept per (cell, mixer), seeds, paired verdicts by lag, α by role.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Exp2;
+
+impl Experiment for Exp2 {
+    fn name(&self) -> &'static str {
+        "exp2"
+    }
+
+    fn trains(&self, kind: TaskKind) -> bool {
+        kind == TaskKind::LabelCopy
+    }
+
+    fn needs(&self) -> &'static str {
+        "label-copy"
+    }
+
+    fn shard(&self, preset: &Preset, out: &Path, shard: Shard) -> Result<String, TrainError> {
+        sweep_shard(preset, out, shard)
+    }
+
+    fn run(&self, preset: &Preset, out: &Path, mode: Mode) -> Result<usize, TrainError> {
+        sweep_run(preset, out, mode)
+    }
+}
+
+/// One shard of a preset on the recall runner (cells × mixers, learning rates swept).
+fn sweep_shard(preset: &Preset, out: &Path, shard: Shard) -> Result<String, TrainError> {
+    let rep = super::recall::run_shard(preset, out, true, shard)?;
+    let runs: usize = rep
+        .cells
+        .iter()
+        .map(|c| c.sweep.len() + c.seeds.len() - 1)
+        .sum();
+    let what = format!("{} (cell, mixer) pairs, {runs} runs", rep.cells.len());
+    Ok(shard_line(shard, what, out))
+}
+
+/// A preset on the recall runner, then its report.
+fn sweep_run(preset: &Preset, out: &Path, mode: Mode) -> Result<usize, TrainError> {
+    let rep = super::recall::run(preset, out, mode.progress, mode.train_missing)?;
+    if rep.gate_passed == Some(false) {
+        eprintln!("gate FAILED: softmax attention did not solve the gate cell");
+    }
+    Ok(rep.cells.iter().map(|c| c.seeds.len()).sum())
 }
 
 /// Byte-level language modelling on the books corpus in `data_dir`, streaming the first

@@ -1,7 +1,8 @@
 //! `reproduce`: the experiments that put the paper's claims beside measurements, each with its
-//! report: `recall` (Zoology's MQAR: the gate, the grid, the lag claim), `books` (byte-level
-//! language modelling, the PG-19 claim) and the superseded synthetic tasks (this module's
-//! [`run`]). Each is an [`Experiment`] ([`Recall`], [`Books`], [`Synthetic`]: what its presets
+//! report: `recall` (Zoology's MQAR: the gate, the grid, the lag claim), `exp2` (the paper's
+//! entity label copy at uniform lags, on recall's runner), `books` (byte-level language
+//! modelling, the PG-19 claim) and the superseded synthetic tasks (this module's [`run`]). Each
+//! is an [`Experiment`] ([`Recall`], [`Exp2`], [`Books`], [`Synthetic`]: what its presets
 //! train, a shard, the whole run and its report), which `vort reproduce` dispatches to. The
 //! helpers they share are here: the scale, training or reusing a run, and the paper's learned
 //! orders.
@@ -26,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::plot::Series;
 use crate::train::{RunConfig, TrainError};
-pub use experiment::{Books, Experiment, Recall, Synthetic};
+pub use experiment::{Books, Exp2, Experiment, Recall, Synthetic};
 use preset::NamedRun;
 pub use synthetic::{paper_number, preset, run, run_plan, Plan, Report, Row};
 

@@ -16,10 +16,10 @@ pub enum Claim {
 }
 
 impl Claim {
-    /// The claim a synthetic task measures (None for the other tasks).
+    /// The claim a task measures (None for books, whose claim is in bits).
     pub fn of_task(task: TaskKind) -> Option<Claim> {
         match task {
-            TaskKind::Zipf => Some(Claim::Recall),
+            TaskKind::Zipf | TaskKind::Mqar => Some(Claim::Recall),
             TaskKind::LabelCopy => Some(Claim::LabelCopy),
             _ => None,
         }
@@ -56,6 +56,22 @@ fn row_of(mixer: &str) -> Option<Row> {
     }
 }
 
+/// The paper's rows of `claim` in words: "power law 79.4%, exponential 52.3%, 5-exponential
+/// mixture 61.8%" (accuracy claims).
+pub fn accuracies(claim: Claim) -> String {
+    let name = |r: Row| match r {
+        Row::PowerLaw => "power law",
+        Row::Exponential => "exponential",
+        Row::Mixture => "5-exponential mixture",
+    };
+    TABLE
+        .iter()
+        .filter(|(c, _, _)| *c == claim)
+        .map(|&(_, r, x)| format!("{} {x}%", name(r)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The paper's number for `mixer` under `claim` (None where the paper has no row for it).
 pub fn number(claim: Claim, mixer: &str) -> Option<f64> {
     let row = row_of(mixer)?;
@@ -78,5 +94,13 @@ mod tests {
         assert_eq!(number(Claim::LabelCopy, "mixture"), None);
         assert_eq!(number(Claim::BooksBpc, "power-law"), Some(1.56));
         assert_eq!(number(Claim::BooksBpc, "softmax"), None);
+        assert_eq!(
+            accuracies(Claim::Recall),
+            "power law 79.4%, exponential 52.3%, 5-exponential mixture 61.8%"
+        );
+        assert_eq!(
+            accuracies(Claim::LabelCopy),
+            "power law 82.7%, exponential 58.4%"
+        );
     }
 }

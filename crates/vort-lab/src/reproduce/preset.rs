@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::train::{RunConfig, TrainError};
 
 /// The embedded presets: (experiment, scale, TOML text).
-pub const PRESETS: [(&str, &str, &str); 9] = [
+pub const PRESETS: [(&str, &str, &str); 10] = [
     (
         "recall",
         "quick",
@@ -23,6 +23,11 @@ pub const PRESETS: [(&str, &str, &str); 9] = [
         "recall",
         "full",
         include_str!("../../../../configs/recall/full.toml"),
+    ),
+    (
+        "exp2",
+        "quick",
+        include_str!("../../../../configs/exp2/quick.toml"),
     ),
     (
         "books",
@@ -297,7 +302,7 @@ impl Preset {
     }
 
     /// The embedded preset `name` ("quick", "medium", "full") of `experiment` ("recall",
-    /// "books", "synthetic").
+    /// "books", "synthetic"; "exp2" has "quick" until its pilots choose a setting).
     ///
     /// # Errors
     /// An unknown name; a preset that does not parse (a bug, caught by the tests).
@@ -307,9 +312,22 @@ impl Preset {
             .find(|(e, n, _)| *e == experiment && *n == name)
             .ok_or_else(|| TrainError::Config {
                 path: format!("{experiment}/{name}"),
-                message: "unknown preset (quick|medium|full of recall|books|synthetic)".into(),
+                message: "unknown preset (quick|medium|full of recall|books|synthetic; quick of \
+                          exp2)"
+                    .into(),
             })?;
         Self::from_toml(text, &format!("configs/{experiment}/{name}.toml"))
+    }
+
+    /// The task of the base run config (`[base.task]`'s kind; a cell may change its settings,
+    /// not its kind).
+    pub fn task_kind(&self) -> crate::tasks::TaskKind {
+        self.base
+            .get("task")
+            .and_then(|t| t.get("kind"))
+            .and_then(|k| k.as_str())
+            .and_then(|k| k.parse().ok())
+            .unwrap_or_default()
     }
 
     /// Every run of the preset in order (cell, mixer, the preset's first learning rate, seed),
@@ -469,8 +487,14 @@ mod tests {
             assert_eq!(
                 p.cells.iter().any(|c| c.section == Section::Gate),
                 experiment == "recall",
-                "{experiment}/{name}: a recall preset has a gate cell, the others no sections"
+                "{experiment}/{name}: a recall preset has a gate cell, the others none"
             );
+            if experiment == "exp2" {
+                // its gate is the softmax run of each lags cell
+                assert_eq!(p.task_kind(), crate::tasks::TaskKind::LabelCopy);
+                assert!(p.cells.iter().all(|c| c.section == Section::Lags));
+                assert_eq!(p.with_role(Role::Gate), ["softmax"]);
+            }
         }
     }
 

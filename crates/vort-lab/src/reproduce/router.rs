@@ -20,8 +20,8 @@
 use candle_core::{Tensor, D};
 use serde::{Deserialize, Serialize};
 
-use crate::tasks::{Batch, Source, Stream, TaskKind};
-use crate::train::eval::{self, mqar_role, MQAR_ROLES};
+use crate::tasks::{Batch, Source, Stream};
+use crate::train::eval;
 use crate::train::{checkpoint, marks_tensor, tokens_tensor, RunConfig, RunDir, TrainError};
 use vort::{Mixer, Routing};
 
@@ -72,39 +72,8 @@ pub fn routing_label(r: Routing) -> String {
     }
 }
 
-/// The roles of a task's tokens, and which of them are memorable (what the paper's router
-/// should give a high α): MQAR's keys and values, books' entity bytes, the memorable tokens
-/// of the other tasks.
-pub fn roles(kind: TaskKind) -> Vec<(&'static str, bool)> {
-    match kind {
-        TaskKind::Mqar => MQAR_ROLES
-            .iter()
-            .map(|&r| (r, r == "key" || r == "value"))
-            .collect(),
-        TaskKind::Books => vec![("entity", true), ("function word", false), ("other", false)],
-        _ => vec![("memorable", true), ("other", false)],
-    }
-}
-
-/// The role (an index into [`roles`]) of position `j` of sequence `i` of `batch`; `pairs` is
-/// MQAR's 2K (None for the other tasks). Books: entity bytes first, then function words (as
-/// the evaluation's α classes).
-fn role_of(batch: &Batch, kind: TaskKind, pairs: Option<usize>, i: usize, j: usize) -> usize {
-    let f = i * batch.t + j;
-    match (kind, pairs) {
-        (TaskKind::Mqar, Some(p)) => mqar_role(j, p, batch.mask[f]),
-        (TaskKind::Books, _) => {
-            if batch.memorable[f] {
-                0
-            } else if batch.function[f] {
-                1
-            } else {
-                2
-            }
-        }
-        _ => usize::from(!batch.memorable[f]),
-    }
-}
+use crate::tasks::roles::role_of;
+pub use crate::tasks::roles::roles;
 
 /// Pearson's correlation of pairs (x, y), accumulated in one pass (Welford's updates of the
 /// means and co-moments, stable for millions of pairs).

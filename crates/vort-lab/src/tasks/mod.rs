@@ -19,6 +19,7 @@ pub mod mqar;
 mod no_corpus;
 pub mod planted;
 pub mod recall_mix;
+pub mod roles;
 
 use std::sync::Arc;
 

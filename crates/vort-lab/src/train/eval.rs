@@ -11,7 +11,7 @@ use candle_nn::{VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};
 
 use super::{checkpoint, marks_tensor, tokens_tensor, RunConfig, RunDir, TrainError};
-use crate::tasks::{bucket_in, Source, Stream, TaskKind};
+use crate::tasks::{bucket_in, roles, Source, Stream, TaskKind};
 use vort::model::Model;
 
 /// Most α values kept per class in [`AlphaSample`].
@@ -77,25 +77,14 @@ pub struct AlphaSample {
     /// Up to [`ALPHA_SAMPLES`] α values on function-word bytes (books only).
     #[serde(default)]
     pub function: Vec<f32>,
-    /// MQAR: mean α by role of the token, in the order key, value (the pairs), query, filler.
+    /// MQAR and label copy: mean α by role of the token, in the order of
+    /// [`crate::tasks::roles::roles`] (MQAR: key, value, query, filler; label copy: entity,
+    /// label, query, filler).
     #[serde(default)]
     pub mean_by_role: Vec<(String, f64)>,
 }
 
-/// Roles of MQAR tokens for the α table: pair keys, pair values, queries, filler.
-pub const MQAR_ROLES: [&str; 4] = ["key", "value", "query", "filler"];
-
-/// The role of the MQAR token at position `j` of its sequence (an index into [`MQAR_ROLES`]):
-/// the first `pairs` (2K) positions alternate key and value, an answer position (`answer`)
-/// past them is a query, and the rest is filler.
-pub fn mqar_role(j: usize, pairs: usize, answer: bool) -> usize {
-    match (j < pairs, j.is_multiple_of(2), answer) {
-        (true, true, _) => 0,
-        (true, false, _) => 1,
-        (false, _, true) => 2,
-        (false, _, false) => 3,
-    }
-}
+pub use crate::tasks::roles::{mqar_role, MQAR_ROLES};
 
 /// Result of [`evaluate`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -409,7 +398,7 @@ pub fn evaluate_stream(
         AlphaClass::default(),
         AlphaClass::default(),
     );
-    let mut roles = [(0.0f64, 0usize); 4];
+    let mut role_sums = vec![(0.0f64, 0usize); roles::roles(cfg.task.kind()).len()];
     let mut per_window: Vec<WindowScore> = Vec::new();
     let mut done = 0;
     while done < n_seq {
@@ -486,7 +475,11 @@ pub fn evaluate_stream(
             }
         }
         let t = batch.t;
-        let mqar_pairs = cfg.task.mqar().map(|m| 2 * m.num_kv_pairs);
+        let kind = cfg.task.kind();
+        let (pairs, by_role) = (
+            cfg.task.mqar().map(|m| 2 * m.num_kv_pairs),
+            roles::tallied(kind),
+        );
         for a in &alphas {
             let (bb, h, tt) = a.dims3()?;
             let v: Vec<f32> = a.flatten_all()?.to_vec1()?;
@@ -497,10 +490,10 @@ pub fn evaluate_stream(
                         let f = i * t + j;
                         // keep a spread-out subset of the (many) frequent-class tokens
                         let spread = (j + 7 * hh) % 16 == 0;
-                        if let Some(pairs) = mqar_pairs {
-                            let role = mqar_role(j, pairs, batch.mask[f]);
-                            roles[role].0 += f64::from(x);
-                            roles[role].1 += 1;
+                        if by_role {
+                            let role = roles::role_of(&batch, kind, pairs, i, j);
+                            role_sums[role].0 += f64::from(x);
+                            role_sums[role].1 += 1;
                         }
                         if batch.memorable[f] {
                             mem.add(x, true);
@@ -544,11 +537,11 @@ pub fn evaluate_stream(
                 memorable: mem.sample,
                 other: oth.sample,
                 function: func.sample,
-                mean_by_role: MQAR_ROLES
+                mean_by_role: roles::roles(cfg.task.kind())
                     .iter()
-                    .zip(roles)
+                    .zip(role_sums)
                     .filter(|(_, (_, n))| *n > 0)
-                    .map(|(name, (sum, n))| (name.to_string(), sum / n as f64))
+                    .map(|((name, _), (sum, n))| (name.to_string(), sum / n as f64))
                     .collect(),
             })
         } else {

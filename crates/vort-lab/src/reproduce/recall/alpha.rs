@@ -32,52 +32,13 @@ pub(super) fn section(rep: &RecallReport, out: &Path) -> Result<String, TrainErr
                 seed: r.seed,
                 routing: *routing,
                 dir: RunDir::new(out.join(run_path(&c.cell, &c.mixer, Some(r.lr), r.seed))),
-                means: means(r.alpha.as_ref()),
+                means: means(r.alpha.as_ref(), rep.task_kind()),
             })
             .collect(),
         false,
     );
     let by_role = router::figure(&runs, &out.join("alpha_by_role.png"))?;
-    let mut s = String::from(
-        "## Orders α by role (routed VORT runs, test set, mean over layers and heads)\n\n\
-         The paper's router gives what must be remembered a high α (slow power-law decay) \
-         and the rest a low one. Here the memorable tokens are the pairs' keys and values, \
-         the query is the repeated key, the filler is everything else. Every seed of every \
-         routed (cell, mixer) at its chosen rate; the means come from each run's \
-         evaluation.\n\n\
-         | cell | mixer | routing | seed | key | value | query | filler | pairs (key, value) \
-         | the rest | router inputs |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
-    );
-    for ((c, r, routing), run) in routed.iter().zip(&runs) {
-        let role = |name: &str| {
-            r.alpha
-                .as_ref()
-                .and_then(|a| a.mean_by_role.iter().find(|(n, _)| n == name))
-                .map_or("-".to_string(), |(_, x)| format!("{x:.3}"))
-        };
-        let (pairs, rest) = r.alpha.as_ref().map_or(("-".into(), "-".into()), |a| {
-            (
-                format!("{:.3}", a.mean_memorable),
-                format!("{:.3}", a.mean_other),
-            )
-        });
-        s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {pairs} | {rest} | {} |\n",
-            c.cell,
-            c.mixer,
-            router::routing_label(*routing),
-            r.seed,
-            role("key"),
-            role("value"),
-            role("query"),
-            role("filler"),
-            match &run.diagnosis {
-                router::Diagnosis::Measured(_) => "measured (`router.json`)".to_string(),
-                router::Diagnosis::Unavailable(why) => why.clone(),
-            }
-        ));
-    }
-    s.push('\n');
+    let mut s = role_table(rep, &routed, &runs);
     s.push_str(&router::markdown(&runs));
     s.push_str(&format!(
         "Histograms: {}`alpha_hist.png` (pair tokens of every VORT run), \
@@ -90,6 +51,70 @@ pub(super) fn section(rep: &RecallReport, out: &Path) -> Result<String, TrainErr
         }
     ));
     Ok(s)
+}
+
+/// The table of mean α by role of every routed run, with the roles of the report's task
+/// (MQAR: key, value, query, filler; label copy: entity, label, query, filler).
+fn role_table(
+    rep: &RecallReport,
+    routed: &[(&CellResult, &RunResult, Routing)],
+    runs: &[router::RoutedRun],
+) -> String {
+    let kind = rep.task_kind();
+    let roles: Vec<&str> = router::roles(kind).iter().map(|&(n, _)| n).collect();
+    let (memorable, rest_words) = match kind {
+        TaskKind::LabelCopy => (
+            "entity, label",
+            "the entities and their labels where they are introduced, the query is the entity \
+             where it reappears, the filler is everything else (the label echoed after its \
+             query included)",
+        ),
+        _ => (
+            "pairs (key, value)",
+            "the pairs' keys and values, the query is the repeated key, the filler is \
+             everything else",
+        ),
+    };
+    let mut s = format!(
+        "## Orders α by role (routed VORT runs, test set, mean over layers and heads)\n\n\
+         The paper's router gives what must be remembered a high α (slow power-law decay) \
+         and the rest a low one. Here the memorable tokens are {rest_words}. Every seed of \
+         every routed (cell, mixer) at its chosen rate; the means come from each run's \
+         evaluation.\n\n\
+         | cell | mixer | routing | seed | {} | {memorable} | the rest | router inputs |\n\
+         |---|---|---|---|{}---|---|---|\n",
+        roles.join(" | "),
+        "---|".repeat(roles.len()),
+    );
+    for ((c, r, routing), run) in routed.iter().zip(runs) {
+        let role = |name: &str| {
+            r.alpha
+                .as_ref()
+                .and_then(|a| a.mean_by_role.iter().find(|(n, _)| n == name))
+                .map_or("-".to_string(), |(_, x)| format!("{x:.3}"))
+        };
+        let (pairs, rest) = r.alpha.as_ref().map_or(("-".into(), "-".into()), |a| {
+            (
+                format!("{:.3}", a.mean_memorable),
+                format!("{:.3}", a.mean_other),
+            )
+        });
+        let by_role: Vec<String> = roles.iter().map(|n| role(n)).collect();
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {pairs} | {rest} | {} |\n",
+            c.cell,
+            c.mixer,
+            router::routing_label(*routing),
+            r.seed,
+            by_role.join(" | "),
+            match &run.diagnosis {
+                router::Diagnosis::Measured(_) => "measured (`router.json`)".to_string(),
+                router::Diagnosis::Unavailable(why) => why.clone(),
+            }
+        ));
+    }
+    s.push('\n');
+    s
 }
 
 /// Every routed run of the report (the chosen rate's seeds of every (cell, mixer) whose
@@ -112,9 +137,9 @@ fn routed(rep: &RecallReport) -> Result<Vec<(&CellResult, &RunResult, Routing)>,
     Ok(v)
 }
 
-/// The evaluation's mean α by MQAR role ((role, memorable, mean)).
-fn means(a: Option<&AlphaSample>) -> Vec<(String, bool, f64)> {
-    let memorable: Vec<(&str, bool)> = router::roles(TaskKind::Mqar);
+/// The evaluation's mean α by role of `kind`'s tokens ((role, memorable, mean)).
+fn means(a: Option<&AlphaSample>, kind: TaskKind) -> Vec<(String, bool, f64)> {
+    let memorable: Vec<(&str, bool)> = router::roles(kind);
     a.map_or(Vec::new(), |a| {
         a.mean_by_role
             .iter()

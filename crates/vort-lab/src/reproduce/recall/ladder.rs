@@ -18,8 +18,11 @@ use vort::{Mixer, Routing};
 /// The index of the bucket of lags > 1000 in [`BUCKETS`] (the paper's lag claim).
 const LONG: usize = 2;
 
-/// The paper's accuracy at lags > 1000 of its power-law memory (percent).
-const PAPER_LONG: f64 = 79.4;
+/// The paper's accuracy at lags > 1000 of its power-law memory under the report's claim
+/// (percent).
+fn paper_long(rep: &RecallReport) -> f64 {
+    crate::reproduce::paper::number(rep.claim(), "power-law").unwrap_or(f64::NAN)
+}
 
 /// The ladder section: for every ladder cell, the rungs ranked at lags > 1000 with their
 /// paired differences from the claim, the verdict lines, then the size trend.
@@ -194,11 +197,11 @@ fn rung_table(rep: &RecallReport, cell: &str, rungs: &[&CellResult]) -> String {
         };
         s.push_str(&format!(" {delta} |\n"));
     }
-    s.push_str(
+    s.push_str(&format!(
         "\nA seed *learned* the task at >= 50% over all lags; \"not learned\" marks the seeds \
-         below it. The paper's accuracy at lags > 1000: power law 79.4%, exponential 52.3%, \
-         5-exponential mixture 61.8%.\n\n",
-    );
+         below it. The paper's accuracy at lags > 1000: {}.\n\n",
+        crate::reproduce::paper::accuracies(rep.claim())
+    ));
     s
 }
 
@@ -274,6 +277,7 @@ struct SizePoint {
 /// every width: `acc_vs_state_lag.png` and its table, seed 0.
 fn size_trend(rep: &RecallReport, ladder: &[&str], out: &Path) -> Result<String, TrainError> {
     let names = mixer_names(rep);
+    let paper = paper_long(rep);
     let mut panels = Vec::new();
     let mut s = String::new();
     for cell in ladder {
@@ -294,9 +298,9 @@ fn size_trend(rep: &RecallReport, ladder: &[&str], out: &Path) -> Result<String,
              Accuracy at lags > 1000 against the recurrent state per layer (floats at L = {}; \
              softmax: its KV cache). The last column fits accuracy = a + b·log10(state) to \
              each memory's points and reads off the state at which the fit reaches the \
-             paper's {PAPER_LONG}% (an extrapolation: a line through 2-3 points).\n\n\
+             paper's {paper}% (an extrapolation: a line through 2-3 points).\n\n\
              | mixer | state floats per layer: > 1000 % (correct / answers) | slope per 10× \
-             state | state for {PAPER_LONG}% |\n|---|---|---|---|\n",
+             state | state for {paper}% |\n|---|---|---|---|\n",
             cell,
             widths
                 .iter()
@@ -309,7 +313,7 @@ fn size_trend(rep: &RecallReport, ladder: &[&str], out: &Path) -> Result<String,
         for m in &mixers {
             let mut pts: Vec<&SizePoint> = points.iter().filter(|p| &p.mixer == m).collect();
             pts.sort_by(|a, b| a.floats_per_layer.total_cmp(&b.floats_per_layer));
-            let (row, line) = size_row(m, &pts);
+            let (row, line) = size_row(m, &pts, paper);
             s.push_str(&row);
             series.push(line.with_color(color_of(&names, m)));
         }
@@ -317,8 +321,8 @@ fn size_trend(rep: &RecallReport, ladder: &[&str], out: &Path) -> Result<String,
             (l.min(p.floats_per_layer), h.max(p.floats_per_layer))
         });
         series.push(Series::dashed(
-            format!("paper, power law at lags > 1000: {PAPER_LONG}%"),
-            vec![(lo, PAPER_LONG / 100.0), (hi, PAPER_LONG / 100.0)],
+            format!("paper, power law at lags > 1000: {paper}%"),
+            vec![(lo, paper / 100.0), (hi, paper / 100.0)],
         ));
         panels.push(Panel {
             title: format!("{cell}: accuracy at lags > 1000 against state (seed 0, Wilson 95%)"),
@@ -372,7 +376,7 @@ fn size_points(rep: &RecallReport, base: &CellResult) -> (Vec<usize>, Vec<SizePo
 
 /// One memory's row of the size-trend table (its points, the fit's slope and the state it
 /// puts at the paper's accuracy) and its series, `pts` in order of state.
-fn size_row(m: &str, pts: &[&SizePoint]) -> (String, Series) {
+fn size_row(m: &str, pts: &[&SizePoint], paper_long: f64) -> (String, Series) {
     let acc = |p: &SizePoint| p.correct as f64 / p.answers.max(1) as f64;
     let xy: Vec<(f64, f64)> = pts.iter().map(|p| (p.floats_per_layer, acc(p))).collect();
     let bars = pts
@@ -392,7 +396,7 @@ fn size_row(m: &str, pts: &[&SizePoint]) -> (String, Series) {
     let (slope, needed) = match log_fit(&xy) {
         Some((a, b)) if b > 0.0 => (
             format!("{:+.1} points", 100.0 * b),
-            format!("{:.2e}", 10f64.powf((PAPER_LONG / 100.0 - a) / b)),
+            format!("{:.2e}", 10f64.powf((paper_long / 100.0 - a) / b)),
         ),
         Some((_, b)) => (format!("{:+.1} points", 100.0 * b), "never (flat)".into()),
         None => ("-".into(), "-".into()),

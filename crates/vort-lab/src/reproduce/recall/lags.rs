@@ -8,14 +8,16 @@ use super::{
     RecallReport, Section, MIN_BIN,
 };
 use crate::plot::{panels_plot, Panel, Series};
+use crate::reproduce::paper::Claim;
 use crate::reproduce::stats::{lag_curve, pct};
 use crate::tasks::BUCKETS;
 use crate::train::eval::LagAccuracy;
 use crate::train::TrainError;
 
-/// The paper's accuracy at lags > 1000 for `mixer` (percent; [`crate::reproduce::paper`]).
-pub fn paper_lag_number(mixer: &str) -> Option<f64> {
-    crate::reproduce::paper::number(crate::reproduce::paper::Claim::Recall, mixer)
+/// The paper's accuracy at lags > 1000 for `mixer` under `claim` (percent;
+/// [`crate::reproduce::paper`]).
+pub fn paper_lag_number(claim: Claim, mixer: &str) -> Option<f64> {
+    crate::reproduce::paper::number(claim, mixer)
 }
 
 /// The lags section: its table, the accuracy by lag bucket of every (cell, mixer) beside the
@@ -25,13 +27,13 @@ pub(super) fn section(rep: &RecallReport, out: &Path) -> Result<String, TrainErr
     let rows = rows_of(rep, Section::Lags);
     let mut s = cell_table("## The paper's lag claim\n\n", &rows);
     if !rows.is_empty() {
-        s.push_str(&bucket_table(&rows));
+        s.push_str(&bucket_table(&rows, rep.claim()));
     }
     Ok(s)
 }
 
 /// Accuracy by lag bucket (seeds pooled) of `rows`, beside the paper's at lags > 1000.
-fn bucket_table(rows: &[&CellResult]) -> String {
+fn bucket_table(rows: &[&CellResult], claim: Claim) -> String {
     let mut s = String::from(
         "Accuracy by lag bucket (all seeds pooled: correct / answers), beside the paper's \
          accuracy at lags > 1000:\n\n| cell | mixer |",
@@ -56,7 +58,7 @@ fn bucket_table(rows: &[&CellResult]) -> String {
         }
         s.push_str(&format!(
             " {} |\n",
-            paper_lag_number(&c.mixer).map_or("-".into(), |x| format!("{x}"))
+            paper_lag_number(claim, &c.mixer).map_or("-".into(), |x| format!("{x}"))
         ));
     }
     s.push('\n');
@@ -104,7 +106,7 @@ fn paper_lines(rep: &RecallReport, cell: &str, names: &[String]) -> Vec<Series> 
     let mut drawn: Vec<f64> = Vec::new();
     let mut series = Vec::new();
     for c in rep.cells.iter().filter(|c| c.cell == cell) {
-        let Some(x) = paper_lag_number(&c.mixer) else {
+        let Some(x) = paper_lag_number(rep.claim(), &c.mixer) else {
             continue;
         };
         if drawn.contains(&x) || c.seq_len() <= 1000 {

@@ -130,6 +130,20 @@ pub struct RecallReport {
     pub pending: Vec<String>,
 }
 
+impl RecallReport {
+    /// The task of the preset's runs: MQAR (`vort reproduce recall`) or entity label copy
+    /// (`vort reproduce exp2`).
+    pub fn task_kind(&self) -> crate::tasks::TaskKind {
+        self.preset.task_kind()
+    }
+
+    /// The paper's claim the report's lag cells measure (its numbers at lags > 1000).
+    pub fn claim(&self) -> crate::reproduce::paper::Claim {
+        crate::reproduce::paper::Claim::of_task(self.task_kind())
+            .unwrap_or(crate::reproduce::paper::Claim::Recall)
+    }
+}
+
 /// Floats of the recurrent state of `cfg`'s model at sequence length `l`: per layer and head,
 /// N nodes × F features × (head_dim + 1) (the numerator and the normaliser); softmax keeps
 /// keys and values of every token (of the window).

@@ -37,6 +37,10 @@ fn extrapolate(
     if let Some(m) = cx.task.mqar_mut() {
         m.test_examples = examples;
     }
+    // label copy: the lags stay uniform over the whole, longer sequence
+    if let Some(p) = cx.task.planted_mut() {
+        p.max_lag = seq_len - 4;
+    }
     match &mut cx.model.mixer {
         Mixer::Vort { nodes, .. } if nodes.horizon != 0 && nodes.horizon < seq_len as u64 => {
             nodes.horizon = seq_len as u64;

@@ -113,7 +113,7 @@ fn answers_are_recoverable_by_lookup() {
                         assert!(s.entity[a] && s.entity[p]);
                         assert_eq!(a - (p + 1), lag);
                     }
-                    TaskKind::Books | TaskKind::Mqar => {
+                    TaskKind::Books | TaskKind::Mqar | TaskKind::Ruler => {
                         unreachable!("only the sparse synthetic tasks are generated here")
                     }
                 }

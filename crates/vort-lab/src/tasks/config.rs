@@ -1,7 +1,7 @@
 //! The `[task]` table of a run config: the kind, the sequence length, and that kind's settings
 //! only ([`TaskConfig`]). Each kind is one struct ([`PlantedPairs`] for label copy,
-//! [`ZipfTask`], [`MqarTask`], [`BooksTask`]) behind the [`TaskOps`] trait; the match on
-//! [`TaskSpec`] in [`TaskSpec::ops`] is the only one.
+//! [`ZipfTask`], [`MqarTask`], [`BooksTask`], [`RulerTask`]) behind the [`TaskOps`] trait; the
+//! match on [`TaskSpec`] in [`TaskSpec::ops`] is the only one.
 //!
 //! Files are read through the flat form every config was once written in (all twenty fields
 //! in one table): a field of another kind is refused unless it holds that field's default,
@@ -11,6 +11,7 @@
 use serde::{Deserialize, Serialize};
 use vort::vort_math::rng::SplitMix64;
 
+use super::ruler::{self, RulerKind};
 use super::{mqar, planted, Sample, TaskError, TaskKind, BUCKETS, CONTEXT_BUCKETS};
 
 /// What each task kind provides. One struct per kind implements it; [`TaskSpec::ops`] picks
@@ -56,6 +57,24 @@ pub enum TaskSpec {
     Books(BooksTask),
     /// Zoology's multi-query associative recall.
     Mqar(MqarTask),
+    /// RULER's offline synthetic tasks, byte-level.
+    Ruler(RulerTask),
+}
+
+/// RULER's tasks ([`ruler`]): each sequence is one of `tasks`, drawn uniformly (the training
+/// mixture; one task for a RULER table's row).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RulerTask {
+    /// The tasks mixed (niah_single_1, niah_multikey_2, niah_multikey_3, vt, fwe).
+    pub tasks: Vec<RulerKind>,
+}
+
+impl Default for RulerTask {
+    fn default() -> Self {
+        RulerTask {
+            tasks: RulerKind::ALL.to_vec(),
+        }
+    }
 }
 
 /// The synthetic tasks' planted pairs: filler with `queries` (key, value) pairs, each asked
@@ -193,6 +212,7 @@ impl TaskSpec {
             TaskKind::LabelCopy => TaskSpec::LabelCopy(PlantedPairs::default()),
             TaskKind::Books => TaskSpec::Books(BooksTask::default()),
             TaskKind::Mqar => TaskSpec::Mqar(MqarTask::default()),
+            TaskKind::Ruler => TaskSpec::Ruler(RulerTask::default()),
         }
     }
 
@@ -203,6 +223,7 @@ impl TaskSpec {
             TaskSpec::LabelCopy(_) => TaskKind::LabelCopy,
             TaskSpec::Books(_) => TaskKind::Books,
             TaskSpec::Mqar(_) => TaskKind::Mqar,
+            TaskSpec::Ruler(_) => TaskKind::Ruler,
         }
     }
 
@@ -213,6 +234,7 @@ impl TaskSpec {
             TaskSpec::LabelCopy(t) => t,
             TaskSpec::Books(t) => t,
             TaskSpec::Mqar(t) => t,
+            TaskSpec::Ruler(t) => t,
         }
     }
 }
@@ -450,6 +472,35 @@ impl TaskOps for MqarTask {
     }
 }
 
+impl TaskOps for RulerTask {
+    fn vocab(&self) -> usize {
+        256
+    }
+    fn lag_limit(&self, seq_len: usize) -> usize {
+        seq_len
+    }
+    fn validate(&self, seq_len: usize) -> Result<(), String> {
+        if self.tasks.is_empty() {
+            return Err("tasks must name at least one RULER task".into());
+        }
+        let need = self.tasks.iter().map(|k| k.min_len()).max().unwrap_or(0);
+        if seq_len < need {
+            return Err(format!(
+                "seq_len = {seq_len} is too short for these RULER tasks (at least {need} bytes)"
+            ));
+        }
+        Ok(())
+    }
+    fn generate(&self, seq_len: usize, rng: &mut SplitMix64) -> Sample {
+        let kind = self.tasks[rng.below(self.tasks.len() as u64) as usize];
+        ruler::generate(kind, seq_len, rng).map_or_else(
+            // unreachable for a validated config: every task fits in seq_len
+            || Sample::unlabelled(vec![u32::from(b' '); seq_len]),
+            |r| r.sample,
+        )
+    }
+}
+
 /// The flat form of the `[task]` table: every kind's fields in one table, each optional.
 /// [`TaskConfig`] reads through it.
 #[derive(Debug, Default, Deserialize)]
@@ -473,6 +524,7 @@ struct FlatTask {
     train_data: Option<String>,
     test_data: Option<String>,
     train_mix: Option<Vec<MixLength>>,
+    tasks: Option<Vec<RulerKind>>,
 }
 
 /// Takes `field` out of the flat table for a kind that has it (its default when absent).
@@ -524,6 +576,9 @@ impl TryFrom<FlatTask> for TaskConfig {
             TaskKind::Books => TaskSpec::Books(BooksTask {
                 data_dir: take(&mut f.data_dir, BooksTask::default().data_dir),
             }),
+            TaskKind::Ruler => TaskSpec::Ruler(RulerTask {
+                tasks: take(&mut f.tasks, RulerTask::default().tasks),
+            }),
             TaskKind::Mqar => {
                 let d = MqarTask::default();
                 TaskSpec::Mqar(MqarTask {
@@ -574,7 +629,8 @@ impl FlatTask {
         unused(kind, "test_examples", self.test_examples, m.test_examples)?;
         unused(kind, "train_data", self.train_data, m.train_data)?;
         unused(kind, "test_data", self.test_data, m.test_data)?;
-        unused(kind, "train_mix", self.train_mix, m.train_mix)
+        unused(kind, "train_mix", self.train_mix, m.train_mix)?;
+        unused(kind, "tasks", self.tasks, RulerTask::default().tasks)
     }
 }
 

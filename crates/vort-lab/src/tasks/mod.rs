@@ -20,6 +20,7 @@ mod no_corpus;
 pub mod planted;
 pub mod recall_mix;
 pub mod roles;
+pub mod ruler;
 
 use std::sync::Arc;
 
@@ -28,7 +29,8 @@ use serde::{Deserialize, Serialize};
 #[cfg(feature = "corpus")]
 use books::BookCorpus;
 pub use config::{
-    BooksTask, MixLength, MqarTask, PlantedPairs, TaskConfig, TaskOps, TaskSpec, ZipfTask,
+    BooksTask, MixLength, MqarTask, PlantedPairs, RulerTask, TaskConfig, TaskOps, TaskSpec,
+    ZipfTask,
 };
 #[cfg(not(feature = "corpus"))]
 use no_corpus::BookCorpus;
@@ -49,6 +51,8 @@ pub enum TaskKind {
     Books,
     /// Zoology's multi-query associative recall ([`mqar`]).
     Mqar,
+    /// RULER's offline synthetic tasks, byte-level ([`ruler`]).
+    Ruler,
 }
 
 impl TaskKind {
@@ -61,6 +65,7 @@ impl TaskKind {
             TaskKind::LabelCopy => "label-copy",
             TaskKind::Books => "books",
             TaskKind::Mqar => "mqar",
+            TaskKind::Ruler => "ruler",
         }
     }
 }
@@ -79,6 +84,7 @@ impl std::str::FromStr for TaskKind {
             "label-copy" | "label_copy" => Ok(TaskKind::LabelCopy),
             "books" => Ok(TaskKind::Books),
             "mqar" => Ok(TaskKind::Mqar),
+            "ruler" => Ok(TaskKind::Ruler),
             _ => Err(TaskError::UnknownTask(s.into())),
         }
     }
@@ -88,7 +94,7 @@ impl std::str::FromStr for TaskKind {
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum TaskError {
     /// The task name is not one of zipf|label-copy|books|mqar.
-    #[error("unknown task `{0}` (expected mqar|books|zipf|label-copy)")]
+    #[error("unknown task `{0}` (expected mqar|books|zipf|label-copy|ruler)")]
     UnknownTask(String),
     /// A field is out of its domain (the message names it).
     #[error("invalid task config: {0}")]

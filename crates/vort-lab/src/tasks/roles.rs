@@ -25,6 +25,7 @@ pub fn roles(kind: TaskKind) -> Vec<(&'static str, bool)> {
             .collect(),
         TaskKind::Books => vec![("entity", true), ("function word", false), ("other", false)],
         TaskKind::Zipf => vec![("memorable", true), ("other", false)],
+        TaskKind::Ruler => vec![("needle", true), ("other", false)],
     }
 }
 

@@ -218,3 +218,51 @@ fn the_ruler_task_config_mixes_its_tasks_deterministically() {
     let e = toml::from_str::<TaskConfig>("kind = \"mqar\"\ntasks = [\"vt\"]\n").unwrap_err();
     assert!(e.to_string().contains("task.tasks"), "{e}");
 }
+
+/// The metric on a (tiny, untrained) model: every sample and item counted, scores in
+/// [0, 100], the depth bins partition the niah samples, fwe has no depth; one pass and the
+/// stream in pieces score alike; a length the task does not fit is refused.
+#[test]
+fn string_match_all_scores_a_model_by_task_and_depth() {
+    use vort_lab::train::ruler_eval::{score, DEPTH_BINS};
+    use vort_lab::train::{run_model, RunConfig};
+    let mut cfg = RunConfig {
+        task: toml::from_str("kind = \"ruler\"\nseq_len = 1024\n").unwrap(),
+        ..RunConfig::default()
+    };
+    cfg.model.mixer = vort::Mixer::Exponential;
+    (cfg.model.d_model, cfg.model.layers, cfg.model.heads) = (16, 1, 2);
+    (cfg.model.head_dim, cfg.model.features, cfg.model.chunk) = (8, 8, 64);
+    cfg.train.batch_size = 4;
+    let dev = candle_core::Device::Cpu;
+    let vm = candle_nn::VarMap::new();
+    let model = run_model(&cfg, &vm, &dev).unwrap();
+    for kind in RulerKind::ALL {
+        let s = score(&model, &cfg, (kind, 1024, 6), None, &dev).unwrap();
+        assert_eq!(s.samples, 6);
+        let per_sample = match kind {
+            RulerKind::Vt => 5,
+            RulerKind::Fwe => 3,
+            _ => 1,
+        };
+        assert_eq!(s.items, 6 * per_sample, "{kind:?}");
+        assert!(
+            s.found <= s.items && (0.0..=100.0).contains(&s.score),
+            "{kind:?}"
+        );
+        if kind == RulerKind::Fwe {
+            assert!(s.by_depth.is_empty());
+        } else {
+            assert_eq!(s.by_depth.len(), DEPTH_BINS);
+            assert_eq!(s.by_depth.iter().map(|d| d.0).sum::<usize>(), 6, "{kind:?}");
+        }
+        let streamed = score(&model, &cfg, (kind, 1024, 6), Some(256), &dev).unwrap();
+        assert_eq!(
+            (streamed.items, streamed.found),
+            (s.items, s.found),
+            "{kind:?}"
+        );
+    }
+    let e = score(&model, &cfg, (RulerKind::Fwe, 700, 2), None, &dev).unwrap_err();
+    assert!(e.to_string().contains("1024"), "{e}");
+}

@@ -254,8 +254,11 @@ fn joined_with(
     (text, span)
 }
 
-/// One sequence of `kind` in `t` bytes (None when the task does not fit in `t`).
+/// One sequence of `kind` in `t` bytes (None below [`RulerKind::min_len`]).
 pub fn generate(kind: RulerKind, t: usize, rng: &mut SplitMix64) -> Option<RulerSample> {
+    if t < kind.min_len() {
+        return None;
+    }
     let prompt = match kind {
         RulerKind::NiahSingle1 | RulerKind::NiahMultikey2 | RulerKind::NiahMultikey3 => {
             niah(kind, t, rng)?
@@ -397,6 +400,11 @@ fn fwe(t: usize, rng: &mut SplitMix64) -> Option<Prompt> {
         fill(FWE, "", "", "", 0..0).text.len() + words.saturating_sub(1) + answer_len(&answers)
     };
     let n = largest_fitting(t, |n| size(n) <= t)?;
+    // the answer is well posed only when its three words occur and outnumber the rest
+    let c = counts(n);
+    if c.len() < 5 || c[3] == 0 || c[3] <= c[4] {
+        return None;
+    }
     let mut sampled: Vec<&str> = counts(n)
         .iter()
         .zip(&vocab)

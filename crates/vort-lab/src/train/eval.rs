@@ -367,6 +367,33 @@ fn streamed_logits(
     Ok(all.index_select(&idx, 0)?)
 }
 
+/// The logits [answers, vocab] at the flat positions `pos` of `batch`, and the orders α of
+/// one forward pass over the whole batch (`piece` None), or streamed in pieces of `piece`
+/// tokens with the state carried (no α then).
+///
+/// # Errors
+/// candle errors.
+pub fn answer_logits(
+    model: &Model,
+    batch: &crate::tasks::Batch,
+    pos: &[usize],
+    piece: Option<usize>,
+    device: &Device,
+) -> Result<(Tensor, Vec<Tensor>), TrainError> {
+    let tokens = tokens_tensor(batch, device)?;
+    let marks = marks_tensor(batch, device)?;
+    Ok(match piece {
+        None => {
+            let out = model.forward_marked(&tokens, Some(&marks), None)?;
+            (model.logits_at(&out.hidden, pos)?, out.alphas)
+        }
+        Some(len) => (
+            streamed_logits(model, (&tokens, &marks), pos, len)?,
+            Vec::new(),
+        ),
+    })
+}
+
 /// Scores `model` on the first `n_seq` sequences of `stream` (held-out test or validation),
 /// in one forward pass per batch, or streamed in pieces of `piece` tokens with the state
 /// carried (long sequences; no α sample then).
@@ -407,19 +434,8 @@ pub fn evaluate_stream(
             .map(|i| source.sample(cfg.seed, stream, (done + i) as u64))
             .collect();
         let batch = crate::tasks::Batch::from_samples(&samples);
-        let tokens = tokens_tensor(&batch, device)?;
-        let marks = marks_tensor(&batch, device)?;
         let pos = batch.answer_positions();
-        let (logits, alphas) = match piece {
-            None => {
-                let out = model.forward_marked(&tokens, Some(&marks), None)?;
-                (model.logits_at(&out.hidden, &pos)?, out.alphas)
-            }
-            Some(len) => (
-                streamed_logits(model, (&tokens, &marks), &pos, len)?,
-                Vec::new(),
-            ),
-        };
+        let (logits, alphas) = answer_logits(model, &batch, &pos, piece, device)?;
         let pred: Vec<u32> = logits.argmax(D::Minus1)?.to_vec1()?;
         let targets: Vec<u32> = pos.iter().map(|&p| batch.targets[p]).collect();
         let nll = row_nll(&logits, &targets)?;

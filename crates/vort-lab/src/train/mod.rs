@@ -24,6 +24,7 @@ pub mod eval;
 pub mod generate;
 pub mod optim;
 pub mod retrieval;
+pub mod ruler_eval;
 pub mod stream;
 
 mod config;

@@ -377,6 +377,10 @@ pub enum Experiments {
     /// gate in each cell, swept learning rates, paired verdicts, α by role; presets:
     /// configs/exp2/*.toml, only --quick embedded until the pilots choose a setting).
     Exp2,
+    /// RULER's offline tasks (niah_single_1, niah_multikey_2/3, vt, fwe), byte-level: trained
+    /// on their mixture, RULER's string_match_all by task and length, past the trained length
+    /// (presets: configs/ruler/*.toml; --quick and --medium).
+    Ruler,
     /// Superseded: the sparse Zipf-lag retrieval and entity label copy tasks (docs/DESIGN.md
     /// §3, first two claims), where every model sat near chance.
     Synthetic,
@@ -387,7 +391,7 @@ pub enum Experiments {
 
 #[derive(Debug, Args)]
 pub struct ReproduceArgs {
-    /// recall (default), exp2, books, or the superseded synthetic tasks.
+    /// recall (default), exp2, ruler, books, or the superseded synthetic tasks.
     #[arg(value_enum, default_value = "recall")]
     what: Experiments,
     /// The default: the smallest settings. On 2 cores: recall about 21 minutes (measured
@@ -477,6 +481,7 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
     let experiment: Box<dyn reproduce::Experiment> = match a.what {
         Experiments::Recall => Box::new(reproduce::Recall),
         Experiments::Exp2 => Box::new(reproduce::Exp2),
+        Experiments::Ruler => Box::new(reproduce::Ruler),
         Experiments::Synthetic => Box::new(reproduce::Synthetic),
         Experiments::Books => Box::new(reproduce::Books {
             data_dir: a

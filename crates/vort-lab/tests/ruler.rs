@@ -266,3 +266,70 @@ fn string_match_all_scores_a_model_by_task_and_depth() {
     let e = score(&model, &cfg, (RulerKind::Fwe, 700, 2), None, &dev).unwrap_err();
     assert!(e.to_string().contains("1024"), "{e}");
 }
+
+/// `reproduce ruler` end to end on a tiny preset: the runs train on the mixture, every
+/// (task, length) is scored once and cached in the run, the report holds RULER's table with
+/// the softmax gate, the depth table and the plot; a second call reuses runs and scores.
+#[test]
+fn tiny_ruler_reproduction_trains_scores_and_reports() {
+    use vort_lab::reproduce::preset::Preset;
+    use vort_lab::reproduce::runner::Mode;
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../configs/ruler/quick.toml"
+    ))
+    .unwrap();
+    // the quick preset, shrunk: one layer of width 16, 3 steps, 2 samples per cell
+    let mut preset = Preset::from_toml(&text, "quick").unwrap();
+    preset.ruler_samples = 2;
+    preset.ruler_lengths = vec![1024, 2048];
+    preset.mixers.retain(|m| m.name != "vort");
+    for (k, v) in [
+        ("d_model", 16),
+        ("layers", 1),
+        ("head_dim", 8),
+        ("features", 8),
+    ] {
+        preset.base["model"].as_table_mut().unwrap()[k] = toml::Value::Integer(v);
+    }
+    for (k, v) in [
+        ("steps", 3),
+        ("batch_size", 2),
+        ("eval_sequences", 2),
+        ("val_sequences", 2),
+    ] {
+        preset.base["train"].as_table_mut().unwrap()[k] = toml::Value::Integer(v);
+    }
+    let out = std::env::temp_dir().join(format!("vort-ruler-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let n = vort_lab::reproduce::ruler::run(&preset, &out, Mode::train(false)).unwrap();
+    assert_eq!(n, 2);
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.starts_with("# RULER's offline tasks, byte-level (quick)"));
+    assert!(md.contains("**Gate** (softmax attention >= 90%"), "{md}");
+    assert!(md.contains("| mixer | task | 1024 | 2048* |"), "{md}");
+    for task in RulerKind::ALL {
+        assert_eq!(
+            md.matches(&format!("| {} |", task.name())).count(),
+            2,
+            "{md}"
+        );
+        let cached = out.join(format!(
+            "runs/ruler/exponential/seed0/ruler-{}-L2048.json",
+            task.name()
+        ));
+        assert!(cached.exists(), "{}", cached.display());
+    }
+    assert!(md.contains("## By needle depth") && md.contains("## Past the trained length"));
+    assert!(out.join("ruler_by_length.png").exists() && out.join("results.json").exists());
+    // a second call trains nothing and scores nothing new: the caches are not rewritten
+    let cache = out.join("runs/ruler/softmax/seed0/ruler-vt-L1024.json");
+    let written = std::fs::metadata(&cache).unwrap().modified().unwrap();
+    let again = vort_lab::reproduce::ruler::run(&preset, &out, Mode::train(false)).unwrap();
+    assert_eq!(again, 2);
+    assert_eq!(
+        std::fs::metadata(&cache).unwrap().modified().unwrap(),
+        written
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}

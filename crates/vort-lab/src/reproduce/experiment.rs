@@ -11,7 +11,7 @@ use super::Shard;
 use crate::tasks::TaskKind;
 use crate::train::TrainError;
 
-/// A reproduction: [`Recall`], [`Exp2`], [`Books`] or [`Synthetic`].
+/// A reproduction: [`Recall`], [`Exp2`], [`Ruler`], [`Books`] or [`Synthetic`].
 pub trait Experiment {
     /// Its name on the command line (`vort reproduce <name>`).
     fn name(&self) -> &'static str;
@@ -115,6 +115,35 @@ impl Experiment for Exp2 {
 
     fn run(&self, preset: &Preset, out: &Path, mode: Mode) -> Result<usize, TrainError> {
         sweep_run(preset, out, mode)
+    }
+}
+
+/// RULER's offline tasks, byte-level: trained on their mixture, scored on each at every length
+/// of the preset ([`super::ruler`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ruler;
+
+impl Experiment for Ruler {
+    fn name(&self) -> &'static str {
+        "ruler"
+    }
+
+    fn trains(&self, kind: TaskKind) -> bool {
+        kind == TaskKind::Ruler
+    }
+
+    fn needs(&self) -> &'static str {
+        "ruler"
+    }
+
+    fn shard(&self, preset: &Preset, out: &Path, shard: Shard) -> Result<String, TrainError> {
+        let (n, d) = super::train_shard(&preset.named_runs()?, shard, out, true)?;
+        let what = format!("{n} runs ({} diverged)", d.len());
+        Ok(shard_line(shard, what, out))
+    }
+
+    fn run(&self, preset: &Preset, out: &Path, mode: Mode) -> Result<usize, TrainError> {
+        super::ruler::run(preset, out, mode)
     }
 }
 

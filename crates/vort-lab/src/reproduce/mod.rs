@@ -1,8 +1,9 @@
 //! `reproduce`: the experiments that put the paper's claims beside measurements, each with its
 //! report: `recall` (Zoology's MQAR: the gate, the grid, the lag claim), `exp2` (the paper's
-//! entity label copy at uniform lags, on recall's runner), `books` (byte-level language
-//! modelling, the PG-19 claim) and the superseded synthetic tasks (this module's [`run`]). Each
-//! is an [`Experiment`] ([`Recall`], [`Exp2`], [`Books`], [`Synthetic`]: what its presets
+//! entity label copy at uniform lags, on recall's runner), `ruler` (RULER's offline tasks,
+//! byte-level, scored past the trained length), `books` (byte-level language modelling, the
+//! PG-19 claim) and the superseded synthetic tasks (this module's [`run`]). Each is an
+//! [`Experiment`] ([`Recall`], [`Exp2`], [`Ruler`], [`Books`], [`Synthetic`]: what its presets
 //! train, a shard, the whole run and its report), which `vort reproduce` dispatches to. The
 //! helpers they share are here: the scale, training or reusing a run, and the paper's learned
 //! orders.
@@ -17,6 +18,7 @@ pub mod paper;
 pub mod preset;
 pub mod recall;
 pub mod router;
+pub mod ruler;
 pub mod runner;
 pub mod stats;
 mod synthetic;
@@ -27,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::plot::Series;
 use crate::train::{RunConfig, TrainError};
-pub use experiment::{Books, Exp2, Experiment, Recall, Synthetic};
+pub use experiment::{Books, Exp2, Experiment, Recall, Ruler, Synthetic};
 use preset::NamedRun;
 pub use synthetic::{paper_number, preset, run, run_plan, Plan, Report, Row};
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::train::{RunConfig, TrainError};
 
 /// The embedded presets: (experiment, scale, TOML text).
-pub const PRESETS: [(&str, &str, &str); 10] = [
+pub const PRESETS: [(&str, &str, &str); 12] = [
     (
         "recall",
         "quick",
@@ -28,6 +28,16 @@ pub const PRESETS: [(&str, &str, &str); 10] = [
         "exp2",
         "quick",
         include_str!("../../../../configs/exp2/quick.toml"),
+    ),
+    (
+        "ruler",
+        "quick",
+        include_str!("../../../../configs/ruler/quick.toml"),
+    ),
+    (
+        "ruler",
+        "medium",
+        include_str!("../../../../configs/ruler/medium.toml"),
     ),
     (
         "books",
@@ -221,6 +231,12 @@ pub struct Preset {
     /// reset (`vort eval --whole-books`; the report's whole-books section and figure).
     #[serde(default)]
     pub whole_books: bool,
+    /// RULER: the lengths (bytes) every trained model is scored at, one table column each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ruler_lengths: Vec<usize>,
+    /// RULER: samples per (task, length).
+    #[serde(default)]
+    pub ruler_samples: usize,
     /// The base run config (a `[base.task]`, `[base.model]`, `[base.train]`).
     pub base: toml::Table,
     /// The mixers.
@@ -313,7 +329,7 @@ impl Preset {
             .ok_or_else(|| TrainError::Config {
                 path: format!("{experiment}/{name}"),
                 message: "unknown preset (quick|medium|full of recall|books|synthetic; quick of \
-                          exp2)"
+                          exp2; quick|medium of ruler)"
                     .into(),
             })?;
         Self::from_toml(text, &format!("configs/{experiment}/{name}.toml"))
@@ -489,6 +505,10 @@ mod tests {
                 experiment == "recall",
                 "{experiment}/{name}: a recall preset has a gate cell, the others none"
             );
+            if experiment == "ruler" {
+                assert_eq!(p.task_kind(), crate::tasks::TaskKind::Ruler);
+                assert!(!p.ruler_lengths.is_empty() && p.ruler_samples > 0);
+            }
             if experiment == "exp2" {
                 // its gate is the softmax run of each lags cell
                 assert_eq!(p.task_kind(), crate::tasks::TaskKind::LabelCopy);

@@ -32,7 +32,8 @@ pub struct RulerScore {
     pub found: usize,
     /// RULER's score: the mean over samples of (items found / items), percent.
     pub score: f64,
-    /// (samples, score %) by depth tenth of the (first) needle; empty for fwe (no needle).
+    /// (samples, score %) by depth tenth of the (first) needle (0 samples: no score); empty
+    /// for fwe (no needle).
     pub by_depth: Vec<(usize, f64)>,
 }
 
@@ -123,16 +124,7 @@ pub fn score(
         } else {
             depth
                 .into_iter()
-                .map(|(k, s)| {
-                    (
-                        k,
-                        if k == 0 {
-                            f64::NAN
-                        } else {
-                            100.0 * s / k as f64
-                        },
-                    )
-                })
+                .map(|(k, s)| (k, if k == 0 { 0.0 } else { 100.0 * s / k as f64 }))
                 .collect()
         },
     })

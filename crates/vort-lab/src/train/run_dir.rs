@@ -13,6 +13,7 @@
 //! | `run.lock` | every process that trains | the advisory lock ([`RunLock`]) |
 //! | `diverged.json` | a run whose loss or gradient became non-finite | [`Diverged`] |
 //! | `extrapolate-L<len>.json` | the recall reproduction | a score at another length |
+//! | `ruler-<task>-L<len>.json` | the RULER reproduction | a task's string_match_all |
 //! | `stream.json` | the books reproduction | a test book streamed with the state carried |
 //! | `sample.json` | the books reproduction | a sample drawn from the model |
 //! | `retrieval.json` | the books reproduction, `vort retrieval` | the retrieval probe |
@@ -126,6 +127,12 @@ impl RunDir {
     /// The cached score of the run's model at length `seq_len` (`extrapolate-L<len>.json`).
     pub fn extrapolation_path(&self, seq_len: usize) -> PathBuf {
         self.path.join(format!("extrapolate-L{seq_len}.json"))
+    }
+
+    /// The cached RULER score of the run's model on `task` at `seq_len` bytes
+    /// (`ruler-<task>-L<len>.json`).
+    pub fn ruler_path(&self, task: &str, seq_len: usize) -> PathBuf {
+        self.path.join(format!("ruler-{task}-L{seq_len}.json"))
     }
 
     /// `router.json`: the router's inputs measured from the trained model

@@ -34,6 +34,7 @@ mod ladder;
 mod lags;
 mod results;
 mod runner;
+pub(crate) use runner::at_length;
 mod sweeps;
 mod verdicts;
 

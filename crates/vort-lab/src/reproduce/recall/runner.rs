@@ -32,24 +32,13 @@ fn extrapolate(
     {
         return Ok(e);
     }
-    let mut cx = c.clone();
-    cx.task.seq_len = seq_len;
+    let mut cx = at_length(c, seq_len);
     if let Some(m) = cx.task.mqar_mut() {
         m.test_examples = examples;
     }
     // label copy: the lags stay uniform over the whole, longer sequence
     if let Some(p) = cx.task.planted_mut() {
         p.max_lag = seq_len - 4;
-    }
-    match &mut cx.model.mixer {
-        Mixer::Vort { nodes, .. } if nodes.horizon != 0 && nodes.horizon < seq_len as u64 => {
-            nodes.horizon = seq_len as u64;
-        }
-        Mixer::PowerLaw { horizon, .. } if *horizon != 0 && *horizon < seq_len as u64 => {
-            *horizon = seq_len as u64;
-        }
-        Mixer::Softmax { window } if *window == 0 => *window = c.task.seq_len,
-        _ => {}
     }
     let (model, _vm) = crate::train::eval::load_params_as(dir.path(), &cx)?;
     let source = crate::tasks::Source::open(&cx.task)?;
@@ -73,6 +62,25 @@ fn extrapolate(
     };
     checkpoint::write_json(&cache, &x)?;
     Ok(x)
+}
+
+/// `c` scored at `seq_len` tokens: node tables certified to the length where a horizon was
+/// set below it, softmax restricted to a window of the training length (it was trained on
+/// no longer context).
+pub fn at_length(c: &RunConfig, seq_len: usize) -> RunConfig {
+    let mut cx = c.clone();
+    cx.task.seq_len = seq_len;
+    match &mut cx.model.mixer {
+        Mixer::Vort { nodes, .. } if nodes.horizon != 0 && nodes.horizon < seq_len as u64 => {
+            nodes.horizon = seq_len as u64;
+        }
+        Mixer::PowerLaw { horizon, .. } if *horizon != 0 && *horizon < seq_len as u64 => {
+            *horizon = seq_len as u64;
+        }
+        Mixer::Softmax { window } if *window == 0 => *window = c.task.seq_len,
+        _ => {}
+    }
+    cx
 }
 
 /// The run directory of (cell, mixer, learning rate, seed) under `out`.

@@ -395,6 +395,126 @@ pub fn category_plot(path: &Path, panel: &CategoryPanel) -> Result<(), PlotError
     )
 }
 
+/// One heat map: values on a grid of columns (x, left to right) by rows (y, bottom to top),
+/// on a fixed colour scale from `range.0` (dark) to `range.1` (bright); NaN cells stay white
+/// and every cell with a value is labelled with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeatPanel {
+    /// Title drawn above the panel.
+    pub title: String,
+    /// The columns' labels (x axis) and the x axis's name.
+    pub columns: (String, Vec<String>),
+    /// The rows' labels, bottom to top (y axis), and the y axis's name.
+    pub rows: (String, Vec<String>),
+    /// values[row][column].
+    pub values: Vec<Vec<f64>>,
+    /// The colour scale's ends.
+    pub range: (f64, f64),
+}
+
+/// Draws `panels` stacked vertically, each [`PANEL_WIDTH`] x [`PANEL_HEIGHT`] pixels.
+///
+/// # Errors
+/// [`PlotError::Invalid`] for a panel without cells or whose values do not fill its grid,
+/// [`PlotError::Draw`] when the file cannot be written.
+pub fn heat_maps(path: &Path, panels: &[HeatPanel]) -> Result<(), PlotError> {
+    for p in panels {
+        let (r, c) = (p.rows.1.len(), p.columns.1.len());
+        if r == 0 || c == 0 || p.values.len() != r || p.values.iter().any(|v| v.len() != c) {
+            return Err(PlotError::Invalid(format!(
+                "heat map {:?}: values must be {r} rows of {c} columns",
+                p.title
+            )));
+        }
+    }
+    if panels.is_empty() {
+        return Err(PlotError::Invalid("no heat map to draw".into()));
+    }
+    check_path(path)?;
+    ensure_font();
+    vort::fsio::write_with(
+        path,
+        |tmp| draw_heat_maps(tmp, path, panels),
+        |e| io_err(path, e),
+    )
+}
+
+/// A dark-blue (0) to yellow (1) scale.
+fn heat_color(t: f64) -> RGBColor {
+    let t = t.clamp(0.0, 1.0);
+    let mix = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
+    RGBColor(mix(40.0, 250.0), mix(30.0, 220.0), mix(110.0, 40.0))
+}
+
+fn draw_heat_maps(target: &Path, path: &Path, panels: &[HeatPanel]) -> Result<(), PlotError> {
+    let draw_err = |e: &dyn std::fmt::Display| PlotError::Draw {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let height = PANEL_HEIGHT * panels.len() as u32;
+    let root = BitMapBackend::new(target, (PANEL_WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| draw_err(&e))?;
+    for (area, p) in root.split_evenly((panels.len(), 1)).iter().zip(panels) {
+        let (nr, nc) = (p.rows.1.len(), p.columns.1.len());
+        let mut chart = ChartBuilder::on(area)
+            .caption(&p.title, (FAMILY, 22))
+            .margin(15)
+            .x_label_area_size(50)
+            .y_label_area_size(90)
+            .build_cartesian_2d(-0.5..nc as f64 - 0.5, -0.5..nr as f64 - 0.5)
+            .map_err(|e| draw_err(&e))?;
+        let at = |labels: &[String], v: f64| {
+            let k = v.round();
+            let ok = (v - k).abs() < 1e-6 && k >= 0.0 && (k as usize) < labels.len();
+            if ok {
+                short_label(&labels[k as usize])
+            } else {
+                String::new()
+            }
+        };
+        chart
+            .configure_mesh()
+            .x_desc(p.columns.0.as_str())
+            .y_desc(p.rows.0.as_str())
+            .label_style((FAMILY, 15))
+            .axis_desc_style((FAMILY, 17))
+            .x_labels(nc)
+            .y_labels(nr)
+            .x_label_formatter(&|v| at(&p.columns.1, *v))
+            .y_label_formatter(&|v| at(&p.rows.1, *v))
+            .disable_mesh()
+            .draw()
+            .map_err(|e| draw_err(&e))?;
+        let span = (p.range.1 - p.range.0).max(f64::MIN_POSITIVE);
+        for (i, row) in p.values.iter().enumerate() {
+            for (j, &v) in row.iter().enumerate().filter(|(_, v)| v.is_finite()) {
+                let (x, y) = (j as f64, i as f64);
+                let color = heat_color((v - p.range.0) / span);
+                chart
+                    .draw_series([Rectangle::new(
+                        [(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)],
+                        color.filled(),
+                    )])
+                    .map_err(|e| draw_err(&e))?;
+                let ink = if (v - p.range.0) / span > 0.6 {
+                    BLACK
+                } else {
+                    WHITE
+                };
+                chart
+                    .draw_series([Text::new(
+                        format!("{v:.0}"),
+                        (x - 0.15, y + 0.1),
+                        (FAMILY, 14).into_font().color(&ink),
+                    )])
+                    .map_err(|e| draw_err(&e))?;
+            }
+        }
+    }
+    root.present().map_err(|e| draw_err(&e))?;
+    Ok(())
+}
+
 /// A tick label of at most 24 characters.
 fn short_label(s: &str) -> String {
     if s.chars().count() <= 24 {
@@ -1004,6 +1124,31 @@ mod tests {
             category_plot(&path, &panel),
             Err(PlotError::Invalid(_))
         ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn heat_maps_write_png_and_refuse_a_grid_they_do_not_fill() {
+        let dir = std::env::temp_dir().join(format!("vort-heat-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("heat.png");
+        let mut panel = HeatPanel {
+            title: "t".into(),
+            columns: ("length".into(), vec!["1K".into(), "4K".into()]),
+            rows: ("depth".into(), vec!["0-50%".into(), "50-100%".into()]),
+            values: vec![vec![100.0, f64::NAN], vec![12.5, 0.0]],
+            range: (0.0, 100.0),
+        };
+        heat_maps(&path, std::slice::from_ref(&panel)).unwrap();
+        assert!(std::fs::read(&path)
+            .unwrap()
+            .starts_with(b"\x89PNG\r\n\x1a\n"));
+        panel.values[1].pop();
+        assert!(matches!(
+            heat_maps(&path, &[panel]),
+            Err(PlotError::Invalid(_))
+        ));
+        assert!(matches!(heat_maps(&path, &[]), Err(PlotError::Invalid(_))));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

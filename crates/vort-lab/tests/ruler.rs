@@ -321,7 +321,9 @@ fn tiny_ruler_reproduction_trains_scores_and_reports() {
         assert!(cached.exists(), "{}", cached.display());
     }
     assert!(md.contains("## By needle depth") && md.contains("## Past the trained length"));
-    assert!(out.join("ruler_by_length.png").exists() && out.join("results.json").exists());
+    for f in ["ruler_by_length.png", "ruler_depth.png", "results.json"] {
+        assert!(out.join(f).exists(), "{f}");
+    }
     // a second call trains nothing and scores nothing new: the caches are not rewritten
     let cache = out.join("runs/ruler/softmax/seed0/ruler-vt-L1024.json");
     let written = std::fs::metadata(&cache).unwrap().modified().unwrap();

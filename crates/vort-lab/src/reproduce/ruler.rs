@@ -4,8 +4,8 @@
 //! length of `ruler_lengths` (RULER's `string_match_all`, [`crate::train::ruler_eval`]),
 //! streamed in pieces of the training length with the state carried past it. The report:
 //! the softmax gate at the trained length, RULER's table (task × length) per mixer, accuracy
-//! by needle depth, the scores against length (`ruler_by_length.png`), and what holds past
-//! the trained length.
+//! by needle depth (`ruler_depth.png`: a heat map of depth by length per mixer), the scores
+//! against length (`ruler_by_length.png`), and what holds past the trained length.
 
 use std::path::Path;
 
@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::preset::{NamedRun, Preset};
 use super::runner::Mode;
-use crate::plot::{panels_plot, Panel, Series};
+use crate::plot::{heat_maps, panels_plot, HeatPanel, Panel, Series};
 use crate::tasks::ruler::RulerKind;
 use crate::train::ruler_eval::{self, RulerScore, DEPTH_BINS};
 use crate::train::{checkpoint, RunConfig, RunDir, TrainError};
@@ -128,6 +128,7 @@ pub fn run(preset: &Preset, out: &Path, mode: Mode) -> Result<usize, TrainError>
         wall_s: start.elapsed().as_secs_f64(),
     };
     figure(&rep, &out.join("ruler_by_length.png"))?;
+    depth_figure(&rep, &out.join("ruler_depth.png"))?;
     super::runner::write_report(out, &rep, &markdown(&rep))?;
     Ok(rep.runs.len())
 }
@@ -284,31 +285,72 @@ fn depth_table(rep: &RulerReport) -> String {
     );
     for m in mixers(rep) {
         for &len in lens {
-            let mut bins = [(0usize, 0.0f64); DEPTH_BINS];
-            for r in rep.runs.iter().filter(|r| r.mixer == m) {
-                for x in r.scores.iter().filter(|x| x.seq_len == len) {
-                    for (b, &(k, score)) in bins.iter_mut().zip(&x.by_depth) {
-                        if k > 0 {
-                            b.0 += k;
-                            b.1 += score * k as f64;
-                        }
-                    }
-                }
-            }
-            let cells: Vec<String> = bins
+            let cells: Vec<String> = depth_bins(rep, m, len)
                 .iter()
-                .map(|&(k, sum)| {
+                .map(|&(k, score)| {
                     if k == 0 {
                         "-".into()
                     } else {
-                        format!("{:.0} ({k})", sum / k as f64)
+                        format!("{score:.0} ({k})")
                     }
                 })
                 .collect();
             s += &format!("| {m} | {len} | {} |\n", cells.join(" | "));
         }
     }
-    s + "\n"
+    s + "Heat map: `ruler_depth.png` (one panel per mixer).\n\n"
+}
+
+/// (samples, mean score %) by depth tenth of `mixer` at `len`, its tasks with a needle and
+/// its seeds pooled.
+fn depth_bins(rep: &RulerReport, mixer: &str, len: usize) -> [(usize, f64); DEPTH_BINS] {
+    let mut bins = [(0usize, 0.0f64); DEPTH_BINS];
+    for r in rep.runs.iter().filter(|r| r.mixer == mixer) {
+        for x in r.scores.iter().filter(|x| x.seq_len == len) {
+            for (b, &(k, score)) in bins.iter_mut().zip(&x.by_depth) {
+                b.0 += k;
+                b.1 += score * k as f64;
+            }
+        }
+    }
+    bins.map(|(k, sum)| (k, if k == 0 { 0.0 } else { sum / k as f64 }))
+}
+
+/// `ruler_depth.png`: per mixer, the score by needle depth (rows) and length (columns).
+fn depth_figure(rep: &RulerReport, path: &Path) -> Result<(), TrainError> {
+    let lens = &rep.preset.ruler_lengths;
+    let panels: Vec<HeatPanel> = mixers(rep)
+        .into_iter()
+        .map(|m| {
+            let grid: Vec<[(usize, f64); DEPTH_BINS]> =
+                lens.iter().map(|&l| depth_bins(rep, m, l)).collect();
+            HeatPanel {
+                title: format!("{m}: string_match_all % by needle depth and length"),
+                columns: (
+                    "length (bytes)".into(),
+                    lens.iter().map(|l| l.to_string()).collect(),
+                ),
+                rows: (
+                    "needle depth".into(),
+                    (0..DEPTH_BINS)
+                        .map(|d| format!("{}-{}%", 10 * d, 10 * (d + 1)))
+                        .collect(),
+                ),
+                values: (0..DEPTH_BINS)
+                    .map(|d| {
+                        grid.iter()
+                            .map(|g| if g[d].0 == 0 { f64::NAN } else { g[d].1 })
+                            .collect()
+                    })
+                    .collect(),
+                range: (0.0, 100.0),
+            }
+        })
+        .collect();
+    if !panels.is_empty() {
+        heat_maps(path, &panels)?;
+    }
+    Ok(())
 }
 
 /// What holds past the trained length: each mixer's average at its longest length against the

@@ -219,15 +219,7 @@ pub fn panels_plot(path: &Path, panels: &[Panel]) -> Result<(), PlotError> {
     if panels.is_empty() {
         return Err(PlotError::Invalid("no panels to draw".into()));
     }
-    check_path(path)?;
-    ensure_font();
-    // drawn into a temporary file and renamed over `path` only when complete: a failed
-    // plot leaves an existing file as it was
-    vort::fsio::write_with(
-        path,
-        |tmp| draw_panels(tmp, path, panels),
-        |e| io_err(path, e),
-    )
+    write_png(path, |tmp| draw_panels(tmp, path, panels))
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> PlotError {
@@ -239,6 +231,17 @@ fn io_err(path: &Path, e: std::io::Error) -> PlotError {
         path: path.to_path_buf(),
         message: e.to_string(),
     }
+}
+
+/// Checks `path`, then runs `draw` on a temporary file renamed over `path` only when
+/// complete: a failed plot leaves an existing file as it was.
+fn write_png(
+    path: &Path,
+    draw: impl FnOnce(&Path) -> Result<(), PlotError>,
+) -> Result<(), PlotError> {
+    check_path(path)?;
+    ensure_font();
+    vort::fsio::write_with(path, draw, |e| io_err(path, e))
 }
 
 /// Draws into `target` (errors name `path`, the file the user asked for).
@@ -278,13 +281,9 @@ pub fn histogram(
             "a histogram needs at least one bin".into(),
         ));
     }
-    check_path(path)?;
-    ensure_font();
-    vort::fsio::write_with(
-        path,
-        |tmp| draw_histogram(tmp, path, title, x_label, values, bins),
-        |e| io_err(path, e),
-    )
+    write_png(path, |tmp| {
+        draw_histogram(tmp, path, title, x_label, values, bins)
+    })
 }
 
 fn draw_histogram(
@@ -386,13 +385,7 @@ pub fn category_plot(path: &Path, panel: &CategoryPanel) -> Result<(), PlotError
             "series {name:?} does not have one value per category ({n})"
         )));
     }
-    check_path(path)?;
-    ensure_font();
-    vort::fsio::write_with(
-        path,
-        |tmp| draw_categories(tmp, path, panel),
-        |e| io_err(path, e),
-    )
+    write_png(path, |tmp| draw_categories(tmp, path, panel))
 }
 
 /// One heat map: values on a grid of columns (x, left to right) by rows (y, bottom to top),
@@ -430,13 +423,7 @@ pub fn heat_maps(path: &Path, panels: &[HeatPanel]) -> Result<(), PlotError> {
     if panels.is_empty() {
         return Err(PlotError::Invalid("no heat map to draw".into()));
     }
-    check_path(path)?;
-    ensure_font();
-    vort::fsio::write_with(
-        path,
-        |tmp| draw_heat_maps(tmp, path, panels),
-        |e| io_err(path, e),
-    )
+    write_png(path, |tmp| draw_heat_maps(tmp, path, panels))
 }
 
 /// A dark-blue (0) to yellow (1) scale.

@@ -375,6 +375,10 @@ extrapolate_examples = 2
         md.contains("| entity | label | query | filler | entity, label |"),
         "{md}"
     );
+    assert!(
+        md.contains("entities ≈ 0.80, function tokens ≈ 0.35"),
+        "{md}"
+    );
     assert!(!md.contains("MQAR"), "{md}");
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -67,7 +67,8 @@ fn role_table(
             "entity, label",
             "the entities and their labels where they are introduced, the query is the entity \
              where it reappears, the filler is everything else (the label echoed after its \
-             query included)",
+             query included). The paper's learned orders: entities ≈ 0.80, function tokens \
+             ≈ 0.35 (here the nearest are the entity and filler columns)",
         ),
         _ => (
             "pairs (key, value)",

@@ -124,7 +124,19 @@ fn gate_lines(rep: &RecallReport) -> String {
 /// The paper's lag claim in lags cell `cell`: VORT against each baseline at lags > 1000, at
 /// every length both were scored at, once softmax attention learned the cell.
 fn lag_lines(rep: &RecallReport, cell: &str) -> String {
-    let sane = cell_of_role(rep, cell, Role::Gate).map(pooled_accuracy);
+    // MQAR: softmax over all the cell's answers; Exp 2 (issue #41): at the longest lags,
+    // where the claim is
+    let sane = cell_of_role(rep, cell, Role::Gate).map(|c| match rep.task_kind() {
+        crate::tasks::TaskKind::LabelCopy => {
+            let (k, n) = pooled(c, Some(BUCKETS.len() - 1));
+            if n == 0 {
+                f64::NAN
+            } else {
+                k as f64 / n as f64
+            }
+        }
+        _ => pooled_accuracy(c),
+    });
     let Some(vort) = cell_of_role(rep, cell, Role::Claim) else {
         return String::new();
     };
@@ -143,10 +155,19 @@ fn lag_lines(rep: &RecallReport, cell: &str) -> String {
             }
             s
         }
+        Some(a) if a.is_nan() => format!(
+            "- The paper's lag claim, cell {cell}: inconclusive: the cell has no answers at \
+             lags > 1000.\n"
+        ),
         Some(a) => format!(
             "- The paper's lag claim, cell {cell}: inconclusive: softmax attention reached \
-             only {:.1}% here, so the cell does not yet separate memories.\n",
-            100.0 * a
+             only {:.1}%{} here, so the cell does not yet separate memories.\n",
+            100.0 * a,
+            if rep.task_kind() == crate::tasks::TaskKind::LabelCopy {
+                " at lags > 1000"
+            } else {
+                ""
+            }
         ),
         None => format!(
             "- The paper's lag claim, cell {cell}: inconclusive: no softmax run in the cell.\n"

@@ -4,10 +4,11 @@
 //!
 //! A run's `[task]` table is a [`TaskConfig`]: one struct per kind behind [`TaskOps`]
 //! ([`config`]). The kinds: Zipf-lag retrieval and entity label copy ([`planted`]), Zoology's
-//! MQAR ([`mqar`]) and byte-level books ([`books`], behind the `corpus` feature). Only answer
-//! positions count in the loss ([`Sample::mask`]); each carries its lag for accuracy by lag
-//! bucket ([`BUCKETS`]). [`Source`] serves a run's batches: generated, from files in
-//! Zoology's format ([`external`]), or from the books.
+//! MQAR ([`mqar`]), RULER's offline tasks byte-level ([`ruler`]) and byte-level books
+//! ([`books`], behind the `corpus` feature). Only answer positions count in the loss
+//! ([`Sample::mask`]); each carries its lag for accuracy by lag bucket ([`BUCKETS`]); the
+//! tokens' roles for the α tables are [`roles`]. [`Source`] serves a run's batches:
+//! generated, from files in Zoology's format ([`external`]), or from the books.
 
 #[cfg(feature = "corpus")]
 pub mod books;
@@ -93,7 +94,7 @@ impl std::str::FromStr for TaskKind {
 /// Why a task configuration was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum TaskError {
-    /// The task name is not one of zipf|label-copy|books|mqar.
+    /// The task name is not one of zipf|label-copy|books|mqar|ruler.
     #[error("unknown task `{0}` (expected mqar|books|zipf|label-copy|ruler)")]
     UnknownTask(String),
     /// A field is out of its domain (the message names it).

@@ -313,7 +313,8 @@ fn niah(kind: RulerKind, t: usize, rng: &mut SplitMix64) -> Option<Prompt> {
         fill(NIAH_SINGLE, v, &key, "", 0..0).text.len() + context + value.len() + 1
     };
     let n = largest_fitting(cap, |n| size(n) <= t)?;
-    let at = rng.below(n as u64 + 1) as usize;
+    // RULER: `random.sample(range(num_haystack), 1)`, inserted before that sentence
+    let at = rng.below(n.max(1) as u64) as usize;
     let (context, span) = joined_with(hay[..n].to_vec(), &[(at, needle.clone())]);
     let mut p = fill(NIAH_SINGLE, v, &key, &context, span);
     let source = p.needle.end - 1 - value.len();

@@ -228,9 +228,9 @@ fn fill(
     }
 }
 
-/// Lines `lines` joined by newlines with `insert` placed before line indexes `at` (sorted,
-/// each into the lines as they are at its turn, as RULER's `list.insert`); the span of the
-/// first inserted line.
+/// `lines` joined by newlines, with each `(at, line)` of `inserts` placed before line `at` of
+/// `lines` (as RULER's `list.insert`; inserted from the last, so every `at` indexes the
+/// original lines); the span of the first inserted line in the text.
 fn joined_with(
     lines: Vec<String>,
     inserts: &[(usize, String)],
@@ -292,11 +292,12 @@ fn niah(kind: RulerKind, t: usize, rng: &mut SplitMix64) -> Option<Prompt> {
         |k: &str, x: &str| format!("One of the special magic {plural} for {k} is: {x}.");
     let (key, value) = draw(rng);
     let needle = needle_of(&key, &value);
-    // the haystack: noise sentences, or distractor needles drawn up front (as many as could fit)
+    // the haystack: noise sentences, or distractor needles drawn up front (as many as could
+    // fit: a needle is at least 50 bytes)
     let unit_min = if kind == RulerKind::NiahSingle1 {
         NOISE.len()
     } else {
-        60
+        50
     };
     let cap = t / (unit_min + 1) + 1;
     let hay: Vec<String> = match kind {

@@ -162,3 +162,59 @@ fn invalid_configs_are_refused() {
     assert!(err.to_string().contains("bogus"), "{err}");
     assert!(cfg(TaskKind::LabelCopy).validate().is_ok());
 }
+
+/// Label copy on a mixture of shorter lengths (as MQAR's curriculum): step s trains on entry
+/// s mod n at the same tokens per step, with that entry's queries and lags that fit it; the
+/// held-out streams stay at the config's length. The flat reader takes each kind's own count
+/// per entry and refuses the other's.
+#[test]
+fn label_copy_trains_on_a_mixture_of_lengths() {
+    let text = "kind = \"label-copy\"\nseq_len = 1024\nmax_lag = 1020\nqueries = 32\n\
+                n_keys = 64\ntrain_mix = [{ seq_len = 128, queries = 8 }, \
+                { seq_len = 512, queries = 16 }]\n";
+    let c: TaskConfig = toml::from_str(text).unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.train_lengths(), [128, 512]);
+    let src = Source::open(&c).unwrap();
+    for step in 0..4u64 {
+        let b = src.batch(3, Stream::Train, step, 2);
+        let (t, q) = [(128, 8), (512, 16)][(step % 2) as usize];
+        assert_eq!((b.t, b.b * b.t), (t, 2 * 1024), "step {step}");
+        let answers = b.mask.iter().filter(|&&m| m).count();
+        assert!(
+            answers <= b.b * q && answers >= b.b * q - 2,
+            "step {step}: {answers}"
+        );
+        assert!(b.lags.iter().all(|&l| (l as usize) <= t - 4));
+    }
+    let held = src.batch(3, Stream::Eval, 0, 2);
+    assert_eq!(held.t, 1024);
+    // written back, the mixture reads back
+    let again: TaskConfig = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
+    assert_eq!(again, c);
+    // each kind's count, and only it
+    let mqar_entry = text.replace("queries = 8 }", "num_kv_pairs = 8 }");
+    let e = toml::from_str::<TaskConfig>(&mqar_entry)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("task.train_mix[0] needs seq_len and queries"),
+        "{e}"
+    );
+    let mqar = "kind = \"mqar\"\ntrain_mix = [{ seq_len = 64, queries = 4 }]\n";
+    let e = toml::from_str::<TaskConfig>(mqar).unwrap_err().to_string();
+    assert!(e.contains("needs seq_len and num_kv_pairs"), "{e}");
+    // an entry longer than the sequence, or too dense for its length, is refused
+    let long = text.replace("seq_len = 512", "seq_len = 2048");
+    let e = toml::from_str::<TaskConfig>(&long)
+        .unwrap()
+        .validate()
+        .unwrap_err();
+    assert!(e.to_string().contains("train_mix[1].seq_len"), "{e}");
+    let dense = text.replace("queries = 8 }", "queries = 40 }");
+    let e = toml::from_str::<TaskConfig>(&dense)
+        .unwrap()
+        .validate()
+        .unwrap_err();
+    assert!(e.to_string().contains("train_mix[0]: queries = 40"), "{e}");
+}

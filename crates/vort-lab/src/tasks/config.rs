@@ -91,6 +91,22 @@ pub struct PlantedPairs {
     pub n_keys: usize,
     /// Value / label tokens in the vocabulary (chance accuracy is 1/n_values).
     pub n_values: usize,
+    /// Train on a mixture of shorter lengths, as MQAR's [`MqarTask::train_mix`]: training step
+    /// s draws its batch from entry s mod n (the same tokens per step, lags up to
+    /// min(max_lag, entry.seq_len - 4)); validation and test stay at (seq_len, queries,
+    /// max_lag). Empty: train at seq_len.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub train_mix: Vec<PlantedLength>,
+}
+
+/// One length of a planted-pair training mixture ([`PlantedPairs::train_mix`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlantedLength {
+    /// Tokens per sequence.
+    pub seq_len: usize,
+    /// Queries per sequence.
+    pub queries: usize,
 }
 
 /// Zipf-lag retrieval: planted pairs whose lags follow P(ℓ) ∝ ℓ^(-s) on [1, L_max].
@@ -161,6 +177,7 @@ impl Default for PlantedPairs {
             n_filler: 32,
             n_keys: 64,
             n_values: 64,
+            train_mix: Vec::new(),
         }
     }
 }
@@ -323,27 +340,43 @@ impl TaskConfig {
         }
     }
 
-    /// The MQAR training mixture (empty for another kind or without one).
-    pub fn train_mix(&self) -> &[MixLength] {
-        self.mqar().map_or(&[], |m| &m.train_mix)
+    /// The lengths of the training mixture, in order (MQAR's and the planted pairs';
+    /// empty for another kind or without one).
+    pub fn train_lengths(&self) -> Vec<usize> {
+        match &self.spec {
+            TaskSpec::Mqar(m) => m.train_mix.iter().map(|e| e.seq_len).collect(),
+            _ => self.planted().map_or(Vec::new(), |p| {
+                p.train_mix.iter().map(|e| e.seq_len).collect()
+            }),
+        }
     }
 
     /// The config of training step `step`'s sequences and how many of them a batch of `b`
-    /// (at `seq_len`) becomes: entry `step mod n` of [`MqarTask::train_mix`], or this config
-    /// and `b` without a mixture.
+    /// (at `seq_len`) becomes: entry `step mod n` of the training mixture
+    /// ([`MqarTask::train_mix`], [`PlantedPairs::train_mix`]), or this config and `b` without
+    /// one.
     pub fn train_length(&self, step: u64, b: usize) -> (TaskConfig, usize) {
-        let mix = self.train_mix();
-        if mix.is_empty() {
+        let n = self.train_lengths().len();
+        if n == 0 {
             return (self.clone(), b);
         }
-        let m = mix[(step % mix.len() as u64) as usize];
+        let i = (step % n as u64) as usize;
         let mut c = self.clone();
-        c.seq_len = m.seq_len;
-        if let Some(q) = c.mqar_mut() {
-            q.num_kv_pairs = m.num_kv_pairs;
-            q.train_mix.clear();
+        c.seq_len = self.train_lengths()[i];
+        match &mut c.spec {
+            TaskSpec::Mqar(q) => {
+                q.num_kv_pairs = q.train_mix[i].num_kv_pairs;
+                q.train_mix.clear();
+            }
+            TaskSpec::Zipf(ZipfTask { pairs: p, .. }) | TaskSpec::LabelCopy(p) => {
+                p.queries = p.train_mix[i].queries;
+                p.max_lag = p.max_lag.min(c.seq_len - 4);
+                p.train_mix.clear();
+            }
+            TaskSpec::Books(_) | TaskSpec::Ruler(_) => {}
         }
-        (c, (b * self.seq_len / m.seq_len).max(1))
+        let rows = (b * self.seq_len / c.seq_len).max(1);
+        (c, rows)
     }
 
     /// Vocabulary size ([`TaskOps::vocab`]).
@@ -452,12 +485,7 @@ impl TaskOps for MqarTask {
             if !self.train_data.is_empty() {
                 return Err("train_mix needs no train_data".into());
             }
-            if m.seq_len < 8 || m.seq_len > seq_len {
-                return Err(format!(
-                    "train_mix[{i}].seq_len = {} must be in [8, seq_len = {seq_len}]",
-                    m.seq_len
-                ));
-            }
+            mix_entry_fits(i, m.seq_len, seq_len)?;
             let entry = MqarTask {
                 num_kv_pairs: m.num_kv_pairs,
                 train_mix: Vec::new(),
@@ -501,6 +529,16 @@ impl TaskOps for RulerTask {
     }
 }
 
+/// Refuses entry `i` of a training mixture whose length is not in [8, seq_len].
+pub(super) fn mix_entry_fits(i: usize, entry_len: usize, seq_len: usize) -> Result<(), String> {
+    if entry_len < 8 || entry_len > seq_len {
+        return Err(format!(
+            "train_mix[{i}].seq_len = {entry_len} must be in [8, seq_len = {seq_len}]"
+        ));
+    }
+    Ok(())
+}
+
 /// The flat form of the `[task]` table: every kind's fields in one table, each optional.
 /// [`TaskConfig`] reads through it.
 #[derive(Debug, Default, Deserialize)]
@@ -523,8 +561,45 @@ struct FlatTask {
     test_examples: Option<usize>,
     train_data: Option<String>,
     test_data: Option<String>,
-    train_mix: Option<Vec<MixLength>>,
+    train_mix: Option<Vec<FlatMixEntry>>,
     tasks: Option<Vec<RulerKind>>,
+}
+
+/// An entry of a training mixture as the flat form reads it: MQAR's `{ seq_len, num_kv_pairs }`
+/// or the planted pairs' `{ seq_len, queries }`.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FlatMixEntry {
+    seq_len: usize,
+    num_kv_pairs: Option<usize>,
+    queries: Option<usize>,
+}
+
+/// The flat form's `train_mix` for `kind`: every entry with the one count the kind has
+/// (`num_kv_pairs` for MQAR, `queries` for the planted pairs), or the entry is refused.
+fn mix_of<T>(
+    kind: TaskKind,
+    entries: Option<Vec<FlatMixEntry>>,
+    entry: impl Fn(usize, Option<usize>, Option<usize>) -> Option<T>,
+) -> Result<Vec<T>, TaskError> {
+    let want = if kind == TaskKind::Mqar {
+        "num_kv_pairs"
+    } else {
+        "queries"
+    };
+    entries
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            entry(e.seq_len, e.num_kv_pairs, e.queries).ok_or_else(|| {
+                TaskError::Invalid(format!(
+                    "task.train_mix[{i}] needs seq_len and {want} (and nothing else) for kind = \
+                     \"{kind}\""
+                ))
+            })
+        })
+        .collect()
 }
 
 /// Takes `field` out of the flat table for a kind that has it (its default when absent).
@@ -562,6 +637,10 @@ impl TryFrom<FlatTask> for TaskConfig {
                     n_filler: take(&mut f.n_filler, d.n_filler),
                     n_keys: take(&mut f.n_keys, d.n_keys),
                     n_values: take(&mut f.n_values, d.n_values),
+                    train_mix: mix_of(kind, f.train_mix.take(), |seq_len, k, q| match (k, q) {
+                        (None, Some(queries)) => Some(PlantedLength { seq_len, queries }),
+                        _ => None,
+                    })?,
                 };
                 if kind == TaskKind::Zipf {
                     let zipf_exponent = take(&mut f.zipf_exponent, 1.0);
@@ -590,7 +669,13 @@ impl TryFrom<FlatTask> for TaskConfig {
                     test_examples: take(&mut f.test_examples, d.test_examples),
                     train_data: take(&mut f.train_data, d.train_data),
                     test_data: take(&mut f.test_data, d.test_data),
-                    train_mix: take(&mut f.train_mix, d.train_mix),
+                    train_mix: mix_of(kind, f.train_mix.take(), |seq_len, k, q| match (k, q) {
+                        (Some(num_kv_pairs), None) => Some(MixLength {
+                            seq_len,
+                            num_kv_pairs,
+                        }),
+                        _ => None,
+                    })?,
                 })
             }
         };
@@ -629,7 +714,7 @@ impl FlatTask {
         unused(kind, "test_examples", self.test_examples, m.test_examples)?;
         unused(kind, "train_data", self.train_data, m.train_data)?;
         unused(kind, "test_data", self.test_data, m.test_data)?;
-        unused(kind, "train_mix", self.train_mix, m.train_mix)?;
+        unused(kind, "train_mix", self.train_mix, Vec::new())?;
         unused(kind, "tasks", self.tasks, RulerTask::default().tasks)
     }
 }

@@ -399,14 +399,14 @@ impl Source {
     }
 
     /// Batch `step` of `stream` (B sequences; a pure function of (seed, step)). A training
-    /// mixture ([`MqarTask::train_mix`]) gives step s the sequences of entry s mod n, each
-    /// entry numbering its own sequences.
+    /// mixture ([`MqarTask::train_mix`], [`PlantedPairs::train_mix`]) gives step s the
+    /// sequences of entry s mod n, each entry numbering its own sequences.
     pub fn batch(&self, seed: u64, stream: Stream, step: u64, b: usize) -> Batch {
         if let (Stream::Train, Source::Synthetic { cfg, .. }) = (stream, self) {
-            if !cfg.train_mix().is_empty() {
-                let n = cfg.train_mix().len() as u64;
+            // the entry's own sequences, numbered by how many times it has come round
+            if let Some(round) = step.checked_div(cfg.train_lengths().len() as u64) {
                 let (c, b) = cfg.train_length(step, b);
-                let first = (step / n) * b as u64;
+                let first = round * b as u64;
                 let samples: Vec<Sample> = (0..b as u64)
                     .map(|i| c.sample(seed, stream, first + i))
                     .collect();

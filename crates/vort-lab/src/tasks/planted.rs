@@ -62,6 +62,16 @@ fn normalised(w: Vec<f64>) -> Vec<f64> {
 /// # Errors
 /// A message naming the field.
 pub(super) fn validate(p: &PlantedPairs, seq_len: usize) -> Result<(), String> {
+    for (i, e) in p.train_mix.iter().enumerate() {
+        super::config::mix_entry_fits(i, e.seq_len, seq_len)?;
+        let entry = PlantedPairs {
+            queries: e.queries,
+            max_lag: p.max_lag.min(e.seq_len - 4),
+            train_mix: Vec::new(),
+            ..p.clone()
+        };
+        validate(&entry, e.seq_len).map_err(|m| format!("train_mix[{i}]: {m}"))?;
+    }
     if p.max_lag < 1 || p.max_lag + 4 > seq_len {
         return Err(format!(
             "max_lag = {} must be in [1, seq_len - 4 = {}]",

@@ -32,7 +32,7 @@ impl RunConfig {
         let l = self.model.layers as f64;
         // a training step keeps every layer for the backward pass (4 copies of the scores);
         // with a length mixture, each step has one entry's length at the same tokens per step
-        let mix = self.task.train_mix().len().max(1) as u64;
+        let mix = self.task.train_lengths().len().max(1) as u64;
         let train = (0..mix)
             .map(|step| {
                 let (tc, b) = self.task.train_length(step, self.train.batch_size);

@@ -209,11 +209,11 @@ fn cell_row(c: &CellResult) -> String {
     let steps: Vec<String> = c.seeds.iter().map(|r| r.steps.to_string()).collect();
     let tps = c.seeds.iter().map(|r| r.tokens_per_s).sum::<f64>() / c.seeds.len() as f64;
     // a model trained on a mixture of shorter lengths is tested at L
-    let mix = c.task.train_mix();
+    let mix = c.task.train_lengths();
     let len = if mix.is_empty() {
         c.seq_len().to_string()
     } else {
-        let l: Vec<String> = mix.iter().map(|m| m.seq_len.to_string()).collect();
+        let l: Vec<String> = mix.iter().map(|m| m.to_string()).collect();
         format!("{} (trained on {})", c.seq_len(), l.join("/"))
     };
     let (pairs, gaps) = c.task.mqar().map_or(("-".into(), "-".into()), |m| {

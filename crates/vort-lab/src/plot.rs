@@ -244,27 +244,43 @@ fn write_png(
     vort::fsio::write_with(path, draw, |e| io_err(path, e))
 }
 
-/// Draws into `target` (errors name `path`, the file the user asked for).
-fn draw_panels(target: &Path, path: &Path, panels: &[Panel]) -> Result<(), PlotError> {
-    let draw_err = |e: &dyn std::fmt::Display| PlotError::Draw {
+/// A drawing failure, naming `path` (the file the user asked for).
+fn draw_error(path: &Path, e: &dyn std::fmt::Display) -> PlotError {
+    PlotError::Draw {
         path: path.to_path_buf(),
         message: e.to_string(),
-    };
-    let height = PANEL_HEIGHT * panels.len() as u32;
-    let root = BitMapBackend::new(target, (PANEL_WIDTH, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| draw_err(&e))?;
-    let areas = root.split_evenly((panels.len(), 1));
-    for (area, panel) in areas.iter().zip(panels) {
-        draw_panel_dispatch(area, panel).map_err(|e| draw_err(&e))?;
     }
-    root.present().map_err(|e| draw_err(&e))?;
+}
+
+/// Draws `items` stacked vertically into `target`, each by `draw_one` in its own
+/// [`PANEL_WIDTH`] x [`PANEL_HEIGHT`] area (errors name `path`).
+fn draw_stacked<T>(
+    target: &Path,
+    path: &Path,
+    items: &[T],
+    draw_one: impl Fn(&DrawingArea<BitMapBackend, Shift>, &T) -> Result<(), PlotError>,
+) -> Result<(), PlotError> {
+    let height = PANEL_HEIGHT * items.len() as u32;
+    let root = BitMapBackend::new(target, (PANEL_WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| draw_error(path, &e))?;
+    for (area, item) in root.split_evenly((items.len(), 1)).iter().zip(items) {
+        draw_one(area, item)?;
+    }
+    root.present().map_err(|e| draw_error(path, &e))?;
     drop(root);
     // The bitmap backend reports some write failures only on drop; check the file is there.
     match std::fs::metadata(target) {
         Ok(m) if m.len() > 0 => Ok(()),
-        Ok(_) => Err(draw_err(&"the file is empty")),
-        Err(e) => Err(draw_err(&e)),
+        Ok(_) => Err(draw_error(path, &"the file is empty")),
+        Err(e) => Err(draw_error(path, &e)),
     }
+}
+
+/// Draws into `target` (errors name `path`, the file the user asked for).
+fn draw_panels(target: &Path, path: &Path, panels: &[Panel]) -> Result<(), PlotError> {
+    draw_stacked(target, path, panels, |area, panel| {
+        draw_panel_dispatch(area, panel).map_err(|e| draw_error(path, &e))
+    })
 }
 
 /// Histogram of `values` in `bins` equal-width bins over their range (non-finite values are
@@ -434,71 +450,71 @@ fn heat_color(t: f64) -> RGBColor {
 }
 
 fn draw_heat_maps(target: &Path, path: &Path, panels: &[HeatPanel]) -> Result<(), PlotError> {
-    let draw_err = |e: &dyn std::fmt::Display| PlotError::Draw {
-        path: path.to_path_buf(),
-        message: e.to_string(),
+    draw_stacked(target, path, panels, |area, p| draw_heat_map(area, p, path))
+}
+
+/// One heat map into `area` (errors name `path`).
+fn draw_heat_map(
+    area: &DrawingArea<BitMapBackend, Shift>,
+    p: &HeatPanel,
+    path: &Path,
+) -> Result<(), PlotError> {
+    let draw_err = |e: &dyn std::fmt::Display| draw_error(path, e);
+    let (nr, nc) = (p.rows.1.len(), p.columns.1.len());
+    let mut chart = ChartBuilder::on(area)
+        .caption(&p.title, (FAMILY, 22))
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(90)
+        .build_cartesian_2d(-0.5..nc as f64 - 0.5, -0.5..nr as f64 - 0.5)
+        .map_err(|e| draw_err(&e))?;
+    let at = |labels: &[String], v: f64| {
+        let k = v.round();
+        let ok = (v - k).abs() < 1e-6 && k >= 0.0 && (k as usize) < labels.len();
+        if ok {
+            short_label(&labels[k as usize])
+        } else {
+            String::new()
+        }
     };
-    let height = PANEL_HEIGHT * panels.len() as u32;
-    let root = BitMapBackend::new(target, (PANEL_WIDTH, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| draw_err(&e))?;
-    for (area, p) in root.split_evenly((panels.len(), 1)).iter().zip(panels) {
-        let (nr, nc) = (p.rows.1.len(), p.columns.1.len());
-        let mut chart = ChartBuilder::on(area)
-            .caption(&p.title, (FAMILY, 22))
-            .margin(15)
-            .x_label_area_size(50)
-            .y_label_area_size(90)
-            .build_cartesian_2d(-0.5..nc as f64 - 0.5, -0.5..nr as f64 - 0.5)
-            .map_err(|e| draw_err(&e))?;
-        let at = |labels: &[String], v: f64| {
-            let k = v.round();
-            let ok = (v - k).abs() < 1e-6 && k >= 0.0 && (k as usize) < labels.len();
-            if ok {
-                short_label(&labels[k as usize])
+    chart
+        .configure_mesh()
+        .x_desc(p.columns.0.as_str())
+        .y_desc(p.rows.0.as_str())
+        .label_style((FAMILY, 15))
+        .axis_desc_style((FAMILY, 17))
+        .x_labels(nc)
+        .y_labels(nr)
+        .x_label_formatter(&|v| at(&p.columns.1, *v))
+        .y_label_formatter(&|v| at(&p.rows.1, *v))
+        .disable_mesh()
+        .draw()
+        .map_err(|e| draw_err(&e))?;
+    let span = (p.range.1 - p.range.0).max(f64::MIN_POSITIVE);
+    for (i, row) in p.values.iter().enumerate() {
+        for (j, &v) in row.iter().enumerate().filter(|(_, v)| v.is_finite()) {
+            let (x, y) = (j as f64, i as f64);
+            let color = heat_color((v - p.range.0) / span);
+            chart
+                .draw_series([Rectangle::new(
+                    [(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)],
+                    color.filled(),
+                )])
+                .map_err(|e| draw_err(&e))?;
+            let ink = if (v - p.range.0) / span > 0.6 {
+                BLACK
             } else {
-                String::new()
-            }
-        };
-        chart
-            .configure_mesh()
-            .x_desc(p.columns.0.as_str())
-            .y_desc(p.rows.0.as_str())
-            .label_style((FAMILY, 15))
-            .axis_desc_style((FAMILY, 17))
-            .x_labels(nc)
-            .y_labels(nr)
-            .x_label_formatter(&|v| at(&p.columns.1, *v))
-            .y_label_formatter(&|v| at(&p.rows.1, *v))
-            .disable_mesh()
-            .draw()
-            .map_err(|e| draw_err(&e))?;
-        let span = (p.range.1 - p.range.0).max(f64::MIN_POSITIVE);
-        for (i, row) in p.values.iter().enumerate() {
-            for (j, &v) in row.iter().enumerate().filter(|(_, v)| v.is_finite()) {
-                let (x, y) = (j as f64, i as f64);
-                let color = heat_color((v - p.range.0) / span);
-                chart
-                    .draw_series([Rectangle::new(
-                        [(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)],
-                        color.filled(),
-                    )])
-                    .map_err(|e| draw_err(&e))?;
-                let ink = if (v - p.range.0) / span > 0.6 {
-                    BLACK
-                } else {
-                    WHITE
-                };
-                chart
-                    .draw_series([Text::new(
-                        format!("{v:.0}"),
-                        (x - 0.15, y + 0.1),
-                        (FAMILY, 14).into_font().color(&ink),
-                    )])
-                    .map_err(|e| draw_err(&e))?;
-            }
+                WHITE
+            };
+            chart
+                .draw_series([Text::new(
+                    format!("{v:.0}"),
+                    (x - 0.15, y + 0.1),
+                    (FAMILY, 14).into_font().color(&ink),
+                )])
+                .map_err(|e| draw_err(&e))?;
         }
     }
-    root.present().map_err(|e| draw_err(&e))?;
     Ok(())
 }
 

@@ -19,8 +19,11 @@ use super::{mqar, planted, Sample, TaskError, TaskKind, BUCKETS, CONTEXT_BUCKETS
 pub trait TaskOps {
     /// Tokens in the vocabulary.
     fn vocab(&self) -> usize;
-    /// The largest lag an answer can have at sequence length `seq_len`.
-    fn lag_limit(&self, seq_len: usize) -> usize;
+    /// The largest lag an answer can have at sequence length `seq_len` (the whole sequence,
+    /// unless the kind bounds it).
+    fn lag_limit(&self, seq_len: usize) -> usize {
+        seq_len
+    }
     /// The report buckets: lag buckets, or context buckets for books.
     fn buckets(&self) -> &'static [(&'static str, usize, usize)] {
         &BUCKETS
@@ -453,9 +456,6 @@ impl TaskOps for BooksTask {
     fn vocab(&self) -> usize {
         256
     }
-    fn lag_limit(&self, seq_len: usize) -> usize {
-        seq_len
-    }
     fn buckets(&self) -> &'static [(&'static str, usize, usize)] {
         &CONTEXT_BUCKETS
     }
@@ -476,9 +476,6 @@ impl TaskOps for BooksTask {
 impl TaskOps for MqarTask {
     fn vocab(&self) -> usize {
         self.vocab_size
-    }
-    fn lag_limit(&self, seq_len: usize) -> usize {
-        seq_len
     }
     fn validate(&self, seq_len: usize) -> Result<(), String> {
         for (i, m) in self.train_mix.iter().enumerate() {
@@ -503,9 +500,6 @@ impl TaskOps for MqarTask {
 impl TaskOps for RulerTask {
     fn vocab(&self) -> usize {
         256
-    }
-    fn lag_limit(&self, seq_len: usize) -> usize {
-        seq_len
     }
     fn validate(&self, seq_len: usize) -> Result<(), String> {
         if self.tasks.is_empty() {

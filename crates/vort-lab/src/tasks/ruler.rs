@@ -309,9 +309,10 @@ fn niah(kind: RulerKind, t: usize, rng: &mut SplitMix64) -> Option<Prompt> {
             })
             .collect(),
     };
+    let frame = fill(NIAH_SINGLE, v, &key, "", 0..0).text.len();
     let size = |n: usize| {
         let context: usize = hay[..n].iter().map(|s| s.len() + 1).sum::<usize>() + needle.len();
-        fill(NIAH_SINGLE, v, &key, "", 0..0).text.len() + context + value.len() + 1
+        frame + context + value.len() + 1
     };
     let n = largest_fitting(cap, |n| size(n) <= t)?;
     // RULER: `random.sample(range(num_haystack), 1)`, inserted before that sentence
@@ -338,10 +339,11 @@ fn vt(t: usize, rng: &mut SplitMix64) -> Option<Prompt> {
     chain.extend((0..4).map(|j| format!("VAR {} = VAR {} ", vars[j + 1], vars[j])));
     let cap = t / (NOISE.len() + 1) + 1;
     let chain_len: usize = chain.iter().map(String::len).sum();
+    let frame = fill(VT, "", &value, "", 0..0).text.len();
     let size = |n: usize| {
         // n noise lines and the chain's lines, one newline between each two
         let context = n * NOISE.len() + chain_len + (n + chain.len() - 1);
-        fill(VT, "", &value, "", 0..0).text.len() + context + answer_len(&vars)
+        frame + context + answer_len(&vars)
     };
     let n = largest_fitting(cap, |n| size(n) <= t)?;
     // RULER: sorted positions among the haystack sentences, each shifted by the lines before
@@ -396,10 +398,11 @@ fn fwe(t: usize, rng: &mut SplitMix64) -> Option<Prompt> {
             .collect()
     };
     let answers: Vec<String> = vocab[1..4].to_vec();
+    let frame = fill(FWE, "", "", "", 0..0).text.len();
     let size = |num_words: usize| {
         let c = counts(num_words);
         let words: usize = c.iter().zip(&vocab).map(|(n, w)| n * (w.len() + 1)).sum();
-        fill(FWE, "", "", "", 0..0).text.len() + words.saturating_sub(1) + answer_len(&answers)
+        frame + words.saturating_sub(1) + answer_len(&answers)
     };
     let n = largest_fitting(t, |n| size(n) <= t)?;
     // the answer is well posed only when its three words occur and outnumber the rest

@@ -145,6 +145,19 @@ fn tiny_recall_reproduction_runs_reports_and_reuses() {
         .join(format!("lr{:.1e}", long.best_lr))
         .join("seed0/weights.safetensors");
     assert!(w.is_file(), "{} missing", w.display());
+    // a finished run copied from another machine keeps no checkpoint: with its released
+    // weights gone too, the report still reads it (its weights are named lost on stderr)
+    let kept_weights = std::fs::read(&w).unwrap();
+    let ckpt = w.with_file_name("checkpoint.safetensors");
+    let kept_ckpt = std::fs::read(&ckpt).unwrap();
+    std::fs::remove_file(&w).unwrap();
+    std::fs::remove_file(&ckpt).unwrap();
+    let copied = recall::run(&preset, &out, false, false).unwrap();
+    assert!(copied.pending.is_empty());
+    assert_eq!(copied.cells[2].seeds[0].correct, long.seeds[0].correct);
+    assert!(!w.exists(), "nothing to release from");
+    std::fs::write(&w, kept_weights).unwrap();
+    std::fs::write(&ckpt, kept_ckpt).unwrap();
     // a second call trains nothing and reports the same numbers
     let again = recall::run(&preset, &out, false, true).unwrap();
     assert_eq!(again.reused, 8, "the diverged runs are reused too");

@@ -88,6 +88,25 @@ fn run_dir(out: &Path, cell: &CellSpec, mixer: &MixerSpec, lr: f64, seed: u64) -
     RunDir::new(out.join(runner::run_path(&cell.name, &mixer.name, Some(lr), seed)))
 }
 
+/// Writes the weights of a finished run that a cell releases, from its checkpoint. A run
+/// finished and copied from another machine may have neither (its checkpoint stayed there):
+/// then it is said on stderr and the report goes on without them (its router inputs read
+/// "no weights").
+///
+/// # Errors
+/// A corrupt checkpoint; I/O.
+fn release_kept_weights(dir: &RunDir) -> Result<(), TrainError> {
+    if dir.weights_path().exists() || dir.has_checkpoint() {
+        return dir.release_weights();
+    }
+    eprintln!(
+        "warning: {} holds neither weights.safetensors nor a checkpoint, so its weights are \
+         not released (retrain it to restore them)",
+        dir.path().display()
+    );
+    Ok(())
+}
+
 /// How [`run`] treats each run: progress output, and whether a run that is not finished is
 /// trained (or left pending).
 #[derive(Debug, Clone, Copy)]
@@ -345,14 +364,16 @@ impl Pass<'_> {
         };
         let best = best_rate(&sweep);
         let best_lr = lrs[best];
+        // Released as soon as the sweep has chosen, not after the other seeds: a checkpoint
+        // does not outlive its machine, and the other seeds may train on another one.
+        if cell.release_weights {
+            release_kept_weights(&run_dir(self.out_dir, cell, mixer, best_lr, seeds[0]))?;
+        }
         let seed_runs: Vec<(f64, u64)> = seeds[1..].iter().map(|&s| (best_lr, s)).collect();
         let mut runs = vec![sweep[best].clone()];
         match self.runs(cell, mixer, &seed_runs)? {
             Ok(more) => runs.extend(more),
             Err(missing) => return Ok(Err(missing)),
-        }
-        if cell.release_weights {
-            run_dir(self.out_dir, cell, mixer, best_lr, seeds[0]).release_weights()?;
         }
         let c = self.preset.run_config(cell, mixer, best_lr, seeds[0])?;
         let model_nodes = nodes_of(&c)?;

@@ -170,8 +170,9 @@ pub struct CellSpec {
     /// Test sequences per extrapolation length.
     #[serde(default = "default_extrapolate_examples")]
     pub extrapolate_examples: usize,
-    /// Write the first seed's trained weights (`weights.safetensors`, no optimizer state)
-    /// beside its config, for release: `vort eval --run DIR --data F` re-scores them.
+    /// Write the first seed's trained weights at the rate its sweep chose
+    /// (`weights.safetensors`, no optimizer state) beside its config, for release, as soon as
+    /// the sweep has chosen: `vort eval --run DIR --data F` re-scores them.
     #[serde(default)]
     pub release_weights: bool,
     /// An ablation ladder (recall, issue #39): the report ranks this cell's mixers by

@@ -205,16 +205,12 @@ fn label_copy_trains_on_a_mixture_of_lengths() {
     let e = toml::from_str::<TaskConfig>(mqar).unwrap_err().to_string();
     assert!(e.contains("needs seq_len and num_kv_pairs"), "{e}");
     // an entry longer than the sequence, or too dense for its length, is refused
-    let long = text.replace("seq_len = 512", "seq_len = 2048");
-    let e = toml::from_str::<TaskConfig>(&long)
-        .unwrap()
-        .validate()
-        .unwrap_err();
-    assert!(e.to_string().contains("train_mix[1].seq_len"), "{e}");
-    let dense = text.replace("queries = 8 }", "queries = 40 }");
-    let e = toml::from_str::<TaskConfig>(&dense)
-        .unwrap()
-        .validate()
-        .unwrap_err();
-    assert!(e.to_string().contains("train_mix[0]: queries = 40"), "{e}");
+    let refused = |t: String| {
+        let cfg = toml::from_str::<TaskConfig>(&t).unwrap();
+        cfg.validate().unwrap_err().to_string()
+    };
+    let e = refused(text.replace("seq_len = 512", "seq_len = 2048"));
+    assert!(e.contains("train_mix[1].seq_len"), "{e}");
+    let e = refused(text.replace("queries = 8 }", "queries = 40 }"));
+    assert!(e.contains("train_mix[0]: queries = 40"), "{e}");
 }

@@ -284,7 +284,8 @@ pub fn pending_markdown(pending: &[String]) -> String {
 }
 
 /// Writes an experiment's report files into `out_dir`: `results.json` (what it measured) and
-/// `report.md`. The figures are drawn before, by the sections.
+/// `report.md`. The figures are drawn before, by the sections. `out_dir` is created if missing
+/// (`--report-only --allow-empty` on a directory no run has written yet).
 ///
 /// # Errors
 /// Serialisation and I/O errors.
@@ -293,6 +294,7 @@ pub fn write_report(
     results: &impl Serialize,
     markdown: &str,
 ) -> Result<(), TrainError> {
+    std::fs::create_dir_all(out_dir).map_err(|e| checkpoint::io(out_dir, e))?;
     checkpoint::write_json(&out_dir.join("results.json"), results)?;
     checkpoint::write_atomic(&out_dir.join("report.md"), markdown.as_bytes())
 }

@@ -540,6 +540,7 @@ fn recall_windows_mixed_into_books_batches_train_and_resume_exactly() {
         kind: RecallWindow::Copy,
         min_period: 4,
         max_period: 16,
+        records: None,
     });
     c.validate().unwrap();
     let text = c.to_toml().unwrap();

@@ -9,13 +9,17 @@
 //! kind = "copy"         # copy | pairs
 //! min_period = 16       # copy: the repeated string's length, log-uniform on
 //! max_period = 1024     #   [min_period, max_period]
+//! records = 32          # pairs: distinct records (default: as many as fill half a window)
 //! ```
 //!
 //! - **copy**: P random lowercase letters repeated to fill the window (the first copy is
 //!   noise, every later byte is a copy from P bytes back).
 //! - **pairs** (Zoology's MQAR on bytes): `key=value ` records of three random letters each
 //!   fill the first half; the second half lists the same records in a random order, so each
-//!   value is predictable from its key's earlier record.
+//!   value is predictable from its key's earlier record. With `records = K` the window holds
+//!   K distinct records: the K in order, then shuffled passes over the same K until the
+//!   window is full (MQAR's K key–value pairs and many queries; a 64 x 64 state per head
+//!   cannot hold the 512 records that fill half an 8192-byte window).
 //!
 //! Every byte is a target, as in books. Row r of training step s is a recall window with
 //! chance `share`, decided and drawn from (seed, s, r) alone (so at batch size 1, a share of
@@ -53,6 +57,9 @@ pub struct RecallMix {
     /// Copy: the longest repeated string.
     #[serde(default = "default_max_period")]
     pub max_period: usize,
+    /// Pairs: the distinct records of a window (None: as many as fill its first half).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<usize>,
 }
 
 fn default_min_period() -> usize {
@@ -103,7 +110,19 @@ impl RecallMix {
                         4 * RECORD
                     ));
                 }
+                if let Some(k) = self.records {
+                    if k < 1 || 2 * k * RECORD > seq_len + 1 {
+                        return Err(format!(
+                            "train.recall_mix.records = {k} must be in [1, {}] (every record \
+                             seen twice in a window of seq_len = {seq_len})",
+                            (seq_len + 1) / (2 * RECORD)
+                        ));
+                    }
+                }
             }
+        }
+        if self.records.is_some() && self.kind != RecallWindow::Pairs {
+            return Err("train.recall_mix.records applies to kind = \"pairs\" only".into());
         }
         Ok(())
     }
@@ -125,7 +144,10 @@ impl RecallMix {
         rng.unif(); // the draw of `is_recall`
         let bytes = match self.kind {
             RecallWindow::Copy => self.copy_bytes(&mut rng, seq_len + 1),
-            RecallWindow::Pairs => pairs_bytes(&mut rng, seq_len + 1),
+            RecallWindow::Pairs => match self.records {
+                None => pairs_bytes(&mut rng, seq_len + 1),
+                Some(k) => repeated_pairs_bytes(&mut rng, seq_len + 1, k),
+            },
         };
         Sample {
             tokens: bytes[..seq_len].iter().map(|&b| u32::from(b)).collect(),
@@ -169,24 +191,45 @@ fn letter(rng: &mut SplitMix64) -> u8 {
     b'a' + rng.below(26) as u8
 }
 
+/// One record: three random letters, `=`, three more, a space.
+fn record(rng: &mut SplitMix64) -> [u8; RECORD] {
+    let mut r = [0, 0, 0, b'=', 0, 0, 0, b' '];
+    for i in [0, 1, 2, 4, 5, 6] {
+        r[i] = letter(rng);
+    }
+    r
+}
+
+/// A uniform permutation of 0..k (Fisher–Yates).
+fn permutation(rng: &mut SplitMix64, k: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..k).collect();
+    for i in (1..k).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    order
+}
+
+/// `n` bytes: `k` records in order, then shuffled passes over the same `k` until `n` bytes
+/// are written (the last record cut at the window's end).
+fn repeated_pairs_bytes(rng: &mut SplitMix64, n: usize, k: usize) -> Vec<u8> {
+    let records: Vec<[u8; RECORD]> = (0..k).map(|_| record(rng)).collect();
+    let mut out: Vec<u8> = records.concat();
+    while out.len() < n {
+        for i in permutation(rng, k) {
+            out.extend_from_slice(&records[i]);
+        }
+    }
+    out.truncate(n);
+    out
+}
+
 /// `n` bytes: `key=value ` records (three letters each) filling the first half, the same
 /// records shuffled in the second, spaces after the last whole record of each half.
 fn pairs_bytes(rng: &mut SplitMix64, n: usize) -> Vec<u8> {
     let half = n / 2;
     let k = half / RECORD;
-    let records: Vec<[u8; RECORD]> = (0..k)
-        .map(|_| {
-            let mut r = [0, 0, 0, b'=', 0, 0, 0, b' '];
-            for i in [0, 1, 2, 4, 5, 6] {
-                r[i] = letter(rng);
-            }
-            r
-        })
-        .collect();
-    let mut order: Vec<usize> = (0..k).collect();
-    for i in (1..k).rev() {
-        order.swap(i, rng.below(i as u64 + 1) as usize);
-    }
+    let records: Vec<[u8; RECORD]> = (0..k).map(|_| record(rng)).collect();
+    let order = permutation(rng, k);
     let mut out = vec![b' '; n];
     for (i, r) in records.iter().enumerate() {
         out[i * RECORD..(i + 1) * RECORD].copy_from_slice(r);
@@ -208,6 +251,7 @@ mod tests {
             kind,
             min_period: 16,
             max_period: 64,
+            records: None,
         }
     }
 
@@ -252,6 +296,44 @@ mod tests {
             .all(|r| r[3] == b'=' && r[7] == b' ' && r[..3].iter().all(u8::is_ascii_lowercase)));
         assert_eq!(first, records(half));
         assert_ne!(all[..half], all[half..], "the second half is shuffled");
+    }
+
+    /// With `records = K` a pairs window introduces K distinct records, then repeats only
+    /// them, each pass a permutation; `records` is checked against the window.
+    #[test]
+    fn pairs_windows_with_few_records_repeat_only_those() {
+        let m = RecallMix {
+            records: Some(5),
+            ..mix(RecallWindow::Pairs)
+        };
+        let w = m.window(203, 4, 2, 0);
+        let mut all: Vec<u8> = w.tokens.iter().map(|&b| b as u8).collect();
+        all.push(w.targets[202] as u8);
+        assert_eq!(all.len(), 204);
+        let recs: Vec<&[u8]> = all.chunks(RECORD).collect();
+        let mut first: Vec<&[u8]> = recs[..5].to_vec();
+        first.sort();
+        first.dedup();
+        assert_eq!(first.len(), 5, "five distinct records");
+        for pass in recs[5..]
+            .chunks(5)
+            .filter(|c| c.len() == 5 && c[4].len() == RECORD)
+        {
+            let mut p = pass.to_vec();
+            p.sort();
+            assert_eq!(p, first, "every pass is a permutation of the five");
+        }
+        let tail = recs.last().unwrap();
+        assert!(
+            first.iter().any(|r| r.starts_with(tail)),
+            "the cut record is one of them"
+        );
+        assert!(m.validate(80).is_ok() && m.validate(78).is_err());
+        let copy = RecallMix {
+            records: Some(5),
+            ..mix(RecallWindow::Copy)
+        };
+        assert!(copy.validate(256).is_err(), "records is for pairs only");
     }
 
     /// The rows `is_recall` picks (about `share` of them) are replaced, the rest untouched;

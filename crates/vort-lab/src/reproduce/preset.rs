@@ -3,6 +3,8 @@
 //! learning rate, seed). The shipped presets are `configs/{recall,books,synthetic}/*.toml`,
 //! embedded in the binary.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::train::{RunConfig, TrainError};
@@ -159,6 +161,10 @@ pub struct CellSpec {
     pub mixers: Vec<String>,
     /// Seeds (default: the preset's).
     pub seeds: Option<Vec<u64>>,
+    /// Seeds of single mixers in this cell, winning over every other list, e.g.
+    /// `{ softmax = [0] }`: the sanity gate at one seed in a 3-seed cell.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub seeds_by_mixer: BTreeMap<String, Vec<u64>>,
     /// Learning rates swept (default: the preset's).
     pub lrs: Option<Vec<f64>>,
     /// Lengths at which every trained model of the cell is also scored, streamed in pieces of
@@ -298,6 +304,15 @@ impl Preset {
             if c.seeds.as_ref().is_some_and(Vec::is_empty) {
                 return Err(bad(format!("cell {}: seeds must be non-empty", c.name)));
             }
+            for (m, seeds) in &c.seeds_by_mixer {
+                if seeds.is_empty() || !p.mixers_of(c).any(|x| &x.name == m) {
+                    return Err(bad(format!(
+                        "cell {}: seeds_by_mixer.{m} must be non-empty and name a mixer of \
+                         the cell",
+                        c.name
+                    )));
+                }
+            }
         }
         for m in &p.mixers {
             if m.seeds.as_ref().is_some_and(Vec::is_empty) {
@@ -417,10 +432,13 @@ impl Preset {
             .unwrap_or_else(|| self.lrs.clone())
     }
 
-    /// The seeds of (cell, mixer): the cell's list, else the mixer's, else the preset's.
+    /// The seeds of (cell, mixer): the cell's list for this mixer, else the cell's, else the
+    /// mixer's, else the preset's.
     pub fn seeds_of(&self, cell: &CellSpec, mixer: &MixerSpec) -> Vec<u64> {
-        cell.seeds
-            .clone()
+        cell.seeds_by_mixer
+            .get(&mixer.name)
+            .cloned()
+            .or_else(|| cell.seeds.clone())
             .or_else(|| mixer.seeds.clone())
             .unwrap_or_else(|| self.seeds.clone())
     }
@@ -569,5 +587,58 @@ model = { d_model = 48, qk_scale_init = 1.0 }
         let bad = text.replace("num_kv_pairs = 8", "num_kv_pairs = 80");
         let e = Preset::from_toml(&bad, "t").unwrap_err().to_string();
         assert!(e.contains("gate") && e.contains("num_kv_pairs"), "{e}");
+    }
+
+    /// Seeds resolve as documented: a cell's list for one mixer, else the cell's, else the
+    /// mixer's, else the preset's; a list for a mixer the cell does not run is refused.
+    #[test]
+    fn seeds_resolve_from_the_most_specific_list() {
+        let text = |cell: &str| {
+            format!(
+                r#"
+name = "t"
+description = "d"
+seeds = [0, 1]
+lrs = [1e-3]
+gate_accuracy = 0.99
+learned_accuracy = 0.5
+[base.task]
+kind = "mqar"
+seq_len = 64
+vocab_size = 256
+[[mixers]]
+name = "softmax"
+model = {{ mixer = {{ kind = "softmax" }} }}
+[[mixers]]
+name = "vort"
+seeds = [3]
+[[cells]]
+name = "c"
+{cell}
+"#
+            )
+        };
+        let seeds = |cell: &str| {
+            let p = Preset::from_toml(&text(cell), "t").unwrap();
+            let of = |m: usize| p.seeds_of(&p.cells[0], &p.mixers[m]);
+            (of(0), of(1), p.run_count())
+        };
+        assert_eq!(seeds(""), (vec![0, 1], vec![3], 3));
+        assert_eq!(
+            seeds("seeds = [0, 1, 2]"),
+            (vec![0, 1, 2], vec![0, 1, 2], 6)
+        );
+        assert_eq!(
+            seeds("seeds = [0, 1, 2]\nseeds_by_mixer = { softmax = [0] }"),
+            (vec![0], vec![0, 1, 2], 4)
+        );
+        for bad in [
+            "seeds_by_mixer = { mixture = [0] }",
+            "mixers = [\"vort\"]\nseeds_by_mixer = { softmax = [0] }",
+            "seeds_by_mixer = { softmax = [] }",
+        ] {
+            let e = Preset::from_toml(&text(bad), "t").unwrap_err().to_string();
+            assert!(e.contains("seeds_by_mixer"), "{bad}: {e}");
+        }
     }
 }

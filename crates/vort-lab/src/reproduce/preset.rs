@@ -549,9 +549,8 @@ mod tests {
         assert_eq!(c.model.short_conv, 4);
     }
 
-    #[test]
-    fn cell_and_mixer_patches_apply_in_order() {
-        let text = r#"
+    /// The top of the tests' tiny presets: names, seeds 0-1, one rate, a 64-token MQAR task.
+    const TINY_HEAD: &str = r#"
 name = "t"
 description = "d"
 seeds = [0, 1]
@@ -562,7 +561,12 @@ learned_accuracy = 0.5
 kind = "mqar"
 seq_len = 64
 vocab_size = 256
-[base.model]
+"#;
+
+    #[test]
+    fn cell_and_mixer_patches_apply_in_order() {
+        let text = TINY_HEAD.to_string()
+            + r#"[base.model]
 d_model = 32
 memory = "vort"
 [[mixers]]
@@ -574,7 +578,7 @@ section = "gate"
 task = { num_kv_pairs = 8 }
 model = { d_model = 48, qk_scale_init = 1.0 }
 "#;
-        let p = Preset::from_toml(text, "t").unwrap();
+        let p = Preset::from_toml(&text, "t").unwrap();
         let c = p.run_config(&p.cells[0], &p.mixers[0], 3e-3, 1).unwrap();
         assert_eq!(c.seed, 1);
         assert_eq!(c.train.lr, 3e-3);
@@ -595,18 +599,7 @@ model = { d_model = 48, qk_scale_init = 1.0 }
     fn seeds_resolve_from_the_most_specific_list() {
         let text = |cell: &str| {
             format!(
-                r#"
-name = "t"
-description = "d"
-seeds = [0, 1]
-lrs = [1e-3]
-gate_accuracy = 0.99
-learned_accuracy = 0.5
-[base.task]
-kind = "mqar"
-seq_len = 64
-vocab_size = 256
-[[mixers]]
+                r#"{TINY_HEAD}[[mixers]]
 name = "softmax"
 model = {{ mixer = {{ kind = "softmax" }} }}
 [[mixers]]

@@ -78,17 +78,21 @@ fn config_of(rep: &RecallReport, c: &CellResult) -> Option<RunConfig> {
     rep.preset.run_config(cell, mixer, c.best_lr, 0).ok()
 }
 
-/// What a rung is, from its config: the kind and, for VORT, how α is set.
+/// What a rung is, from its config: the kind and, for VORT, how α is set ("?" when the
+/// preset does not hold the run's cell or mixer).
 pub(super) fn rung_label(rep: &RecallReport, c: &CellResult) -> String {
-    let Some(cfg) = config_of(rep, c) else {
-        return "?".into();
-    };
+    rung_description(rep, c).unwrap_or_else(|| "?".into())
+}
+
+/// [`rung_label`], or None when the preset does not hold the run's cell or mixer.
+pub(super) fn rung_description(rep: &RecallReport, c: &CellResult) -> Option<String> {
+    let cfg = config_of(rep, c)?;
     let probe = if cfg.train.entity_aux_weight > 0.0 {
         "supervised probe"
     } else {
         "unsupervised probe"
     };
-    match &cfg.model.mixer {
+    Some(match &cfg.model.mixer {
         Mixer::Exponential => "exponential, learned rate per head".into(),
         Mixer::PowerLaw { alpha, .. } => format!("fixed order α = {alpha}"),
         Mixer::Mixture { m, .. } => format!("{m} fixed exponentials, learned weights"),
@@ -104,7 +108,7 @@ pub(super) fn rung_label(rep: &RecallReport, c: &CellResult) -> String {
             Routing::EntityOnly => format!("routed by the entity probe ({probe})"),
             Routing::Full => format!("routed by entropy and the entity probe ({probe})"),
         },
-    }
+    })
 }
 
 /// Pooled accuracy at lags > 1000 (NaN without answers there).

@@ -188,11 +188,14 @@ fn lag_comparison(
     // two memories that both failed to learn the task differ by noise and chance-level
     // strategies, not by memory
     let either_learned = learned(vort) || learned(o);
-    // against an ablation (the fixed power law) there is no claim to check, only a difference
-    // to state
+    // against an ablation (a fixed or learned order, another router, the oracle) there is no
+    // claim to check, only a difference to state; the rung is named by what it is
     let fixed = rep.preset.with_role(Role::Ablation).contains(&other);
     let lead = if fixed {
-        "Beyond the paper, routed α against the same power law with a fixed α".to_string()
+        match super::ladder::rung_description(rep, o) {
+            Some(what) => format!("Beyond the paper, VORT against {other} ({what})"),
+            None => format!("Beyond the paper, VORT against {other}"),
+        }
     } else {
         format!("The paper's claim that power-law memory recalls better than {other}")
     };
@@ -296,10 +299,20 @@ mod tests {
         );
         // the fixed power law is a difference to state, not the paper's claim
         assert!(
-            v.contains("routed α against the same power law with a fixed α")
+            v.contains("Beyond the paper, VORT against power-law at lags > 1000")
                 && v.contains("VORT - power-law = +50.0")
                 && v.contains(": VORT higher."),
             "{v}"
+        );
+        // a rung of the preset is named by what it is (here the quick preset's power law)
+        let mut named = report(600, 100);
+        for c in &mut named.cells {
+            c.cell = "L64-K4-d64".into();
+        }
+        let v2 = markdown(&named);
+        assert!(
+            v2.contains("Beyond the paper, VORT against power-law (fixed order α = "),
+            "{v2}"
         );
         // one pair: the binomial SE, √(0.6·0.4/100 + 0.1·0.9/100) = 5.7 points, and n stated
         assert!(

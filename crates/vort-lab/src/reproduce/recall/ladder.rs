@@ -284,10 +284,16 @@ fn size_trend(rep: &RecallReport, ladder: &[&str], out: &Path) -> Result<String,
     let paper = paper_long(rep);
     let mut panels = Vec::new();
     let mut s = String::new();
+    // two ladder cells of one task at two widths share one trend: draw it once
+    let mut drawn: Vec<(usize, usize, Option<f64>)> = Vec::new();
     for cell in ladder {
         let Some(base) = rep.cells.iter().find(|c| c.cell == *cell) else {
             continue;
         };
+        if drawn.contains(&task_key(base)) {
+            continue;
+        }
+        drawn.push(task_key(base));
         let (widths, points) = size_points(rep, base);
         // mixers measured at two widths or more
         let mut mixers: Vec<String> = points.iter().map(|p| p.mixer.clone()).collect();
@@ -345,14 +351,19 @@ fn size_trend(rep: &RecallReport, ladder: &[&str], out: &Path) -> Result<String,
     Ok(s)
 }
 
+/// What makes two lags cells one task at two widths: (L, K, the gaps' exponent a).
+fn task_key(c: &CellResult) -> (usize, usize, Option<f64>) {
+    (
+        c.seq_len(),
+        c.num_kv_pairs(),
+        c.task.mqar().map(|m| m.power_a),
+    )
+}
+
 /// The widths of the lags cells of `base`'s task (the same L, K and gaps), and every seed-0
 /// point of theirs at lags > 1000.
 fn size_points(rep: &RecallReport, base: &CellResult) -> (Vec<usize>, Vec<SizePoint>) {
-    let same_task = |c: &&CellResult| {
-        c.section == Section::Lags
-            && (c.seq_len(), c.num_kv_pairs()) == (base.seq_len(), base.num_kv_pairs())
-            && c.task.mqar().map(|m| m.power_a) == base.task.mqar().map(|m| m.power_a)
-    };
+    let same_task = |c: &&CellResult| c.section == Section::Lags && task_key(c) == task_key(base);
     let mut widths: Vec<usize> = rep
         .cells
         .iter()

@@ -193,7 +193,7 @@ fn lag_comparison(
     let fixed = rep.preset.with_role(Role::Ablation).contains(&other);
     let lead = if fixed {
         match super::ladder::rung_description(rep, o) {
-            Some(what) => format!("Beyond the paper, VORT against {other} ({what})"),
+            Some(what) => format!("Beyond the paper, VORT against {other}, {what},"),
             None => format!("Beyond the paper, VORT against {other}"),
         }
     } else {
@@ -311,7 +311,7 @@ mod tests {
         }
         let v2 = markdown(&named);
         assert!(
-            v2.contains("Beyond the paper, VORT against power-law (fixed order α = "),
+            v2.contains("Beyond the paper, VORT against power-law, fixed order α = "),
             "{v2}"
         );
         // one pair: the binomial SE, √(0.6·0.4/100 + 0.1·0.9/100) = 5.7 points, and n stated

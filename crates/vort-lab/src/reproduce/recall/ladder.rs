@@ -51,6 +51,7 @@ pub(super) fn section(rep: &RecallReport, out: &Path) -> Result<String, TrainErr
         let rungs: Vec<&CellResult> = rep.cells.iter().filter(|c| c.cell == *cell).collect();
         s.push_str(&rung_table(rep, cell, &rungs));
         s.push_str(&verdict_lines(rep, &rungs));
+        s.push_str(&answer(rep, cell, &rungs));
         let pending: Vec<&String> = rep
             .pending
             .iter()
@@ -269,6 +270,88 @@ fn verdict_lines(rep: &RecallReport, rungs: &[&CellResult]) -> String {
     s
 }
 
+/// The cell's answer to "order or routing?" in one paragraph, from the paired verdicts at
+/// lags > 1000: *order* when the best fixed order or one learned order per head recalls more
+/// than the learned router, *routing* when the router beats both, open while the learned
+/// order is missing; then the paper's assignment by rule (oracle), where it ran.
+fn answer(rep: &RecallReport, cell: &str, rungs: &[&CellResult]) -> String {
+    let Some(v) = claim(rep, rungs) else {
+        return String::new();
+    };
+    let mixer_of = |c: &CellResult| config_of(rep, c).map(|cfg| cfg.model.mixer);
+    let routing_of = |c: &CellResult| mixer_of(c).and_then(|m| m.routing());
+    let best_fixed = rungs
+        .iter()
+        .filter(|c| matches!(mixer_of(c), Some(Mixer::PowerLaw { .. })))
+        .max_by(|a, b| long_accuracy(a).total_cmp(&long_accuracy(b)));
+    let learned = rungs
+        .iter()
+        .find(|c| routing_of(c) == Some(Routing::Learned));
+    let oracle = rungs
+        .iter()
+        .find(|c| matches!(routing_of(c), Some(Routing::Oracle { .. })));
+    // each single order against the claim: (what, its rung, the paired difference)
+    let singles: Vec<(&str, &CellResult, Paired)> = [
+        ("the best fixed order", best_fixed),
+        ("one learned order per head", learned),
+    ]
+    .into_iter()
+    .filter_map(|(what, c)| Some((what, *c?, compare_pairs(&long_scores(c?), &long_scores(v)))))
+    .collect();
+    let beats_router = singles.iter().any(|(_, _, p)| p.word == "higher");
+    let router_beats_all = singles.len() == 2 && singles.iter().all(|(_, _, p)| p.word == "lower");
+    let verdict = if beats_router {
+        "**order**: a single order recalls the long lags better than the learned router"
+    } else if router_beats_all {
+        "**routing**: the learned router recalls the long lags better than the best fixed order \
+         and than one learned order per head"
+    } else if learned.is_none() && singles.iter().all(|(_, _, p)| p.word == "lower") {
+        "**open**: the learned router recalls the long lags better than the best fixed order, \
+         and one learned order per head has not finished in this cell"
+    } else if learned.is_none() {
+        "**open**: one learned order per head has not finished in this cell"
+    } else {
+        "**neither**: the router and the single orders are not distinguishable"
+    };
+    let mut s = format!(
+        "**Order or routing? ({cell})** {verdict}. At lags > 1000, {}, {}, recalls {}%",
+        v.mixer,
+        rung_label(rep, v),
+        pct(long_accuracy(v))
+    );
+    for (what, c, p) in &singles {
+        s.push_str(&format!(
+            "; {what} ({}) {}%, {} − {} = {} (n = {})",
+            c.mixer,
+            pct(long_accuracy(c)),
+            c.mixer,
+            v.mixer,
+            signed_points(p),
+            p.pairs.len()
+        ));
+    }
+    s.push('.');
+    if let Some(o) = oracle {
+        let p = compare_pairs(&long_scores(o), &long_scores(v));
+        s.push_str(&format!(
+            " The paper's assignment given by rule ({}) recalls {}%, {} than the router ({}, \
+             n = {}): per-token order {} when the roles are given.",
+            o.mixer,
+            pct(long_accuracy(o)),
+            p.word,
+            signed_points(&p),
+            p.pairs.len(),
+            if p.word == "higher" {
+                "helps"
+            } else {
+                "does not help"
+            }
+        ));
+    }
+    s.push_str("\n\n");
+    s
+}
+
 /// One point of the size trend: a mixer at one width, seed 0.
 struct SizePoint {
     mixer: String,
@@ -449,7 +532,101 @@ pub(super) fn log_fit(xy: &[(f64, f64)]) -> Option<(f64, f64)> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixtures::{lag_cell, seed_with};
+    use super::super::Preset;
     use super::*;
+
+    /// A claim (VORT), the best fixed order, one learned order per head and the oracle, in
+    /// one lags cell "c" of a 3-seed preset.
+    const RUNGS: &str = r#"
+name = "t"
+description = "d"
+seeds = [0, 1, 2]
+lrs = [1e-3]
+[base.task]
+kind = "mqar"
+seq_len = 64
+vocab_size = 256
+[[mixers]]
+name = "vort"
+role = "claim"
+model = { mixer = { kind = "vort", routing = "entity-only" } }
+[[mixers]]
+name = "power-law-0.9"
+role = "ablation"
+model = { mixer = { kind = "power-law", alpha = 0.9 } }
+[[mixers]]
+name = "learned-order"
+role = "ablation"
+model = { mixer = { kind = "vort", routing = "learned" } }
+[[mixers]]
+name = "oracle"
+role = "ablation"
+model = { mixer = { kind = "vort", routing = { oracle = { entity = 0.8, other = 0.35 } } } }
+[[cells]]
+name = "c"
+section = "lags"
+"#;
+
+    /// The answer paragraph says what the paired verdicts at lags > 1000 say: order when a
+    /// single order recalls more than the router, routing when the router beats both single
+    /// orders, neither within 2 SE, open without the learned order; then the oracle.
+    #[test]
+    fn the_answer_follows_the_paired_verdicts() {
+        let preset = Preset::from_toml(RUNGS, "t").unwrap();
+        // correct answers at lags > 1000, out of 100, at seeds 0-2
+        let rung = |mixer: &str, far: [usize; 3]| {
+            let seeds = (0..3)
+                .map(|k| {
+                    let mut r = seed_with((far[k], 100), &[]);
+                    r.seed = k as u64;
+                    r
+                })
+                .collect();
+            let mut c = lag_cell("vort", 64, seeds);
+            (c.cell, c.mixer) = ("c".into(), mixer.into());
+            c
+        };
+        let answer_of = |vort, fixed, learned: Option<[usize; 3]>| {
+            let mut cells = vec![rung("vort", vort), rung("power-law-0.9", fixed)];
+            cells.extend(learned.map(|l| rung("learned-order", l)));
+            cells.push(rung("oracle", [90, 91, 93]));
+            let rep = RecallReport {
+                preset: preset.clone(),
+                cells,
+                gate_passed: None,
+                wall_s: 0.0,
+                reused: 0,
+                pending: Vec::new(),
+            };
+            let rungs: Vec<&CellResult> = rep.cells.iter().collect();
+            answer(&rep, "c", &rungs)
+        };
+        // the fixed order 30, 31, 31 points above VORT: mean 30.7, SE 0.33
+        let a = answer_of([30, 32, 34], [60, 63, 65], Some([31, 33, 34]));
+        assert!(a.contains("**order**"), "{a}");
+        assert!(
+            a.contains("power-law-0.9 − vort = +30.7 ± 0.3 points (n = 3)"),
+            "{a}"
+        );
+        assert!(
+            a.contains("(oracle) recalls 91.3%, higher than the router"),
+            "{a}"
+        );
+        let a = answer_of([60, 62, 64], [30, 33, 35], Some([40, 41, 45]));
+        assert!(a.contains("**routing**"), "{a}");
+        // differences −1, +1, +1 and +1, −1, 0: within 2 SE
+        let a = answer_of([50, 52, 54], [49, 53, 55], Some([51, 51, 54]));
+        assert!(a.contains("**neither**"), "{a}");
+        let a = answer_of([60, 62, 64], [30, 33, 35], None);
+        assert!(
+            a.contains(
+                "**open**: the learned router recalls the long lags better than the \
+                        best fixed order"
+            ),
+            "{a}"
+        );
+    }
 
     #[test]
     fn log_fit_recovers_a_line_in_log_state() {

@@ -248,10 +248,86 @@ fn verdicts(rep: &BooksReport, runs: &[NamedRun]) -> String {
             ablations.push(r);
         }
     }
-    for a in ablations {
-        if has("vort") && has(&a.name) {
+    let ablations: Vec<&NamedRun> = ablations.into_iter().filter(|a| has(&a.name)).collect();
+    if has("vort") {
+        for a in &ablations {
             s += &ablation_line(rep, "vort", a, far);
         }
+        s += &answer(&rep.runs, &ablations, far);
+    }
+    s + "\n"
+}
+
+/// "Order or routing?" on books in one paragraph, from the paired BPC at context bucket
+/// `far` (#39 item 8): *order* when the best fixed order or the learned order (one α per head)
+/// predicts better than VORT's router, *routing* when the router beats both, open while the
+/// learned order is missing; then the paper's assignment by rule (oracle), where it ran.
+fn answer(runs: &[EvalResult], ablations: &[&NamedRun], far: usize) -> String {
+    use vort::{Mixer, Routing};
+    let vs_vort = |a: &NamedRun| compare_bucket(runs, &a.name, "vort", far);
+    let routing_of = |a: &NamedRun| a.config.model.mixer.routing();
+    // the fixed order that does best against VORT (the most negative paired difference)
+    let best_fixed = ablations
+        .iter()
+        .filter(|a| matches!(a.config.model.mixer, Mixer::PowerLaw { .. }))
+        .map(|a| (*a, vs_vort(a)))
+        .filter(|(_, c)| c.diff.is_finite())
+        .min_by(|x, y| x.1.diff.total_cmp(&y.1.diff));
+    let learned = ablations
+        .iter()
+        .find(|a| routing_of(a) == Some(Routing::Learned))
+        .map(|a| (*a, vs_vort(a)));
+    let has_learned = learned.is_some();
+    let singles: Vec<(&str, (&NamedRun, Paired))> = [
+        ("the best fixed order", best_fixed),
+        ("one learned order per head", learned),
+    ]
+    .into_iter()
+    .filter_map(|(what, x)| Some((what, x?)))
+    .collect();
+    if singles.is_empty() {
+        return String::new();
+    }
+    // lower BPC is better: a single order "lower" than VORT predicts better than the router
+    let verdict = if singles.iter().any(|(_, (_, c))| c.word == "lower") {
+        "**order**: a single order predicts the text better than the learned router"
+    } else if singles.len() == 2 && singles.iter().all(|(_, (_, c))| c.word == "higher") {
+        "**routing**: the learned router predicts the text better than the best fixed order \
+         and than one learned order per head"
+    } else if !has_learned {
+        "**open**: one learned order per head has not finished"
+    } else {
+        "**neither**: the router and the single orders are not distinguishable"
+    };
+    let mut s = format!(
+        "\n**Order or routing? (books, BPC at context {})** {verdict}.",
+        CONTEXT_BUCKETS[far].0
+    );
+    for (what, (a, c)) in &singles {
+        s += &format!(
+            " Against {what} ({}): {} − vort = {}.",
+            a.name,
+            a.name,
+            numbers(c, &a.name, "vort")
+        );
+    }
+    let oracle = ablations
+        .iter()
+        .find(|a| matches!(routing_of(a), Some(Routing::Oracle { .. })));
+    if let Some(o) = oracle {
+        let c = vs_vort(o);
+        s += &format!(
+            " The paper's assignment given by rule ({}): {} − vort = {}: the rule {} the \
+             learned router.",
+            o.name,
+            o.name,
+            numbers(&c, &o.name, "vort"),
+            match c.word {
+                "lower" => "predicts better than",
+                "higher" => "predicts worse than",
+                _ => "is not distinguishable from",
+            }
+        );
     }
     s + "\n"
 }
@@ -520,6 +596,75 @@ mod tests {
                 .collect(),
             horizon: None,
         }
+    }
+
+    /// The books answer to "order or routing?" follows the paired BPC at the far bucket: a
+    /// single order with lower BPC than VORT is *order*, the router lower than both single
+    /// orders is *routing*; the best fixed order is the one lowest against VORT.
+    #[test]
+    fn the_books_answer_follows_the_paired_verdicts() {
+        let rung = |name: &str, mixer: &str| NamedRun {
+            name: name.into(),
+            role: Role::Ablation,
+            config: crate::train::RunConfig::from_toml(&format!("[model.mixer]\n{mixer}\n"), "t")
+                .unwrap(),
+        };
+        let rungs = [
+            rung("power-law-0.2", "kind = \"power-law\"\nalpha = 0.2"),
+            rung("power-law-0.95", "kind = \"power-law\"\nalpha = 0.95"),
+            rung("learned-order", "kind = \"vort\"\nrouting = \"learned\""),
+            rung(
+                "oracle",
+                "kind = \"vort\"\nrouting = { oracle = { entity = 0.8, other = 0.35 } }",
+            ),
+        ];
+        let named = |label: &str, far: [f64; 3]| {
+            let mut r = run("vort", 0, &far.map(|b| [3.0, b]));
+            r.label = Some(label.into());
+            r
+        };
+        let answer_of = |vort: [f64; 3], fixed: [[f64; 3]; 2], learned: Option<[f64; 3]>| {
+            let mut runs = vec![
+                named("vort", vort),
+                named("power-law-0.2", fixed[0]),
+                named("power-law-0.95", fixed[1]),
+                named("oracle", vort.map(|b| b + 0.1)),
+            ];
+            runs.extend(learned.map(|l| named("learned-order", l)));
+            let with: Vec<&NamedRun> = rungs
+                .iter()
+                .filter(|r| learned.is_some() || r.name != "learned-order")
+                .collect();
+            answer(&runs, &with, 1)
+        };
+        // α = 0.2 0.02 bits below VORT on every window (SE 0), α = 0.95 above
+        let a = answer_of(
+            [2.2, 2.1, 2.3],
+            [[2.18, 2.08, 2.28], [2.3, 2.2, 2.4]],
+            Some([2.25, 2.15, 2.35]),
+        );
+        assert!(a.contains("**order**"), "{a}");
+        assert!(
+            a.contains(
+                "Against the best fixed order (power-law-0.2): power-law-0.2 − vort = -0.020"
+            ),
+            "{a}"
+        );
+        assert!(
+            a.contains("(oracle): oracle − vort = +0.100") && a.contains("predicts worse than"),
+            "{a}"
+        );
+        let a = answer_of(
+            [2.2, 2.1, 2.3],
+            [[2.3, 2.2, 2.4], [2.25, 2.15, 2.35]],
+            Some([2.25, 2.15, 2.36]),
+        );
+        assert!(
+            a.contains("**routing**") && a.contains("(power-law-0.95)"),
+            "{a}"
+        );
+        let a = answer_of([2.2, 2.1, 2.3], [[2.3, 2.2, 2.4], [2.25, 2.15, 2.35]], None);
+        assert!(a.contains("**open**"), "{a}");
     }
 
     /// The gain difference is, window by window and averaged over the shared seeds,

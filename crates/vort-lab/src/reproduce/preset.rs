@@ -167,6 +167,11 @@ pub struct CellSpec {
     pub seeds_by_mixer: BTreeMap<String, Vec<u64>>,
     /// Learning rates swept (default: the preset's).
     pub lrs: Option<Vec<f64>>,
+    /// Learning rates swept for single mixers in this cell, winning over every other list,
+    /// e.g. `{ "power-law-0.95" = [1e-3, 3e-3] }`: one rung's sweep where the cell runs one
+    /// rate.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lrs_by_mixer: BTreeMap<String, Vec<f64>>,
     /// Lengths at which every trained model of the cell is also scored, streamed in pieces of
     /// the training length with the state carried, node tables certified for the length, and
     /// softmax restricted to a window of the training length (length extrapolation; the gaps,
@@ -292,6 +297,7 @@ impl Preset {
             .iter()
             .filter_map(|c| c.lrs.as_ref())
             .chain(p.mixers.iter().filter_map(|m| m.lrs.as_ref()))
+            .chain(p.cells.iter().flat_map(|c| c.lrs_by_mixer.values()))
             .chain([&p.lrs]);
         for l in lists {
             if l.is_empty() || l.iter().any(|&x| !(x > 0.0 && x.is_finite())) {
@@ -312,6 +318,16 @@ impl Preset {
                         c.name
                     )));
                 }
+            }
+            if let Some(m) = c
+                .lrs_by_mixer
+                .keys()
+                .find(|m| !p.mixers_of(c).any(|x| &x.name == *m))
+            {
+                return Err(bad(format!(
+                    "cell {}: lrs_by_mixer.{m} must name a mixer of the cell",
+                    c.name
+                )));
             }
         }
         for m in &p.mixers {
@@ -423,11 +439,13 @@ impl Preset {
         Ok(())
     }
 
-    /// The learning rates swept for (cell, mixer): the cell's list, else the mixer's, else
-    /// the preset's.
+    /// The learning rates swept for (cell, mixer): the cell's list for this mixer, else the
+    /// cell's, else the mixer's, else the preset's.
     pub fn lrs_of(&self, cell: &CellSpec, mixer: &MixerSpec) -> Vec<f64> {
-        cell.lrs
-            .clone()
+        cell.lrs_by_mixer
+            .get(&mixer.name)
+            .cloned()
+            .or_else(|| cell.lrs.clone())
             .or_else(|| mixer.lrs.clone())
             .unwrap_or_else(|| self.lrs.clone())
     }
@@ -593,10 +611,11 @@ model = { d_model = 48, qk_scale_init = 1.0 }
         assert!(e.contains("gate") && e.contains("num_kv_pairs"), "{e}");
     }
 
-    /// Seeds resolve as documented: a cell's list for one mixer, else the cell's, else the
-    /// mixer's, else the preset's; a list for a mixer the cell does not run is refused.
+    /// Seeds and rates resolve as documented: a cell's list for one mixer, else the cell's,
+    /// else the mixer's, else the preset's; a list for a mixer the cell does not run is
+    /// refused.
     #[test]
-    fn seeds_resolve_from_the_most_specific_list() {
+    fn seeds_and_rates_resolve_from_the_most_specific_list() {
         let text = |cell: &str| {
             format!(
                 r#"{TINY_HEAD}[[mixers]]
@@ -625,6 +644,25 @@ name = "c"
             seeds("seeds = [0, 1, 2]\nseeds_by_mixer = { softmax = [0] }"),
             (vec![0], vec![0, 1, 2], 4)
         );
+        // rates resolve the same way
+        let p = Preset::from_toml(
+            &text("lrs = [3e-3]\nlrs_by_mixer = { vort = [1e-3, 3e-3] }"),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(p.lrs_of(&p.cells[0], &p.mixers[0]), vec![3e-3]);
+        assert_eq!(p.lrs_of(&p.cells[0], &p.mixers[1]), vec![1e-3, 3e-3]);
+        for bad in [
+            "lrs_by_mixer = { mixture = [1e-3] }",
+            "lrs_by_mixer = { vort = [] }",
+            "lrs_by_mixer = { vort = [-1e-3] }",
+        ] {
+            let e = Preset::from_toml(&text(bad), "t").unwrap_err().to_string();
+            assert!(
+                e.contains("lrs_by_mixer") || e.contains("learning-rate"),
+                "{bad}: {e}"
+            );
+        }
         for bad in [
             "seeds_by_mixer = { mixture = [0] }",
             "mixers = [\"vort\"]\nseeds_by_mixer = { softmax = [0] }",

@@ -331,6 +331,19 @@ fn answer(rep: &RecallReport, cell: &str, rungs: &[&CellResult]) -> String {
         ));
     }
     s.push('.');
+    // a rung that ran one rate was not compared at its own rate (#39 item 2)
+    let unswept: Vec<&str> = std::iter::once(v)
+        .chain(singles.iter().map(|(_, c, _)| *c))
+        .filter(|c| c.sweep.len() < 2)
+        .map(|c| c.mixer.as_str())
+        .collect();
+    if !unswept.is_empty() {
+        s.push_str(&format!(
+            " Not swept: {} ran at one learning rate here, so the comparison is not yet at \
+             each rung's own rate.",
+            unswept.join(", ")
+        ));
+    }
     if let Some(o) = oracle {
         let p = compare_pairs(&long_scores(o), &long_scores(v));
         s.push_str(&format!(
@@ -605,6 +618,11 @@ section = "lags"
         // the fixed order 30, 31, 31 points above VORT: mean 30.7, SE 0.33
         let a = answer_of([30, 32, 34], [60, 63, 65], Some([31, 33, 34]));
         assert!(a.contains("**order**"), "{a}");
+        // the fixtures have no sweep: every compared rung ran one rate, and the answer says so
+        assert!(
+            a.contains("Not swept: vort, power-law-0.9, learned-order ran at one learning rate"),
+            "{a}"
+        );
         assert!(
             a.contains("power-law-0.9 − vort = +30.7 ± 0.3 points (n = 3)"),
             "{a}"

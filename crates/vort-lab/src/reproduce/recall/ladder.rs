@@ -273,42 +273,24 @@ fn verdict_lines(rep: &RecallReport, rungs: &[&CellResult]) -> String {
 /// The cell's answer to "order or routing?" in one paragraph, from the paired verdicts at
 /// lags > 1000: *order* when the best fixed order or one learned order per head recalls more
 /// than the learned router, *routing* when the router beats both, open while the learned
-/// order is missing; then the paper's assignment by rule (oracle), where it ran.
+/// order is missing; then the rungs that ran one rate, and the paper's assignment by rule
+/// (oracle), where it ran.
 fn answer(rep: &RecallReport, cell: &str, rungs: &[&CellResult]) -> String {
     let Some(v) = claim(rep, rungs) else {
         return String::new();
     };
-    let mixer_of = |c: &CellResult| config_of(rep, c).map(|cfg| cfg.model.mixer);
-    let routing_of = |c: &CellResult| mixer_of(c).and_then(|m| m.routing());
-    let best_fixed = rungs
-        .iter()
-        .filter(|c| matches!(mixer_of(c), Some(Mixer::PowerLaw { .. })))
-        .max_by(|a, b| long_accuracy(a).total_cmp(&long_accuracy(b)));
-    let learned = rungs
-        .iter()
-        .find(|c| routing_of(c) == Some(Routing::Learned));
-    let oracle = rungs
-        .iter()
-        .find(|c| matches!(routing_of(c), Some(Routing::Oracle { .. })));
-    // each single order against the claim: (what, its rung, the paired difference)
-    let singles: Vec<(&str, &CellResult, Paired)> = [
-        ("the best fixed order", best_fixed),
-        ("one learned order per head", learned),
-    ]
-    .into_iter()
-    .filter_map(|(what, c)| Some((what, *c?, compare_pairs(&long_scores(c?), &long_scores(v)))))
-    .collect();
-    let beats_router = singles.iter().any(|(_, _, p)| p.word == "higher");
-    let router_beats_all = singles.len() == 2 && singles.iter().all(|(_, _, p)| p.word == "lower");
-    let verdict = if beats_router {
+    let singles = single_orders(rep, v, rungs);
+    let has_learned = singles.iter().any(|(what, _, _)| *what == LEARNED);
+    let words = |w: &str| singles.iter().filter(|(_, _, p)| p.word == w).count();
+    let verdict = if words("higher") > 0 {
         "**order**: a single order recalls the long lags better than the learned router"
-    } else if router_beats_all {
+    } else if has_learned && words("lower") == singles.len() {
         "**routing**: the learned router recalls the long lags better than the best fixed order \
          and than one learned order per head"
-    } else if learned.is_none() && singles.iter().all(|(_, _, p)| p.word == "lower") {
+    } else if !singles.is_empty() && !has_learned && words("lower") == singles.len() {
         "**open**: the learned router recalls the long lags better than the best fixed order, \
          and one learned order per head has not finished in this cell"
-    } else if learned.is_none() {
+    } else if !has_learned {
         "**open**: one learned order per head has not finished in this cell"
     } else {
         "**neither**: the router and the single orders are not distinguishable"
@@ -331,38 +313,84 @@ fn answer(rep: &RecallReport, cell: &str, rungs: &[&CellResult]) -> String {
         ));
     }
     s.push('.');
-    // a rung that ran one rate was not compared at its own rate (#39 item 2)
+    s.push_str(&unswept_note(v, &singles));
+    s.push_str(&oracle_note(rep, v, rungs));
+    s.push_str("\n\n");
+    s
+}
+
+/// What [`answer`] calls one learned order per head.
+const LEARNED: &str = "one learned order per head";
+
+/// The single orders of a ladder cell against the claim `v`, each as (what, its rung, the
+/// paired difference rung − claim at lags > 1000): the best fixed order (by pooled accuracy
+/// at lags > 1000) and one learned order per head, where they ran.
+fn single_orders<'a>(
+    rep: &RecallReport,
+    v: &CellResult,
+    rungs: &[&'a CellResult],
+) -> Vec<(&'static str, &'a CellResult, Paired)> {
+    let mixer_of = |c: &CellResult| config_of(rep, c).map(|cfg| cfg.model.mixer);
+    let best_fixed = rungs
+        .iter()
+        .filter(|c| matches!(mixer_of(c), Some(Mixer::PowerLaw { .. })))
+        .max_by(|a, b| long_accuracy(a).total_cmp(&long_accuracy(b)));
+    let learned = rungs
+        .iter()
+        .find(|c| mixer_of(c).and_then(|m| m.routing()) == Some(Routing::Learned));
+    [("the best fixed order", best_fixed), (LEARNED, learned)]
+        .into_iter()
+        .filter_map(|(what, c)| Some((what, *c?, compare_pairs(&long_scores(c?), &long_scores(v)))))
+        .collect()
+}
+
+/// " Not swept: ..." naming the claim or single orders that ran one learning rate in the cell,
+/// so were not compared at their own rate (#39 item 2); empty when all were swept.
+fn unswept_note(v: &CellResult, singles: &[(&str, &CellResult, Paired)]) -> String {
     let unswept: Vec<&str> = std::iter::once(v)
         .chain(singles.iter().map(|(_, c, _)| *c))
         .filter(|c| c.sweep.len() < 2)
         .map(|c| c.mixer.as_str())
         .collect();
-    if !unswept.is_empty() {
-        s.push_str(&format!(
-            " Not swept: {} ran at one learning rate here, so the comparison is not yet at \
-             each rung's own rate.",
-            unswept.join(", ")
-        ));
+    if unswept.is_empty() {
+        return String::new();
     }
-    if let Some(o) = oracle {
-        let p = compare_pairs(&long_scores(o), &long_scores(v));
-        s.push_str(&format!(
-            " The paper's assignment given by rule ({}) recalls {}%, {} than the router ({}, \
-             n = {}): per-token order {} when the roles are given.",
-            o.mixer,
-            pct(long_accuracy(o)),
-            p.word,
-            signed_points(&p),
-            p.pairs.len(),
-            if p.word == "higher" {
-                "helps"
-            } else {
-                "does not help"
-            }
-        ));
-    }
-    s.push_str("\n\n");
-    s
+    format!(
+        " Not swept: {} ran at one learning rate here, so the comparison is not yet at each \
+         rung's own rate.",
+        unswept.join(", ")
+    )
+}
+
+/// The paper's assignment by rule (the oracle rung) against the claim `v`, or nothing where
+/// the cell has no oracle.
+fn oracle_note(rep: &RecallReport, v: &CellResult, rungs: &[&CellResult]) -> String {
+    let routing_of = |c: &CellResult| config_of(rep, c).and_then(|cfg| cfg.model.mixer.routing());
+    let Some(o) = rungs
+        .iter()
+        .find(|c| matches!(routing_of(c), Some(Routing::Oracle { .. })))
+    else {
+        return String::new();
+    };
+    let p = compare_pairs(&long_scores(o), &long_scores(v));
+    format!(
+        " The paper's assignment given by rule ({}) recalls {}%, {} the router ({}, n = {}): \
+         per-token order {} when the roles are given.",
+        o.mixer,
+        pct(long_accuracy(o)),
+        match p.word {
+            "higher" => "higher than",
+            "lower" => "lower than",
+            _ => "not distinguishable from",
+        },
+        signed_points(&p),
+        p.pairs.len(),
+        if p.word == "higher" {
+            "helps"
+        } else {
+            "does not help"
+        }
+    )
 }
 
 /// One point of the size trend: a mixer at one width, seed 0.

@@ -299,7 +299,9 @@ def test_a_second_trainer_on_one_directory_is_refused(tmp_path):
     import time
 
     cfg = tmp_path / "c.toml"
-    cfg.write_text(CONFIG % (400, 8))
+    # far more steps than the test lasts (the first trainer is killed at its end): with 400,
+    # a quiet machine finished the run before the --resume, which then found it done (exit 0)
+    cfg.write_text(CONFIG % (10**6, 8))
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "vort.torch.train", "--out", str(out), "--config", str(cfg), "--quiet"]
     first = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -309,6 +311,7 @@ def test_a_second_trainer_on_one_directory_is_refused(tmp_path):
             assert first.poll() is None and time.time() - t0 < 120, first.stderr.read()
             time.sleep(0.1)
         for extra in ([], ["--resume"]):
+            assert first.poll() is None, "the first trainer must still hold the run"
             p = train(out, cfg, 1, extra=extra, check=False)
             lines = [line for line in p.stderr.splitlines() if line.strip()]
             assert p.returncode == 2 and len(lines) == 1, (extra, p.stderr)

@@ -33,6 +33,10 @@ pub struct RetrievalArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_count,
           default_value = "1024,8192,65536,262144,1000000")]
     lags: Vec<u64>,
+    /// Made-up names per lag (>= 1): with several, later − first gets a standard error over
+    /// the names.
+    #[arg(long, default_value = "1", value_parser = parse_count)]
+    names_per_lag: u64,
     /// Seed of the strings and names.
     #[arg(long, default_value = "0", value_parser = parse_count)]
     seed: u64,
@@ -43,6 +47,10 @@ pub struct RetrievalArgs {
     #[arg(long)]
     json: bool,
 }
+
+/// The most names a lag may have: their first occurrences, 64 bytes apart, fill the text's
+/// first 256 + 64 · names · lags bytes.
+const MAX_NAMES_PER_LAG: usize = 256;
 
 fn usize_list(v: &[u64], flag: &str) -> Result<Vec<usize>, CliError> {
     v.iter()
@@ -59,11 +67,17 @@ pub fn run(a: RetrievalArgs) -> Result<(), CliError> {
         copies: usize_list(&[a.copies], "--copies")?[0],
         lags: usize_list(&a.lags, "--lags")?,
         seed: a.seed,
+        names_per_lag: usize_list(&[a.names_per_lag], "--names-per-lag")?[0],
     };
-    if opts.copies < 2 || opts.periods.contains(&0) || opts.lags.contains(&0) {
-        return Err(CliError::Usage(
-            "--copies must be >= 2, and every period and lag >= 1".into(),
-        ));
+    if opts.copies < 2
+        || opts.periods.contains(&0)
+        || opts.lags.contains(&0)
+        || !(1..=MAX_NAMES_PER_LAG).contains(&opts.names_per_lag)
+    {
+        return Err(CliError::Usage(format!(
+            "--copies must be >= 2, every period and lag >= 1, and --names-per-lag 1 to \
+             {MAX_NAMES_PER_LAG}"
+        )));
     }
     crate::experiment::check_trained_path(&a.run, "train one with `vort train --task books`")?;
     if let Some(out) = &a.out {

@@ -54,7 +54,7 @@ fn retrieval_reports_every_copy_and_name_and_writes_its_json() {
         let (first, later) = (n["first"].as_f64().unwrap(), n["later"].as_f64().unwrap());
         assert!(first > 0.0 && later > 0.0);
     }
-    // the table form
+    // the table form, with 3 names at one lag: their mean difference ± SE
     let o = vort(&[
         "retrieval",
         "--run",
@@ -67,11 +67,15 @@ fn retrieval_reports_every_copy_and_name_and_writes_its_json() {
         "2",
         "--lags",
         "500",
+        "--names-per-lag",
+        "3",
     ]);
-    assert!(o.status.success());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let table = String::from_utf8_lossy(&o.stdout);
     assert!(
-        table.contains("| period (bytes) | copy 1 | copy 2 |"),
+        table.contains("| period (bytes) | copy 1 | copy 2 |")
+            && table.contains("| 500 | 3 |")
+            && table.contains("(± SE over the names)"),
         "{table}"
     );
     let _ = std::fs::remove_dir_all(&d);
@@ -86,6 +90,8 @@ fn retrieval_refuses_bad_requests_in_one_line() {
         (vec!["--copies", "1"], "--copies"),
         (vec!["--periods", "0,16"], "period"),
         (vec!["--text", "/nonexistent/file"], "--text"),
+        (vec!["--names-per-lag", "0"], "--names-per-lag"),
+        (vec!["--names-per-lag", "257"], "--names-per-lag"),
     ] {
         let mut all = vec!["retrieval", "--run", r];
         all.extend(args);

@@ -5,7 +5,8 @@ use candle_core::Device;
 use candle_nn::VarMap;
 use vort::model::{Config, Model, ModelConfig};
 use vort_lab::train::retrieval::{
-    copy_bits, longest_stream, markdown, names_text, probe, repeated_string, RetrievalOptions,
+    copy_bits, longest_stream, markdown, name_lags, names_text, probe, repeated_string, NameRow,
+    RetrievalOptions,
 };
 use vort_lab::train::stream::{byte_bits, stream_text};
 
@@ -55,7 +56,7 @@ fn names_are_written_twice_lag_apart_over_the_text() {
     let text: Vec<u8> = (0..20_000)
         .map(|i| b"the quick brown fox "[i % 20])
         .collect();
-    let (out, rows, skipped) = names_text(&text, &[1024, 8192, 50_000], 0);
+    let (out, rows, skipped) = names_text(&text, &[1024, 8192, 50_000], 1, 0);
     assert_eq!(out.len(), text.len());
     assert_eq!(skipped, vec![50_000]);
     assert_eq!(rows.len(), 2);
@@ -79,6 +80,59 @@ fn names_are_written_twice_lag_apart_over_the_text() {
             assert_eq!(out[i], text[i], "byte {i}");
         }
     }
+    // one name a lag draws the same names at the same places as before the option existed
+    // (the committed probes: lag 1024's name at byte 256, lag 8192's at 320)
+    assert_eq!((rows[0].at.0, rows[1].at.0), (256, 320));
+
+    // 4 names a lag: every name written twice, lag apart, none over another occurrence; a
+    // lag whose names would run past the text, or (lag 64: onto the next first) over another
+    // name, is skipped
+    let (out, rows, skipped) = names_text(&text, &[1024, 64, 8192, 19_900], 4, 3);
+    assert_eq!(skipped, vec![64, 19_900]);
+    assert_eq!(rows.len(), 8);
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    for r in &rows {
+        let name = format!(" {} ", r.name);
+        assert_eq!(r.at.1 - r.at.0, r.lag);
+        for at in [r.at.0, r.at.1] {
+            assert_eq!(&out[at..at + name.len()], name.as_bytes());
+            assert!(spans.iter().all(|&(a, b)| at + name.len() <= a || b <= at));
+            spans.push((at, at + name.len()));
+        }
+    }
+    let mut names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), 8, "every name is new");
+}
+
+/// Several names a lag: the mean difference later − first and its SE over the names, by
+/// hand; one name a lag has no SE.
+#[test]
+fn name_lags_average_the_names_of_each_lag() {
+    let row = |lag: usize, first: f64, later: f64| NameRow {
+        lag,
+        name: "X".into(),
+        at: (0, lag),
+        first,
+        later,
+    };
+    // lag 100: differences −1, −2, −3 (mean −2, sd 1, SE 1/√3); lag 50: one name, +0.5
+    let rows = [
+        row(100, 9.0, 8.0),
+        row(50, 8.0, 8.5),
+        row(100, 10.0, 8.0),
+        row(100, 8.0, 5.0),
+    ];
+    let l = name_lags(&rows);
+    assert_eq!(l.len(), 2);
+    assert_eq!(
+        (l[0].lag, l[0].names, l[1].lag, l[1].names),
+        (100, 3, 50, 1)
+    );
+    assert!((l[0].diff + 2.0).abs() < 1e-12 && (l[0].se - 1.0 / 3f64.sqrt()).abs() < 1e-12);
+    assert!((l[0].first - 9.0).abs() < 1e-12 && (l[0].later - 7.0).abs() < 1e-12);
+    assert!((l[1].diff - 0.5).abs() < 1e-12 && l[1].se.is_nan());
 }
 
 /// byte_bits is the streaming evaluation per byte: its mean is stream_text's BPC, and the
@@ -108,6 +162,7 @@ fn the_probe_scores_the_streams_bytes() {
             copies: 3,
             lags: vec![512, 2000, 100_000],
             seed: 1,
+            names_per_lag: 1,
         };
         assert_eq!(longest_stream(&opts, text.len()), 256 + 64 + 2000 + 20);
         let cut = RetrievalOptions::default().within(128 * 1024);

@@ -12,7 +12,10 @@
 //!   stay those of the text). The bits of each occurrence are over the name's letters after
 //!   its first (the first letter cannot be expected either time); retrieval shows as the
 //!   later occurrence costing less than the first. Every name has its own lag, and no other
-//!   occurrence of it sits between the two.
+//!   occurrence of it sits between the two. With several names per lag
+//!   ([`RetrievalOptions::names_per_lag`]) the difference later − first gets a standard error
+//!   over the names ([`name_lags`]): one name is one sample, and first occurrences alone range
+//!   over several bits.
 
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -33,6 +36,18 @@ pub struct RetrievalOptions {
     pub lags: Vec<usize>,
     /// Seed of the random strings and names.
     pub seed: u64,
+    /// Made-up names per lag (>= 1; 1 in results written before the option existed, which
+    /// omit it).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub names_per_lag: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 impl Default for RetrievalOptions {
@@ -44,6 +59,7 @@ impl Default for RetrievalOptions {
             copies: 5,
             lags: vec![1024, 8192, 65536, 262_144, 1_000_000],
             seed: 0,
+            names_per_lag: 1,
         }
     }
 }
@@ -156,32 +172,111 @@ fn made_up_name(rng: &mut SplitMix64) -> Vec<u8> {
     .concat()
 }
 
-/// `text` with a made-up name written over it at `first` and at `first + lag` for each lag
-/// that fits (first occurrences 64 bytes apart from byte 256 on), and the names' rows
-/// without their bits; the lags that do not fit.
-pub fn names_text(text: &[u8], lags: &[usize], seed: u64) -> (Vec<u8>, Vec<NameRow>, Vec<usize>) {
+/// `text` with `per_lag` made-up names written over it for each lag, each at `first` and at
+/// `first + lag` (first occurrences 64 bytes apart from byte 256 on, lag by lag), and the
+/// names' rows without their bits; the lags that do not fit. A lag is written whole or not
+/// at all: it is skipped when one of its names would run past the text or lie over another
+/// occurrence.
+pub fn names_text(
+    text: &[u8],
+    lags: &[usize],
+    per_lag: usize,
+    seed: u64,
+) -> (Vec<u8>, Vec<NameRow>, Vec<usize>) {
     let mut rng = SplitMix64::new(seed ^ 0x4E41_4D45);
     let mut out = text.to_vec();
     let (mut rows, mut skipped) = (Vec::new(), Vec::new());
+    // the byte ranges written so far: no occurrence may lie over another
+    let mut taken: Vec<(usize, usize)> = Vec::new();
+    let overlaps = |taken: &[(usize, usize)], (a, b): (usize, usize)| {
+        taken.iter().any(|&(c, d)| a < d && c < b)
+    };
     for (i, &lag) in lags.iter().enumerate() {
-        let name = made_up_name(&mut rng);
-        let first = 256 + 64 * i;
-        let later = first + lag;
-        if later + name.len() + 1 > text.len() || lag < name.len() + 64 * lags.len() {
+        let names: Vec<Vec<u8>> = (0..per_lag).map(|_| made_up_name(&mut rng)).collect();
+        let mut placed = taken.clone();
+        let fits = names.iter().enumerate().all(|(k, name)| {
+            let first = 256 + 64 * (i * per_lag + k);
+            let spans = [first, first + lag].map(|at| (at, at + name.len()));
+            let ok = spans[1].1 < text.len()
+                && !overlaps(&placed, spans[0])
+                && !overlaps(&placed, spans[1])
+                && spans[0].1 <= spans[1].0;
+            placed.extend(spans);
+            ok
+        });
+        if !fits {
             skipped.push(lag);
             continue;
         }
-        out[first..first + name.len()].copy_from_slice(&name);
-        out[later..later + name.len()].copy_from_slice(&name);
-        rows.push(NameRow {
-            lag,
-            name: String::from_utf8_lossy(&name).trim().to_string(),
-            at: (first, later),
-            first: f64::NAN,
-            later: f64::NAN,
-        });
+        taken = placed;
+        for (k, name) in names.iter().enumerate() {
+            let first = 256 + 64 * (i * per_lag + k);
+            let later = first + lag;
+            out[first..first + name.len()].copy_from_slice(name);
+            out[later..later + name.len()].copy_from_slice(name);
+            rows.push(NameRow {
+                lag,
+                name: String::from_utf8_lossy(name).trim().to_string(),
+                at: (first, later),
+                first: f64::NAN,
+                later: f64::NAN,
+            });
+        }
     }
     (out, rows, skipped)
+}
+
+/// The names of one lag, summarised: the mean bits the first time and later, and the mean
+/// difference later − first with its standard error over the names (NaN with one name).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NameLag {
+    /// Bytes from a name's first occurrence to its second.
+    pub lag: usize,
+    /// Names at this lag.
+    pub names: usize,
+    /// Mean bits per byte the first time.
+    pub first: f64,
+    /// Mean bits per byte later.
+    pub later: f64,
+    /// Mean of later − first over the names.
+    pub diff: f64,
+    /// Its standard error, sd / √names (NaN with one name).
+    pub se: f64,
+}
+
+/// [`NameLag`] for each lag of `names`, in the order the lags first appear.
+pub fn name_lags(names: &[NameRow]) -> Vec<NameLag> {
+    let mut lags: Vec<usize> = Vec::new();
+    for r in names {
+        if !lags.contains(&r.lag) {
+            lags.push(r.lag);
+        }
+    }
+    lags.into_iter()
+        .map(|lag| {
+            let rows: Vec<&NameRow> = names.iter().filter(|r| r.lag == lag).collect();
+            let n = rows.len() as f64;
+            let mean = |f: &dyn Fn(&NameRow) -> f64| rows.iter().map(|r| f(r)).sum::<f64>() / n;
+            let diff = mean(&|r| r.later - r.first);
+            let se = if rows.len() < 2 {
+                f64::NAN
+            } else {
+                let ss: f64 = rows
+                    .iter()
+                    .map(|r| (r.later - r.first - diff).powi(2))
+                    .sum();
+                (ss / (n - 1.0)).sqrt() / n.sqrt()
+            };
+            NameLag {
+                lag,
+                names: rows.len(),
+                first: mean(&|r| r.first),
+                later: mean(&|r| r.later),
+                diff,
+                se,
+            }
+        })
+        .collect()
 }
 
 /// Mean bits of the name at byte `at` (its letters after the first: bytes at + 2 .. end, the
@@ -208,16 +303,18 @@ pub fn probe(
     device: &Device,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<RetrievalResult, TrainError> {
-    if opts.copies < 2 || opts.periods.contains(&0) {
+    if opts.copies < 2 || opts.periods.contains(&0) || opts.names_per_lag == 0 {
         return Err(TrainError::Config {
             path: "<retrieval>".into(),
             message: format!(
-                "copies = {} must be >= 2 and every period >= 1 (periods {:?})",
-                opts.copies, opts.periods
+                "copies = {} must be >= 2, every period >= 1 (periods {:?}) and names per lag \
+                 >= 1 ({})",
+                opts.copies, opts.periods, opts.names_per_lag
             ),
         });
     }
-    let (named, mut names, lags_skipped) = names_text(text, &opts.lags, opts.seed);
+    let (named, mut names, lags_skipped) =
+        names_text(text, &opts.lags, opts.names_per_lag, opts.seed);
     let name_len = names.iter().map(|r| r.name.len() + 2).max().unwrap_or(0);
     let names_end = names
         .iter()
@@ -265,7 +362,7 @@ pub fn longest_stream(opts: &RetrievalOptions, text_len: usize) -> usize {
         .lags
         .iter()
         .enumerate()
-        .map(|(i, &lag)| 256 + 64 * i + lag + 20)
+        .map(|(i, &lag)| 256 + 64 * ((i + 1) * opts.names_per_lag.max(1) - 1) + lag + 20)
         .filter(|&end| end <= text_len)
         .max()
         .unwrap_or(0);
@@ -313,6 +410,18 @@ pub fn markdown(r: &RetrievalResult) -> String {
         }
         s += "\nBits per byte of a made-up name's letters after its first, the first time and \
               `lag` bytes later (< 0: the model retrieved it).\n";
+        let lags = name_lags(&r.names);
+        if lags.iter().any(|l| l.names > 1) {
+            s +=
+                "\n| lag (bytes) | names | first | later | later - first (± SE over the names) |\n\
+                  |---|---|---|---|---|\n";
+            for l in &lags {
+                s += &format!(
+                    "| {} | {} | {:.3} | {:.3} | {:+.3} ± {:.3} |\n",
+                    l.lag, l.names, l.first, l.later, l.diff, l.se
+                );
+            }
+        }
     }
     if !r.lags_skipped.is_empty() {
         s += &format!("\nLags the text was too short for: {:?}.\n", r.lags_skipped);

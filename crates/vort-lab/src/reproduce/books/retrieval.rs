@@ -135,11 +135,13 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
                     format!("{} / {} / {}", at(0), at(1), at(4))
                 })
         };
-        let names: Vec<String> = r
-            .result
-            .names
+        // one name a lag: its difference; several: their mean ± SE
+        let names: Vec<String> = crate::train::retrieval::name_lags(&r.result.names)
             .iter()
-            .map(|n| format!("{:+.2}", n.later - n.first))
+            .map(|l| match l.names {
+                1 => format!("{:+.2}", l.diff),
+                _ => format!("{:+.2} ± {:.2}", l.diff, l.se),
+            })
             .collect();
         s += &format!(
             "| {} s{} | {} | {} | {} | {} |\n",

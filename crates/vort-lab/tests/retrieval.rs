@@ -84,12 +84,14 @@ fn names_are_written_twice_lag_apart_over_the_text() {
     // (the committed probes: lag 1024's name at byte 256, lag 8192's at 320)
     assert_eq!((rows[0].at.0, rows[1].at.0), (256, 320));
 
-    // 4 names a lag: every name written twice, lag apart, none over another occurrence; a
-    // lag whose names would run past the text, or (lag 64: onto the next first) over another
-    // name, is skipped
-    let (out, rows, skipped) = names_text(&text, &[1024, 64, 8192, 19_900], 4, 3);
-    assert_eq!(skipped, vec![64, 19_900]);
-    assert_eq!(rows.len(), 8);
+    // 8 names a lag, lags that are multiples of the 64-byte slots (so second occurrences fall
+    // on the slots): every name written twice, lag apart, none over another occurrence, every
+    // name new; a lag whose copies would run past the text is skipped
+    let long: Vec<u8> = (0..70_000).map(|i| text[i % text.len()]).collect();
+    let lags = [1024, 8192, 65536, 69_990];
+    let (out, rows, skipped) = names_text(&long, &lags, 8, 3);
+    assert_eq!(skipped, vec![69_990]);
+    assert_eq!(rows.len(), 24);
     let mut spans: Vec<(usize, usize)> = Vec::new();
     for r in &rows {
         let name = format!(" {} ", r.name);
@@ -103,7 +105,20 @@ fn names_are_written_twice_lag_apart_over_the_text() {
     let mut names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
     names.sort_unstable();
     names.dedup();
-    assert_eq!(names.len(), 8, "every name is new");
+    assert_eq!(names.len(), 24, "every name is new");
+    // the stream the probe needs covers every second occurrence
+    let opts = RetrievalOptions {
+        periods: vec![],
+        lags: lags.to_vec(),
+        names_per_lag: 8,
+        ..RetrievalOptions::default()
+    };
+    let end = rows
+        .iter()
+        .map(|r| r.at.1 + r.name.len() + 2)
+        .max()
+        .unwrap();
+    assert!(longest_stream(&opts, long.len()) >= end);
 }
 
 /// Several names a lag: the mean difference later − first and its SE over the names, by
@@ -165,6 +180,10 @@ fn the_probe_scores_the_streams_bytes() {
             names_per_lag: 1,
         };
         assert_eq!(longest_stream(&opts, text.len()), 256 + 64 + 2000 + 20);
+        // the committed probes' horizon (the test books, 1,458,027 bytes): the 1M lag's name
+        // at slot 4, 256 + 4·64 + 10^6 + 20 (unchanged by the names-per-lag option)
+        let books = RetrievalOptions::default();
+        assert_eq!(longest_stream(&books, 1_458_027), 1_000_532);
         let cut = RetrievalOptions::default().within(128 * 1024);
         assert_eq!(cut.periods, vec![40, 64, 256, 1024, 4096, 16384]);
         assert_eq!(cut.lags, vec![1024, 8192, 65536]);

@@ -173,10 +173,12 @@ fn made_up_name(rng: &mut SplitMix64) -> Vec<u8> {
 }
 
 /// `text` with `per_lag` made-up names written over it for each lag, each at `first` and at
-/// `first + lag` (first occurrences 64 bytes apart from byte 256 on, lag by lag), and the
-/// names' rows without their bits; the lags that do not fit. A lag is written whole or not
-/// at all: it is skipped when one of its names would run past the text or lie over another
-/// occurrence.
+/// `first + lag`, and the names' rows without their bits; the lags that do not fit. First
+/// occurrences take slots 64 bytes apart from byte 256 on, in order, each the first slot at
+/// which neither occurrence lies over one already written (a lag that is a multiple of 64
+/// puts second occurrences on the slots; one name a lag puts lag i's name at slot i). A lag
+/// is written whole or not at all: it is skipped when a name's second occurrence would run
+/// past the text.
 pub fn names_text(
     text: &[u8],
     lags: &[usize],
@@ -188,29 +190,25 @@ pub fn names_text(
     let (mut rows, mut skipped) = (Vec::new(), Vec::new());
     // the byte ranges written so far: no occurrence may lie over another
     let mut taken: Vec<(usize, usize)> = Vec::new();
-    let overlaps = |taken: &[(usize, usize)], (a, b): (usize, usize)| {
-        taken.iter().any(|&(c, d)| a < d && c < b)
-    };
-    for (i, &lag) in lags.iter().enumerate() {
+    for &lag in lags {
         let names: Vec<Vec<u8>> = (0..per_lag).map(|_| made_up_name(&mut rng)).collect();
         let mut placed = taken.clone();
-        let fits = names.iter().enumerate().all(|(k, name)| {
-            let first = 256 + 64 * (i * per_lag + k);
-            let spans = [first, first + lag].map(|at| (at, at + name.len()));
-            let ok = spans[1].1 < text.len()
-                && !overlaps(&placed, spans[0])
-                && !overlaps(&placed, spans[1])
-                && spans[0].1 <= spans[1].0;
-            placed.extend(spans);
-            ok
-        });
-        if !fits {
+        let mut firsts = Vec::new();
+        for name in &names {
+            match free_slot(&placed, name.len(), lag, text.len()) {
+                Some(first) => {
+                    placed.extend([first, first + lag].map(|at| (at, at + name.len())));
+                    firsts.push(first);
+                }
+                None => break,
+            }
+        }
+        if firsts.len() < names.len() {
             skipped.push(lag);
             continue;
         }
         taken = placed;
-        for (k, name) in names.iter().enumerate() {
-            let first = 256 + 64 * (i * per_lag + k);
+        for (name, first) in names.iter().zip(firsts) {
             let later = first + lag;
             out[first..first + name.len()].copy_from_slice(name);
             out[later..later + name.len()].copy_from_slice(name);
@@ -224,6 +222,17 @@ pub fn names_text(
         }
     }
     (out, rows, skipped)
+}
+
+/// The first slot (byte 256 + 64·s) at which a name of `len` bytes and its copy `lag` bytes
+/// later lie over none of `taken` and end inside a text of `text_len` bytes; None when the
+/// copy would run past the text (later slots only move it further).
+fn free_slot(taken: &[(usize, usize)], len: usize, lag: usize, text_len: usize) -> Option<usize> {
+    let free = |a: usize| taken.iter().all(|&(c, d)| a + len <= c || d <= a);
+    (0..)
+        .map(|s| 256 + 64 * s)
+        .take_while(|first| first + lag + len < text_len)
+        .find(|&first| lag >= len && free(first) && free(first + lag))
 }
 
 /// The names of one lag, summarised: the mean bits the first time and later, and the mean
@@ -358,14 +367,15 @@ pub fn probe(
 /// The longest stream [`probe`] runs for `opts` over a text of `text_len` bytes: what the
 /// model's node tables must be certified for.
 pub fn longest_stream(opts: &RetrievalOptions, text_len: usize) -> usize {
-    let names = opts
-        .lags
-        .iter()
-        .enumerate()
-        .map(|(i, &lag)| 256 + 64 * ((i + 1) * opts.names_per_lag.max(1) - 1) + lag + 20)
-        .filter(|&end| end <= text_len)
-        .max()
-        .unwrap_or(0);
+    // where the names go is fixed by the lags and the text's length alone: a name's second
+    // occurrence plus 20 bytes (with one name a lag, lag i's name at slot i, as always)
+    let (_, rows, _) = names_text(
+        &vec![b' '; text_len],
+        &opts.lags,
+        opts.names_per_lag.max(1),
+        opts.seed,
+    );
+    let names = rows.iter().map(|r| r.at.0 + r.lag + 20).max().unwrap_or(0);
     let repeats = opts
         .periods
         .iter()

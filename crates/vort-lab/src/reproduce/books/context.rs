@@ -248,12 +248,19 @@ fn verdicts(rep: &BooksReport, runs: &[NamedRun]) -> String {
             ablations.push(r);
         }
     }
+    // a ladder preset (one with a learned-order rung, finished or not) answers "order or
+    // routing?"; books-d256 and the others only state their ablation lines
+    let ladder = runs
+        .iter()
+        .any(|r| r.config.model.mixer.routing() == Some(vort::Routing::Learned));
     let ablations: Vec<&NamedRun> = ablations.into_iter().filter(|a| has(&a.name)).collect();
     if has("vort") {
         for a in &ablations {
             s += &ablation_line(rep, "vort", a, far);
         }
-        s += &answer(&rep.runs, &ablations, far);
+        if ladder {
+            s += &answer(&rep.runs, &ablations, far);
+        }
     }
     s + "\n"
 }

@@ -313,6 +313,42 @@ pub fn lag_curve(seeds: &[&[LagAccuracy]], scale: f64) -> LagCurve {
     curve
 }
 
+/// Whether a single order beat the learned router, from the word of the paired comparison
+/// single − router: Some(true) when it is `better` ("higher" for accuracy, "lower" for
+/// bits), Some(false) for the other direction, None when not distinguishable.
+pub fn beats(word: &str, better: &str) -> Option<bool> {
+    match word {
+        "higher" | "lower" => Some(word == better),
+        _ => None,
+    }
+}
+
+/// The ablation ladder's answer to "order or routing?" (#39), from how each single order (the
+/// best fixed order, one learned order per head, where they ran) fared against the learned
+/// router ([`beats`]; at most two outcomes): **order** when one beat it, **routing** when the
+/// router beat both, **open** while the learned order is missing, else **neither**. `does`
+/// is what the task measures ("recalls the long lags").
+pub fn order_or_routing(outcomes: &[Option<bool>], has_learned: bool, does: &str) -> String {
+    let router_beats_all = !outcomes.is_empty() && outcomes.iter().all(|o| *o == Some(false));
+    if outcomes.contains(&Some(true)) {
+        format!("**order**: a single order {does} better than the learned router")
+    } else if has_learned && outcomes.len() == 2 && router_beats_all {
+        format!(
+            "**routing**: the learned router {does} better than the best fixed order and \
+             than one learned order per head"
+        )
+    } else if !has_learned && router_beats_all {
+        format!(
+            "**open**: the learned router {does} better than the best fixed order, and one \
+             learned order per head has not finished here"
+        )
+    } else if !has_learned {
+        "**open**: one learned order per head has not finished here".into()
+    } else {
+        "**neither**: the router and the single orders are not distinguishable".into()
+    }
+}
+
 /// The verdict on a paper claim "a recalls better than b" from [`compare`]'s word.
 pub fn claim_verdict(word: &str) -> &'static str {
     match word {
@@ -527,5 +563,28 @@ mod tests {
         assert!(!above_chance(0, 0, 0.0));
         assert_eq!(pct_ci(0, 0), "- (0 answers)");
         assert_eq!(pct_ci(90, 100), "90.0 [82.6, 94.5] (90/100)");
+    }
+
+    /// The ladder's answer from the single orders' outcomes against the router, every
+    /// branch: one single order ahead is order; both behind is routing, one behind without
+    /// the learned order is open; a tie is neither.
+    #[test]
+    fn order_or_routing_reads_the_outcomes() {
+        assert_eq!(beats("higher", "higher"), Some(true));
+        assert_eq!(beats("higher", "lower"), Some(false));
+        assert_eq!(beats("not distinguishable", "lower"), None);
+        let word = |o: &[Option<bool>], learned| {
+            let a = order_or_routing(o, learned, "does");
+            a[2..a[2..].find("**").unwrap() + 2].to_string()
+        };
+        assert_eq!(word(&[Some(false), Some(true)], true), "order");
+        assert_eq!(word(&[Some(true)], false), "order");
+        assert_eq!(word(&[Some(false), Some(false)], true), "routing");
+        // the learned order alone behind: no fixed order to have beaten
+        assert_eq!(word(&[Some(false)], true), "neither");
+        assert_eq!(word(&[Some(false)], false), "open");
+        assert!(order_or_routing(&[Some(false)], false, "does").contains("does better than"));
+        assert_eq!(word(&[], false), "open");
+        assert_eq!(word(&[None, Some(false)], true), "neither");
     }
 }

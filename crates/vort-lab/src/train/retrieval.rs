@@ -173,55 +173,66 @@ fn made_up_name(rng: &mut SplitMix64) -> Vec<u8> {
 }
 
 /// `text` with `per_lag` made-up names written over it for each lag, each at `first` and at
-/// `first + lag`, and the names' rows without their bits; the lags that do not fit. First
-/// occurrences take slots 64 bytes apart from byte 256 on, in order, each the first slot at
-/// which neither occurrence lies over one already written (a lag that is a multiple of 64
-/// puts second occurrences on the slots; one name a lag puts lag i's name at slot i). A lag
-/// is written whole or not at all: it is skipped when a name's second occurrence would run
-/// past the text.
+/// `first + lag` ([`name_rows`]), and the names' rows without their bits; the lags that do
+/// not fit.
 pub fn names_text(
     text: &[u8],
     lags: &[usize],
     per_lag: usize,
     seed: u64,
 ) -> (Vec<u8>, Vec<NameRow>, Vec<usize>) {
-    let mut rng = SplitMix64::new(seed ^ 0x4E41_4D45);
+    let (rows, skipped) = name_rows(text.len(), lags, per_lag, seed);
     let mut out = text.to_vec();
+    for r in &rows {
+        let name = format!(" {} ", r.name);
+        for at in [r.at.0, r.at.1] {
+            out[at..at + name.len()].copy_from_slice(name.as_bytes());
+        }
+    }
+    (out, rows, skipped)
+}
+
+/// Where [`names_text`] writes its names in a text of `text_len` bytes: the rows without their
+/// bits, and the lags that do not fit. First occurrences take slots 64 bytes apart from byte
+/// 256 on, in order, each the first slot at which neither occurrence lies over one already
+/// placed (a lag that is a multiple of 64 puts second occurrences on the slots; one name a
+/// lag puts lag i's name at slot i). A lag is placed whole or not at all: it is skipped when
+/// a name's second occurrence would run past the text.
+fn name_rows(
+    text_len: usize,
+    lags: &[usize],
+    per_lag: usize,
+    seed: u64,
+) -> (Vec<NameRow>, Vec<usize>) {
+    let mut rng = SplitMix64::new(seed ^ 0x4E41_4D45);
     let (mut rows, mut skipped) = (Vec::new(), Vec::new());
-    // the byte ranges written so far: no occurrence may lie over another
+    // the byte ranges placed so far: no occurrence may lie over another
     let mut taken: Vec<(usize, usize)> = Vec::new();
     for &lag in lags {
         let names: Vec<Vec<u8>> = (0..per_lag).map(|_| made_up_name(&mut rng)).collect();
         let mut placed = taken.clone();
         let mut firsts = Vec::new();
         for name in &names {
-            match free_slot(&placed, name.len(), lag, text.len()) {
-                Some(first) => {
-                    placed.extend([first, first + lag].map(|at| (at, at + name.len())));
-                    firsts.push(first);
-                }
-                None => break,
-            }
+            let Some(first) = free_slot(&placed, name.len(), lag, text_len) else {
+                break;
+            };
+            placed.extend([first, first + lag].map(|at| (at, at + name.len())));
+            firsts.push(first);
         }
         if firsts.len() < names.len() {
             skipped.push(lag);
             continue;
         }
         taken = placed;
-        for (name, first) in names.iter().zip(firsts) {
-            let later = first + lag;
-            out[first..first + name.len()].copy_from_slice(name);
-            out[later..later + name.len()].copy_from_slice(name);
-            rows.push(NameRow {
-                lag,
-                name: String::from_utf8_lossy(name).trim().to_string(),
-                at: (first, later),
-                first: f64::NAN,
-                later: f64::NAN,
-            });
-        }
+        rows.extend(names.iter().zip(firsts).map(|(name, first)| NameRow {
+            lag,
+            name: String::from_utf8_lossy(name).trim().to_string(),
+            at: (first, first + lag),
+            first: f64::NAN,
+            later: f64::NAN,
+        }));
     }
-    (out, rows, skipped)
+    (rows, skipped)
 }
 
 /// The first slot (byte 256 + 64·s) at which a name of `len` bytes and its copy `lag` bytes
@@ -369,12 +380,7 @@ pub fn probe(
 pub fn longest_stream(opts: &RetrievalOptions, text_len: usize) -> usize {
     // where the names go is fixed by the lags and the text's length alone: a name's second
     // occurrence plus 20 bytes (with one name a lag, lag i's name at slot i, as always)
-    let (_, rows, _) = names_text(
-        &vec![b' '; text_len],
-        &opts.lags,
-        opts.names_per_lag.max(1),
-        opts.seed,
-    );
+    let (rows, _) = name_rows(text_len, &opts.lags, opts.names_per_lag.max(1), opts.seed);
     let names = rows.iter().map(|r| r.at.0 + r.lag + 20).max().unwrap_or(0);
     let repeats = opts
         .periods

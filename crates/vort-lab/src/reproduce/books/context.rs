@@ -296,16 +296,12 @@ fn answer(runs: &[EvalResult], ablations: &[&NamedRun], far: usize) -> String {
         return String::new();
     }
     // lower BPC is better: a single order "lower" than VORT predicts better than the router
-    let verdict = if singles.iter().any(|(_, (_, c))| c.word == "lower") {
-        "**order**: a single order predicts the text better than the learned router"
-    } else if singles.len() == 2 && singles.iter().all(|(_, (_, c))| c.word == "higher") {
-        "**routing**: the learned router predicts the text better than the best fixed order \
-         and than one learned order per head"
-    } else if !has_learned {
-        "**open**: one learned order per head has not finished"
-    } else {
-        "**neither**: the router and the single orders are not distinguishable"
-    };
+    let outcomes: Vec<Option<bool>> = singles
+        .iter()
+        .map(|(_, (_, c))| crate::reproduce::stats::beats(c.word, "lower"))
+        .collect();
+    let verdict =
+        crate::reproduce::stats::order_or_routing(&outcomes, has_learned, "predicts the text");
     let mut s = format!(
         "\n**Order or routing? (books, BPC at context {})** {verdict}.",
         CONTEXT_BUCKETS[far].0

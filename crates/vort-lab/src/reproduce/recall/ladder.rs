@@ -245,23 +245,8 @@ fn verdict_lines(rep: &RecallReport, rungs: &[&CellResult]) -> String {
     };
     let mut s =
         String::from("Paired verdicts at lags > 1000 (a difference counts beyond 2 SE):\n\n");
-    let mixer_of = |c: &CellResult| config_of(rep, c).map(|cfg| cfg.model.mixer);
-    let best_fixed = rungs
-        .iter()
-        .filter(|c| matches!(mixer_of(c), Some(Mixer::PowerLaw { .. })))
-        .max_by(|a, b| long_accuracy(a).total_cmp(&long_accuracy(b)));
-    if let Some(f) = best_fixed {
-        s.push_str(&line(v, f, "the claim against the best fixed order: "));
-    }
-    let learned = rungs
-        .iter()
-        .find(|c| mixer_of(c).and_then(|m| m.routing()) == Some(Routing::Learned));
-    if let Some(l) = learned {
-        s.push_str(&line(
-            v,
-            l,
-            "the claim against one learned order per head: ",
-        ));
+    for (what, c, _) in single_orders(rep, v, rungs) {
+        s.push_str(&line(v, c, &format!("the claim against {what}: ")));
     }
     for c in rungs.iter().filter(|c| c.mixer != v.mixer) {
         s.push_str(&line(c, v, ""));
@@ -280,21 +265,14 @@ fn answer(rep: &RecallReport, cell: &str, rungs: &[&CellResult]) -> String {
         return String::new();
     };
     let singles = single_orders(rep, v, rungs);
+    // each single order − the claim in accuracy: "higher" means the single order recalls more
+    let outcomes: Vec<Option<bool>> = singles
+        .iter()
+        .map(|(_, _, p)| crate::reproduce::stats::beats(p.word, "higher"))
+        .collect();
     let has_learned = singles.iter().any(|(what, _, _)| *what == LEARNED);
-    let words = |w: &str| singles.iter().filter(|(_, _, p)| p.word == w).count();
-    let verdict = if words("higher") > 0 {
-        "**order**: a single order recalls the long lags better than the learned router"
-    } else if has_learned && words("lower") == singles.len() {
-        "**routing**: the learned router recalls the long lags better than the best fixed order \
-         and than one learned order per head"
-    } else if !singles.is_empty() && !has_learned && words("lower") == singles.len() {
-        "**open**: the learned router recalls the long lags better than the best fixed order, \
-         and one learned order per head has not finished in this cell"
-    } else if !has_learned {
-        "**open**: one learned order per head has not finished in this cell"
-    } else {
-        "**neither**: the router and the single orders are not distinguishable"
-    };
+    let verdict =
+        crate::reproduce::stats::order_or_routing(&outcomes, has_learned, "recalls the long lags");
     let mut s = format!(
         "**Order or routing? ({cell})** {verdict}. At lags > 1000, {}, {}, recalls {}%",
         v.mixer,

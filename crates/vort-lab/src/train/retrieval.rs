@@ -173,8 +173,9 @@ fn made_up_name(rng: &mut SplitMix64) -> Vec<u8> {
 }
 
 /// `text` with `per_lag` made-up names written over it for each lag, each at `first` and at
-/// `first + lag` ([`name_rows`]), and the names' rows without their bits; the lags that do
-/// not fit.
+/// `first + lag`, and the names' rows without their bits; the lags that do not fit. First
+/// occurrences take the first free slots 64 bytes apart from byte 256 on, none over another
+/// occurrence; a lag whose copies would run past the text is skipped whole.
 pub fn names_text(
     text: &[u8],
     lags: &[usize],

@@ -4,6 +4,7 @@ exit 134), and Ctrl-C stops a long `generate` with KeyboardInterrupt (it kept ru
 
 The huge inputs are broadcast views: free to make, terabytes to copy."""
 
+import os
 import subprocess
 import sys
 
@@ -54,11 +55,27 @@ def test_model_calls_are_sized_before_they_allocate(books_model):
     assert len(m.generate(b"hi", 3, seed=0)) == 3
 
 
+# Python's own SIGINT handling in the child. A child started from a background job of a shell
+# without job control inherits SIGINT ignored, and Python then installs no handler (and ours
+# stays off too, by design): the tests would see no Ctrl-C at all.
+PYTHON_SIGINT = "signal.signal(signal.SIGINT, signal.default_int_handler)"
+
+
+def run_child(script: str) -> subprocess.CompletedProcess:
+    """`script` in a new Python, with no disk cache of node tables: a table that an earlier
+    run certified (in ~/.cache/vort/nodes) would load in milliseconds, and the build these
+    tests interrupt would be over before the signal. The timeout only guards against the old
+    behaviour, a run of tens of minutes."""
+    env = {**os.environ, "VORT_CACHE_DIR": ""}
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+
+
 def test_ctrl_c_stops_a_long_generate(books_model):
     """SIGINT one second into a generate of 10^7 bytes (tens of minutes): it raises
     KeyboardInterrupt in the caller, and the model is usable afterwards."""
     script = f"""
 import os, signal, threading, vort
+{PYTHON_SIGINT}
 m = vort.load({str(books_model)!r})
 threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
 try:
@@ -68,8 +85,7 @@ except KeyboardInterrupt:
     print("interrupted")
 print(len(m.generate(b"hi", 5, seed=0)))
 """
-    # the timeout only guards against the old behaviour, a run of tens of minutes
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    p = run_child(script)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["interrupted", "5"], p.stdout
 
@@ -80,6 +96,7 @@ def test_ctrl_c_stops_a_long_node_table_build(books_model):
     KeyboardInterrupt, the next call works, and Python's own SIGINT handling is back."""
     script = f"""
 import os, signal, threading, time, vort
+{PYTHON_SIGINT}
 
 def sigint_in(s):
     threading.Timer(s, os.kill, (os.getpid(), signal.SIGINT)).start()
@@ -101,7 +118,7 @@ try:
 except KeyboardInterrupt:
     print("python")
 """
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    p = run_child(script)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == [
         "shared_nodes interrupted",

@@ -322,22 +322,56 @@ fn single_orders<'a>(
         .collect()
 }
 
-/// " Not swept: ..." naming the claim or single orders that ran one learning rate in the cell,
-/// so were not compared at their own rate (#39 item 2); empty when all were swept.
+/// " Not swept, one learning rate here: ..." naming the claim or single orders that ran one learning rate in the cell,
+/// so were not compared at their own rate (#39 item 2); empty when all were swept. Each is
+/// said to be behind or ahead at that rate: a rung behind might close its gap at its own rate,
+/// so the answer waits on its sweep; one ahead would keep its rate or take one that does better
+/// on validation, so its sweep can hardly reverse the answer.
 fn unswept_note(v: &CellResult, singles: &[(&str, &CellResult, Paired)]) -> String {
-    let unswept: Vec<&str> = std::iter::once(v)
-        .chain(singles.iter().map(|(_, c, _)| *c))
-        .filter(|c| c.sweep.len() < 2)
-        .map(|c| c.mixer.as_str())
+    use crate::reproduce::stats::beats;
+    // each single order − the claim: Some(true) where the single order recalls more
+    let outcomes: Vec<Option<bool>> = singles
+        .iter()
+        .map(|(_, _, p)| beats(p.word, "higher"))
         .collect();
-    if unswept.is_empty() {
+    // the claim is behind when any single order beat it, ahead when it beat them all
+    let claim_place = if outcomes.contains(&Some(true)) {
+        Some(false)
+    } else if !outcomes.is_empty() && outcomes.iter().all(|o| *o == Some(false)) {
+        Some(true)
+    } else {
+        None
+    };
+    let places = std::iter::once((v, claim_place))
+        .chain(singles.iter().zip(&outcomes).map(|((_, c, _), o)| (*c, *o)));
+    let (mut ahead, mut behind, mut level) = (vec![], vec![], vec![]);
+    for (c, place) in places.filter(|(c, _)| c.sweep.len() < 2) {
+        match place {
+            Some(true) => ahead.push(c.mixer.as_str()),
+            Some(false) => behind.push(c.mixer.as_str()),
+            None => level.push(c.mixer.as_str()),
+        }
+    }
+    let groups = [
+        (
+            behind,
+            "behind at that rate; at its own rate it may close the gap",
+        ),
+        (level, "not distinguishable at that rate"),
+        (
+            ahead,
+            "ahead at that rate; a sweep keeps that rate or takes one better on validation",
+        ),
+    ];
+    let said: Vec<String> = groups
+        .iter()
+        .filter(|(names, _)| !names.is_empty())
+        .map(|(names, why)| format!("{} ({why})", names.join(", ")))
+        .collect();
+    if said.is_empty() {
         return String::new();
     }
-    format!(
-        " Not swept: {} ran at one learning rate here, so the comparison is not yet at each \
-         rung's own rate.",
-        unswept.join(", ")
-    )
+    format!(" Not swept, one learning rate here: {}.", said.join("; "))
 }
 
 /// The paper's assignment by rule (the oracle rung) against the claim `v`, or nothing where
@@ -624,9 +658,15 @@ section = "lags"
         // the fixed order 30, 31, 31 points above VORT: mean 30.7, SE 0.33
         let a = answer_of([30, 32, 34], [60, 63, 65], Some([31, 33, 34]));
         assert!(a.contains("**order**"), "{a}");
-        // the fixtures have no sweep: every compared rung ran one rate, and the answer says so
+        // the fixtures have no sweep: every compared rung ran one rate, and the answer says
+        // which of them were behind (the router here), level and ahead at that rate
         assert!(
-            a.contains("Not swept: vort, power-law-0.9, learned-order ran at one learning rate"),
+            a.contains(
+                "Not swept, one learning rate here: vort (behind at that rate; at its own \
+                 rate it may close the gap); learned-order (not distinguishable at that \
+                 rate); power-law-0.9 (ahead at that rate; a sweep keeps that rate or takes \
+                 one better on validation)."
+            ),
             "{a}"
         );
         assert!(
@@ -639,9 +679,22 @@ section = "lags"
         );
         let a = answer_of([60, 62, 64], [30, 33, 35], Some([40, 41, 45]));
         assert!(a.contains("**routing**"), "{a}");
+        assert!(
+            a.contains(
+                "here: power-law-0.9, learned-order (behind at that rate; at its own rate it \
+                 may close the gap); vort (ahead at that rate;"
+            ),
+            "{a}"
+        );
         // differences −1, +1, +1 and +1, −1, 0: within 2 SE
         let a = answer_of([50, 52, 54], [49, 53, 55], Some([51, 51, 54]));
         assert!(a.contains("**neither**"), "{a}");
+        assert!(
+            a.contains(
+                "here: vort, power-law-0.9, learned-order (not distinguishable at that rate)."
+            ),
+            "{a}"
+        );
         let a = answer_of([60, 62, 64], [30, 33, 35], None);
         assert!(
             a.contains(

@@ -322,11 +322,11 @@ fn single_orders<'a>(
         .collect()
 }
 
-/// " Not swept, one learning rate here: ..." naming the claim or single orders that ran one learning rate in the cell,
-/// so were not compared at their own rate (#39 item 2); empty when all were swept. Each is
-/// said to be behind or ahead at that rate: a rung behind might close its gap at its own rate,
-/// so the answer waits on its sweep; one ahead would keep its rate or take one that does better
-/// on validation, so its sweep can hardly reverse the answer.
+/// " Not swept, one learning rate here: ..." naming the claim or single orders that ran one
+/// rate in the cell, so were not compared at their own rate (#39 item 2); empty when all were
+/// swept. Each is said to be behind, level or ahead at that rate: a rung behind might close its
+/// gap at its own rate, so the answer waits on its sweep; one ahead would keep its rate or take
+/// one that does better on validation, so its sweep can hardly reverse the answer.
 fn unswept_note(v: &CellResult, singles: &[(&str, &CellResult, Paired)]) -> String {
     use crate::reproduce::stats::beats;
     // each single order − the claim: Some(true) where the single order recalls more

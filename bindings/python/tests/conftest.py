@@ -1,17 +1,27 @@
 """Shared fixtures: the `vort` CLI binary, a safetensors reader/writer (numpy only), and tiny
 runs trained by the CLI (a few steps, seconds each), made once per test session."""
 
+import atexit
 import json
 import os
 import shutil
 import struct
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
+
+# The node tables this session certifies go to a directory of its own (read by the package at
+# import and by every CLI the tests start), so the tests neither read nor fill the user's
+# ~/.cache/vort/nodes: what a test times or interrupts is the same on every machine.
+if "VORT_CACHE_DIR" not in os.environ:
+    _nodes = tempfile.mkdtemp(prefix="vort-test-nodes-")
+    atexit.register(shutil.rmtree, _nodes, True)
+    os.environ["VORT_CACHE_DIR"] = _nodes
 
 
 def vort_bin() -> Path:

@@ -291,7 +291,7 @@ fn answer(rep: &RecallReport, cell: &str, rungs: &[&CellResult]) -> String {
         ));
     }
     s.push('.');
-    s.push_str(&unswept_note(v, &singles));
+    s.push_str(&unswept_note(v, &singles, &outcomes));
     s.push_str(&oracle_note(rep, v, rungs));
     s.push_str("\n\n");
     s
@@ -327,13 +327,13 @@ fn single_orders<'a>(
 /// swept. Each is said to be behind, level or ahead at that rate: a rung behind might close its
 /// gap at its own rate, so the answer waits on its sweep; one ahead would keep its rate or take
 /// one that does better on validation, so its sweep can hardly reverse the answer.
-fn unswept_note(v: &CellResult, singles: &[(&str, &CellResult, Paired)]) -> String {
-    use crate::reproduce::stats::beats;
-    // each single order − the claim: Some(true) where the single order recalls more
-    let outcomes: Vec<Option<bool>> = singles
-        .iter()
-        .map(|(_, _, p)| beats(p.word, "higher"))
-        .collect();
+/// `outcomes` are [`answer`]'s, one per single order: Some(true) where it recalls more than
+/// the claim.
+fn unswept_note(
+    v: &CellResult,
+    singles: &[(&str, &CellResult, Paired)],
+    outcomes: &[Option<bool>],
+) -> String {
     // the claim is behind when any single order beat it, ahead when it beat them all
     let claim_place = if outcomes.contains(&Some(true)) {
         Some(false)
@@ -343,7 +343,7 @@ fn unswept_note(v: &CellResult, singles: &[(&str, &CellResult, Paired)]) -> Stri
         None
     };
     let places = std::iter::once((v, claim_place))
-        .chain(singles.iter().zip(&outcomes).map(|((_, c, _), o)| (*c, *o)));
+        .chain(singles.iter().zip(outcomes).map(|((_, c, _), o)| (*c, *o)));
     let (mut ahead, mut behind, mut level) = (vec![], vec![], vec![]);
     for (c, place) in places.filter(|(c, _)| c.sweep.len() < 2) {
         match place {

@@ -227,10 +227,9 @@ fn every_documented_command_runs_or_says_why_not() {
                     copy_tree(&src, &dir.join(a));
                 }
             }
-            let out = std::process::Command::new(env!("CARGO_BIN_EXE_vort"))
+            let out = common::vort_command()
                 .args(&args)
                 .current_dir(dir)
-                .env_remove("RUST_BACKTRACE")
                 .output()
                 .expect("the vort binary runs");
             ran += 1;

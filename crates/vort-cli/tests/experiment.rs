@@ -379,7 +379,7 @@ fn killed_training_resumes_bit_exactly() {
         .replace("checkpoint_every = 10", "checkpoint_every = 25");
     std::fs::write(&cfg, text).unwrap();
     let train = |out: &std::path::Path, resume: bool| {
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_vort"));
+        let mut c = common::vort_command();
         c.args(["train", "--task", "mqar", "--memory", "vort", "--out"])
             .arg(out)
             .stdout(std::process::Stdio::null())
@@ -486,6 +486,7 @@ fn a_full_disk_stops_cleanly_and_the_run_resumes() {
         .arg(&script)
         .arg(env!("CARGO_BIN_EXE_vort"))
         .env_remove("RUST_BACKTRACE")
+        .env("VORT_CACHE_DIR", common::TEST_NODE_CACHE)
         .output()
         .expect("bash runs");
     let stderr = String::from_utf8_lossy(&out.stderr);

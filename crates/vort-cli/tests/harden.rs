@@ -396,6 +396,7 @@ fn the_address_space_limit_is_the_memory_limit() {
             s(&out)
         ))
         .arg(env!("CARGO_BIN_EXE_vort"))
+        .env("VORT_CACHE_DIR", common::TEST_NODE_CACHE)
         .output()
         .unwrap();
     let e = assert_one_line_error(&o, 2);
@@ -413,7 +414,7 @@ fn generate_keeps_its_bytes_on_sigint_and_sigterm() {
     let d = tmp("sigint");
     let run = books_run(&d);
     for (sig, code) in [("INT", 130), ("TERM", 143)] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_vort"))
+        let mut child = common::vort_command()
             .args([
                 "generate",
                 "--run",
@@ -644,7 +645,7 @@ fn a_fifo_in_place_of_the_weights_is_refused_not_opened() {
             vec!["eval", "--run", s(&r)],
             vec!["export", "--run", s(&r), "--out", s(&out)],
         ] {
-            let mut child = Command::new(env!("CARGO_BIN_EXE_vort"))
+            let mut child = common::vort_command()
                 .args(&args)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -675,7 +676,7 @@ fn generate_into_a_reader_that_closes_early_ends_quietly() {
     use std::io::Read;
     let d = tmp("pipe");
     let run = books_run(&d);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vort"))
+    let mut child = common::vort_command()
         .args(["generate", "--run", s(&run), "--bytes", "100000"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -3,13 +3,25 @@
 
 use std::process::{Command, Output};
 
-/// Runs the `vort` binary with `args` (backtrace variables cleared, so an error's stderr is
-/// what a user sees).
-pub fn vort(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vort"))
-        .args(args)
-        .env_remove("RUST_BACKTRACE")
+/// The node cache the tests' `vort` processes share: under cargo's scratch directory for
+/// integration tests, so a test neither reads nor fills the user's `~/.cache/vort/nodes` (a
+/// warm user cache would make a table build that a test times or interrupts instantaneous).
+pub const TEST_NODE_CACHE: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/node-cache");
+
+/// The `vort` binary as every test starts it: backtrace variables cleared (an error's stderr
+/// is what a user sees) and the node cache at [`TEST_NODE_CACHE`].
+pub fn vort_command() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vort"));
+    c.env_remove("RUST_BACKTRACE")
         .env_remove("RUST_LIB_BACKTRACE")
+        .env("VORT_CACHE_DIR", TEST_NODE_CACHE);
+    c
+}
+
+/// Runs [`vort_command`] with `args`.
+pub fn vort(args: &[&str]) -> Output {
+    vort_command()
+        .args(args)
         .output()
         .expect("the vort binary runs")
 }

@@ -408,6 +408,7 @@ fn oracle_note(rep: &RecallReport, v: &CellResult, rungs: &[&CellResult]) -> Str
 /// One point of the size trend: a mixer at one width, seed 0.
 struct SizePoint {
     mixer: String,
+    d_model: usize,
     floats_per_layer: f64,
     correct: usize,
     answers: usize,
@@ -463,6 +464,7 @@ fn size_trend(rep: &RecallReport, ladder: &[&str], out: &Path) -> Result<String,
             s.push_str(&row);
             series.push(line.with_color(color_of(&names, m)));
         }
+        s.push_str(&lead_by_width(rep, &widths, &points));
         let (lo, hi) = points.iter().fold((f64::INFINITY, 0f64), |(l, h), p| {
             (l.min(p.floats_per_layer), h.max(p.floats_per_layer))
         });
@@ -516,6 +518,7 @@ fn size_points(rep: &RecallReport, base: &CellResult) -> (Vec<usize>, Vec<SizePo
             let b = c.seeds.iter().find(|r| r.seed == 0)?.buckets.get(LONG)?;
             Some(SizePoint {
                 mixer: c.mixer.clone(),
+                d_model: c.d_model,
                 floats_per_layer: c.state_floats as f64 / layers_of(rep, c).max(1) as f64,
                 correct: b.correct,
                 answers: b.n,
@@ -544,16 +547,78 @@ fn size_row(m: &str, pts: &[&SizePoint], paper_long: f64) -> (String, Series) {
             format!("{state:.0}: {a} ({}/{})", p.correct, p.answers)
         })
         .collect();
-    let (slope, needed) = match log_fit(&xy) {
+    let (mut slope, mut needed) = match log_fit(&xy) {
         Some((a, b)) if b > 0.0 => (
             format!("{:+.1} points", 100.0 * b),
             format!("{:.2e}", 10f64.powf((paper_long / 100.0 - a) / b)),
         ),
-        Some((_, b)) => (format!("{:+.1} points", 100.0 * b), "never (flat)".into()),
+        Some((_, b)) => (
+            format!("{:+.1} points", 100.0 * b),
+            "never (does not rise)".into(),
+        ),
         None => ("-".into(), "-".into()),
     };
+    // a measured point at or above the paper's number answers without the fit
+    if let Some(p) = pts.iter().find(|p| 100.0 * acc(p) >= paper_long) {
+        needed = format!("reached at {:.0} (measured)", p.floats_per_layer);
+    }
+    if xy.len() < 2 {
+        slope = "-".into();
+    }
     let row = format!("| {m} | {} | {slope} | {needed} |\n", cells.join("; "));
     (row, Series::line(m, xy).with_bars(bars))
+}
+
+/// Whether the claim's lead at lags > 1000 grows or shrinks with width (issue #39, item 7): at
+/// each width of `widths`, the claim's seed-0 accuracy minus the baseline's and minus the best
+/// ablation rung's measured at that width. One run a point, so no SE: a trend, not a verdict.
+fn lead_by_width(rep: &RecallReport, widths: &[usize], points: &[SizePoint]) -> String {
+    let (Some(claim), Some(base)) = (
+        rep.preset.with_role(Role::Claim).first().copied(),
+        rep.preset.with_role(Role::Baseline).first().copied(),
+    ) else {
+        return String::new();
+    };
+    let ablations = rep.preset.with_role(Role::Ablation);
+    let acc = |p: &SizePoint| 100.0 * p.correct as f64 / p.answers.max(1) as f64;
+    let at = |w: usize, m: &str| points.iter().find(|p| p.d_model == w && p.mixer == m);
+    let mut parts = Vec::new();
+    let mut leads = Vec::new();
+    for &w in widths {
+        let Some(c) = at(w, claim) else { continue };
+        let mut said = vec![];
+        if let Some(b) = at(w, base) {
+            said.push(format!("{:+.1} over {base}", acc(c) - acc(b)));
+        }
+        let best = points
+            .iter()
+            .filter(|p| p.d_model == w && ablations.contains(&p.mixer.as_str()))
+            .max_by(|a, b| acc(a).total_cmp(&acc(b)));
+        if let Some(a) = best {
+            said.push(format!("{:+.1} over {}", acc(c) - acc(a), a.mixer));
+            leads.push(acc(c) - acc(a));
+        }
+        if !said.is_empty() {
+            parts.push(format!("d_model {w}: {}", said.join(", ")));
+        }
+    }
+    if parts.is_empty() {
+        return String::new();
+    }
+    let trend = if leads.len() < 2 {
+        ""
+    } else if leads.windows(2).all(|p| p[1] > p[0]) {
+        " Against the best rung, it grows with width."
+    } else if leads.windows(2).all(|p| p[1] < p[0]) {
+        " Against the best rung, it shrinks with width."
+    } else {
+        " Against the best rung, it does not move one way with width."
+    };
+    format!(
+        "\n{claim}'s lead at lags > 1000, in points (seed 0, one run a point, no SE; the best \
+         ablation rung measured at each width): {}.{trend}\n",
+        parts.join("; ")
+    )
 }
 
 /// Layers of the model of (cell, mixer) `c`.
@@ -703,6 +768,71 @@ section = "lags"
             ),
             "{a}"
         );
+    }
+
+    /// The size trend states the claim's lead over the baseline and over the best ablation
+    /// rung at each width, and which way it moves; a measured point at the paper's number
+    /// needs no fit.
+    #[test]
+    fn the_size_trend_states_the_lead_by_width() {
+        let preset = Preset::from_toml(
+            &RUNGS.replace(
+                "[[cells]]",
+                "[[mixers]]\nname = \"exponential\"\nrole = \"baseline\"\n\
+                 model = { mixer = { kind = \"exponential\" } }\n[[cells]]",
+            ),
+            "t",
+        )
+        .unwrap();
+        let rep = RecallReport {
+            preset,
+            cells: Vec::new(),
+            gate_passed: None,
+            wall_s: 0.0,
+            reused: 0,
+            pending: Vec::new(),
+        };
+        // (mixer, d_model, correct of 100 at lags > 1000)
+        let points: Vec<SizePoint> = [
+            ("vort", 64, 16),
+            ("exponential", 64, 13),
+            ("power-law-0.9", 64, 12),
+            ("vort", 128, 33),
+            ("exponential", 128, 21),
+            ("power-law-0.9", 128, 62),
+            ("learned-order", 128, 56),
+            ("vort", 256, 93),
+            ("exponential", 256, 4),
+            ("power-law-0.9", 256, 88),
+        ]
+        .into_iter()
+        .map(|(m, w, c)| SizePoint {
+            mixer: m.into(),
+            d_model: w,
+            floats_per_layer: (w * w) as f64,
+            correct: c,
+            answers: 100,
+        })
+        .collect();
+        let s = lead_by_width(&rep, &[64, 128, 256], &points);
+        assert!(
+            s.contains(
+                "d_model 64: +3.0 over exponential, +4.0 over power-law-0.9; d_model 128: \
+                 +12.0 over exponential, -29.0 over power-law-0.9; d_model 256: +89.0 over \
+                 exponential, +5.0 over power-law-0.9. Against the best rung, it does not \
+                 move one way with width."
+            ),
+            "{s}"
+        );
+        let grows = lead_by_width(&rep, &[64, 256], &points);
+        assert!(grows.contains("it grows with width"), "{grows}");
+        // vort reaches 79.4% at its d256 point: read off, not fitted
+        let vort: Vec<&SizePoint> = points.iter().filter(|p| p.mixer == "vort").collect();
+        let (row, _) = size_row("vort", &vort, 79.4);
+        assert!(row.ends_with("| reached at 65536 (measured) |\n"), "{row}");
+        let exp: Vec<&SizePoint> = points.iter().filter(|p| p.mixer == "exponential").collect();
+        let (row, _) = size_row("exponential", &exp, 79.4);
+        assert!(row.ends_with("| never (does not rise) |\n"), "{row}");
     }
 
     #[test]

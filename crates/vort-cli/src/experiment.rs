@@ -519,7 +519,10 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| CliError::Usage(format!("--config {}: {e}", path.display())))?;
-            Preset::from_toml(&text, &path.display().to_string())?
+            let preset = Preset::from_toml(&text, &path.display().to_string())?;
+            // processes sharing --out: one started before an edit stops at its next run
+            reproduce::runner::follow_preset_file(path, &preset);
+            preset
         }
         None => Preset::embedded(name, scale.name())?,
     };

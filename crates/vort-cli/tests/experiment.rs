@@ -469,6 +469,60 @@ fn recall_reproduction_reuses_and_fresh_retrains() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Processes share `--out`: one started before its preset file was edited stops before its
+/// next run (exit status 2, one line saying why), keeping the run it finished; the edited
+/// preset's runs are left to a process started after the edit.
+#[test]
+fn a_process_stops_before_its_next_run_once_its_preset_file_changes() {
+    const PRESET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tiny_recall.toml");
+    let dir = tmp("follow");
+    std::fs::create_dir_all(&dir).unwrap();
+    let preset = dir.join("preset.toml");
+    // long enough a first run (seconds) for the edit to land while it trains
+    let text = std::fs::read_to_string(PRESET)
+        .unwrap()
+        .replace("steps = 20", "steps = 600");
+    std::fs::write(&preset, &text).unwrap();
+    let out = dir.join("out");
+    let child = common::vort_command()
+        .args(["reproduce", "recall", "--config"])
+        .arg(&preset)
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = out.join("runs/gate/softmax");
+    let t0 = std::time::Instant::now();
+    while !first.exists() {
+        assert!(t0.elapsed().as_secs() < 120, "the first run never started");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::fs::write(&preset, text.replace("A tiny preset", "An edited preset")).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    // the progress of the first run, then one line that says why it stopped
+    let e = err.lines().last().unwrap_or_default();
+    assert!(
+        e.starts_with("error: config ")
+            && e.contains("preset.toml")
+            && e.contains("changed")
+            && e.contains("start it again"),
+        "{e}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    let finished = eval_files(&out);
+    assert_eq!(finished.len(), 1, "{finished:?}");
+    assert!(
+        finished[0].starts_with("runs/gate/softmax/"),
+        "{finished:?}"
+    );
+    assert!(!out.join("runs/gate/retnet").exists());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A full disk (simulated by a file-size limit: writes past it fail with EFBIG, the signal
 /// ignored) stops training with one line and exit status 1, leaves no temporary file and no
 /// torn checkpoint behind, and the run resumes once there is room again.

@@ -7,8 +7,13 @@
 //! threshold is adopted when the threshold cannot change it ([`train::adopt_early_stop`]). A
 //! run another process holds is left to it ([`Outcome::Busy`]); callers come back to it.
 //! Anything else is trained, resuming from its checkpoint.
+//!
+//! A process that follows a preset file ([`follow_preset_file`]) reads it again before each
+//! run it trains, and stops when the preset changed: several processes share one `--out`, and
+//! one started before an edit would otherwise go on training the runs of the old preset.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +70,44 @@ pub enum Outcome {
     Busy,
 }
 
+/// The preset file this process follows, and the preset it held when read (serialised, so
+/// that an edit of comments or layout is no change).
+static FOLLOWED: OnceLock<(PathBuf, String)> = OnceLock::new();
+
+/// From now on, before each run it trains, this process reads `path` again and stops if the
+/// preset in it differs from `preset` (the one it was read as). The first call wins.
+pub fn follow_preset_file(path: &Path, preset: &super::preset::Preset) {
+    if let Ok(text) = toml::to_string(preset) {
+        let _ = FOLLOWED.set((path.to_path_buf(), text));
+    }
+}
+
+/// Err when the followed preset file no longer holds the preset this process runs.
+fn check_followed_preset() -> Result<(), TrainError> {
+    match FOLLOWED.get() {
+        Some((path, was)) => preset_file_holds(path, was),
+        None => Ok(()),
+    }
+}
+
+/// Err unless the preset file `path` still reads as the preset serialised as `was`.
+fn preset_file_holds(path: &Path, was: &str) -> Result<(), TrainError> {
+    let now = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| super::preset::Preset::from_toml(&text, &path.display().to_string()).ok())
+        .and_then(|p| toml::to_string(&p).ok());
+    if now.as_deref() == Some(was) {
+        return Ok(());
+    }
+    Err(TrainError::Config {
+        path: path.display().to_string(),
+        message: "the preset changed (or no longer reads) since this process read it, so it \
+                  stops before its next run; the runs it finished are kept: start it again \
+                  to follow the new preset"
+            .into(),
+    })
+}
+
 /// Trains (or reuses) the run of config `c` in `dir` (see the module doc).
 ///
 /// # Errors
@@ -90,6 +133,7 @@ pub fn train_or_reuse(dir: &RunDir, c: &RunConfig, mode: Mode) -> Result<Outcome
     if !mode.train_missing {
         return Ok(Outcome::Missing);
     }
+    check_followed_preset()?;
     let opts = RunOptions {
         progress: mode.progress,
         ..RunOptions::default()
@@ -297,4 +341,42 @@ pub fn write_report(
     std::fs::create_dir_all(out_dir).map_err(|e| checkpoint::io(out_dir, e))?;
     checkpoint::write_json(&out_dir.join("results.json"), results)?;
     checkpoint::write_atomic(&out_dir.join("report.md"), markdown.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A followed preset file holds while only its comments or layout change, and stops the
+    /// process once a field changes or the file stops reading as a preset.
+    #[test]
+    fn an_edited_preset_file_stops_the_process_but_a_comment_does_not() {
+        let text = "name = \"t\"\ndescription = \"d\"\nseeds = [0]\nlrs = [1e-3]\n\
+                    [base.task]\nkind = \"mqar\"\nseq_len = 64\nvocab_size = 256\n\
+                    [[mixers]]\nname = \"vort\"\nrole = \"claim\"\n\
+                    model = { mixer = { kind = \"vort\" } }\n\
+                    [[cells]]\nname = \"c\"\nsection = \"lags\"\n";
+        let preset = super::super::preset::Preset::from_toml(text, "t").unwrap();
+        let was = toml::to_string(&preset).unwrap();
+        let dir = std::env::temp_dir().join(format!("vort-follow-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("preset.toml");
+        let holds = |body: &str| {
+            std::fs::write(&path, body).unwrap();
+            preset_file_holds(&path, &was)
+        };
+        assert!(holds(text).is_ok());
+        assert!(holds(&format!("# a note\n{}", text.replace(" = ", "="))).is_ok());
+        let e = holds(&text.replace("lrs = [1e-3]", "lrs = [1e-3, 3e-4]"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("preset.toml") && e.contains("start it again"),
+            "{e}"
+        );
+        assert!(holds("name = ").is_err());
+        std::fs::remove_file(&path).unwrap();
+        assert!(preset_file_holds(&path, &was).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -358,8 +358,13 @@ fn every_config_under_configs_parses() {
             let text = std::fs::read_to_string(&path).unwrap();
             let name = path.display().to_string();
             if text.lines().any(|l| l.trim() == "[[mixers]]") {
-                vort_lab::reproduce::preset::Preset::from_toml(&text, &name)
+                let p = vort_lab::reproduce::preset::Preset::from_toml(&text, &name)
                     .unwrap_or_else(|e| panic!("{e}"));
+                // a process following the preset compares it serialised: it must serialise,
+                // and the same file read again must serialise the same (no spurious stop)
+                let s = toml::to_string(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
+                let again = vort_lab::reproduce::preset::Preset::from_toml(&text, &name).unwrap();
+                assert_eq!(toml::to_string(&again).unwrap(), s, "{name}");
             } else {
                 RunConfig::from_toml(&text, &name).unwrap_or_else(|e| panic!("{e}"));
             }

@@ -414,6 +414,13 @@ struct SizePoint {
     answers: usize,
 }
 
+impl SizePoint {
+    /// Its accuracy at lags > 1000, a fraction.
+    fn accuracy(&self) -> f64 {
+        self.correct as f64 / self.answers.max(1) as f64
+    }
+}
+
 /// The size trend over the lags cells of each ladder cell's task (the same L, K and gaps) at
 /// every width: `acc_vs_state_lag.png` and its table, seed 0.
 fn size_trend(rep: &RecallReport, ladder: &[&str], out: &Path) -> Result<String, TrainError> {
@@ -531,7 +538,7 @@ fn size_points(rep: &RecallReport, base: &CellResult) -> (Vec<usize>, Vec<SizePo
 /// One memory's row of the size-trend table (its points, the fit's slope and the state it
 /// puts at the paper's accuracy) and its series, `pts` in order of state.
 fn size_row(m: &str, pts: &[&SizePoint], paper_long: f64) -> (String, Series) {
-    let acc = |p: &SizePoint| p.correct as f64 / p.answers.max(1) as f64;
+    let acc = SizePoint::accuracy;
     let xy: Vec<(f64, f64)> = pts.iter().map(|p| (p.floats_per_layer, acc(p))).collect();
     let bars = pts
         .iter()
@@ -547,7 +554,7 @@ fn size_row(m: &str, pts: &[&SizePoint], paper_long: f64) -> (String, Series) {
             format!("{state:.0}: {a} ({}/{})", p.correct, p.answers)
         })
         .collect();
-    let (mut slope, mut needed) = match log_fit(&xy) {
+    let (slope, mut needed) = match log_fit(&xy) {
         Some((a, b)) if b > 0.0 => (
             format!("{:+.1} points", 100.0 * b),
             format!("{:.2e}", 10f64.powf((paper_long / 100.0 - a) / b)),
@@ -561,9 +568,6 @@ fn size_row(m: &str, pts: &[&SizePoint], paper_long: f64) -> (String, Series) {
     // a measured point at or above the paper's number answers without the fit
     if let Some(p) = pts.iter().find(|p| 100.0 * acc(p) >= paper_long) {
         needed = format!("reached at {:.0} (measured)", p.floats_per_layer);
-    }
-    if xy.len() < 2 {
-        slope = "-".into();
     }
     let row = format!("| {m} | {} | {slope} | {needed} |\n", cells.join("; "));
     (row, Series::line(m, xy).with_bars(bars))
@@ -580,7 +584,7 @@ fn lead_by_width(rep: &RecallReport, widths: &[usize], points: &[SizePoint]) -> 
         return String::new();
     };
     let ablations = rep.preset.with_role(Role::Ablation);
-    let acc = |p: &SizePoint| 100.0 * p.correct as f64 / p.answers.max(1) as f64;
+    let acc = |p: &SizePoint| 100.0 * p.accuracy();
     let at = |w: usize, m: &str| points.iter().find(|p| p.d_model == w && p.mixer == m);
     let mut parts = Vec::new();
     let mut leads = Vec::new();

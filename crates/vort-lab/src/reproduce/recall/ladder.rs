@@ -8,7 +8,9 @@
 
 use std::path::Path;
 
-use super::{color_of, lr_label, mixer_names, pooled, CellResult, RecallReport, Role, Section};
+use super::{
+    color_of, lr_label, mixer_names, pooled, CellResult, RecallReport, Role, Section, SweepPlace,
+};
 use crate::plot::{panels_plot, Panel, Series};
 use crate::reproduce::stats::{compare_pairs, pct, wilson, Paired, Scores};
 use crate::tasks::BUCKETS;
@@ -177,8 +179,12 @@ fn rung_table(rep: &RecallReport, cell: &str, rungs: &[&CellResult]) -> String {
             })
             .collect();
         let (k, n) = pooled(c, Some(LONG));
+        let edge = match c.sweep_place() {
+            SweepPlace::Smallest | SweepPlace::Largest => ", at the edge of its sweep",
+            SweepPlace::OneRate | SweepPlace::Inside => "",
+        };
         s.push_str(&format!(
-            "| {} | {} | {} | {} ({}) | {} | {} | {} ({k}/{n}) |",
+            "| {} | {} | {} | {}{edge} ({}) | {} | {} | {} ({k}/{n}) |",
             i + 1,
             c.mixer,
             rung_label(rep, c),
@@ -291,7 +297,7 @@ fn answer(rep: &RecallReport, cell: &str, rungs: &[&CellResult]) -> String {
         ));
     }
     s.push('.');
-    s.push_str(&unswept_note(v, &singles, &outcomes));
+    s.push_str(&unbracketed_note(v, &singles, &outcomes));
     s.push_str(&oracle_note(rep, v, rungs));
     s.push_str("\n\n");
     s
@@ -322,14 +328,15 @@ fn single_orders<'a>(
         .collect()
 }
 
-/// " Not swept, one learning rate here: ..." naming the claim or single orders that ran one
-/// rate in the cell, so were not compared at their own rate (#39 item 2); empty when all were
-/// swept. Each is said to be behind, level or ahead at that rate: a rung behind might close its
-/// gap at its own rate, so the answer waits on its sweep; one ahead would keep its rate or take
-/// one that does better on validation, so its sweep can hardly reverse the answer.
-/// `outcomes` are [`answer`]'s, one per single order: Some(true) where it recalls more than
-/// the claim.
-fn unswept_note(
+/// " Not yet at a rate shown to be its own: ..." naming the claim or single orders that ran
+/// one rate in the cell, or chose the smallest or largest rate they swept (#39 item 2: a
+/// sweep that does not bracket an optimum has not found the rung's rate); empty when every
+/// one was bracketed. Each is said to be behind, level or ahead at that rate: a rung behind
+/// might close its gap at its own rate, so the answer waits on a wider sweep; one ahead would
+/// keep its rate or take one that does better on validation, so its sweep can hardly reverse
+/// the answer. `outcomes` are [`answer`]'s, one per single order: Some(true) where it recalls
+/// more than the claim.
+fn unbracketed_note(
     v: &CellResult,
     singles: &[(&str, &CellResult, Paired)],
     outcomes: &[Option<bool>],
@@ -345,33 +352,42 @@ fn unswept_note(
     let places = std::iter::once((v, claim_place))
         .chain(singles.iter().zip(outcomes).map(|((_, c, _), o)| (*c, *o)));
     let (mut ahead, mut behind, mut level) = (vec![], vec![], vec![]);
-    for (c, place) in places.filter(|(c, _)| c.sweep.len() < 2) {
+    for (c, place) in places {
+        let Some(why) = c.sweep_place().unbracketed() else {
+            continue;
+        };
+        let named = format!("{} ({why})", c.mixer);
         match place {
-            Some(true) => ahead.push(c.mixer.as_str()),
-            Some(false) => behind.push(c.mixer.as_str()),
-            None => level.push(c.mixer.as_str()),
+            Some(true) => ahead.push(named),
+            Some(false) => behind.push(named),
+            None => level.push(named),
         }
     }
     let groups = [
         (
             behind,
-            "behind at that rate; at its own rate it may close the gap",
+            "behind at that rate, so at its own rate it may close the gap",
         ),
         (level, "not distinguishable at that rate"),
         (
             ahead,
-            "ahead at that rate; a sweep keeps that rate or takes one better on validation",
+            "ahead at that rate, so a wider sweep keeps that rate or takes one better on \
+             validation",
         ),
     ];
     let said: Vec<String> = groups
         .iter()
         .filter(|(names, _)| !names.is_empty())
-        .map(|(names, why)| format!("{} ({why})", names.join(", ")))
+        .map(|(names, why)| format!("{why}: {}", names.join(", ")))
         .collect();
     if said.is_empty() {
         return String::new();
     }
-    format!(" Not swept, one learning rate here: {}.", said.join("; "))
+    format!(
+        " Not yet at a rate shown to be its own (one rate ran, or validation chose the \
+         smallest or largest rate swept, so a better one may lie beyond): {}.",
+        said.join("; ")
+    )
 }
 
 /// The paper's assignment by rule (the oracle rung) against the claim `v`, or nothing where
@@ -731,27 +747,27 @@ section = "lags"
         // which of them were behind (the router here), level and ahead at that rate
         assert!(
             a.contains(
-                "Not swept, one learning rate here: vort (behind at that rate; at its own \
-                 rate it may close the gap); learned-order (not distinguishable at that \
-                 rate); power-law-0.9 (ahead at that rate; a sweep keeps that rate or takes \
-                 one better on validation)."
+                "so a better one may lie beyond): behind at that rate, so at its own rate it \
+                 may close the gap: vort (one rate); not distinguishable at that rate: \
+                 learned-order (one rate); ahead at that rate, so a wider sweep keeps that \
+                 rate or takes one better on validation: power-law-0.9 (one rate)."
             ),
             "{a}"
         );
-        assert!(
-            a.contains("power-law-0.9 − vort = +30.7 ± 0.3 points (n = 3)"),
-            "{a}"
-        );
-        assert!(
-            a.contains("(oracle) recalls 91.3%, higher than the router"),
-            "{a}"
-        );
+        for said in [
+            "power-law-0.9 − vort = +30.7 ± 0.3 points (n = 3)",
+            "(oracle) recalls 91.3%, higher than the router",
+        ] {
+            assert!(a.contains(said), "{a}");
+        }
         let a = answer_of([60, 62, 64], [30, 33, 35], Some([40, 41, 45]));
         assert!(a.contains("**routing**"), "{a}");
         assert!(
             a.contains(
-                "here: power-law-0.9, learned-order (behind at that rate; at its own rate it \
-                 may close the gap); vort (ahead at that rate;"
+                "beyond): behind at that rate, so at its own rate it may close the gap: \
+                 power-law-0.9 (one rate), learned-order (one rate); ahead at that rate, so a \
+                 wider sweep keeps that rate or takes one better on validation: vort (one \
+                 rate)."
             ),
             "{a}"
         );
@@ -760,7 +776,8 @@ section = "lags"
         assert!(a.contains("**neither**"), "{a}");
         assert!(
             a.contains(
-                "here: vort, power-law-0.9, learned-order (not distinguishable at that rate)."
+                "beyond): not distinguishable at that rate: vort (one rate), power-law-0.9 \
+                 (one rate), learned-order (one rate)."
             ),
             "{a}"
         );
@@ -772,6 +789,58 @@ section = "lags"
             ),
             "{a}"
         );
+    }
+
+    /// A rung whose validation chose the smallest or largest rate it swept is named in the
+    /// answer as not yet at its own rate, as is one that ran one rate; a bracketed choice is
+    /// not (the d128 grid 3e-3, 1e-2, 3e-2 chose its smallest rate for 8 of 12 rungs).
+    #[test]
+    fn a_choice_at_the_edge_of_its_sweep_is_not_called_the_rungs_own_rate() {
+        let swept = |mixer: &str, lrs: &[f64], best: f64| {
+            let mut c = lag_cell("vort", 64, vec![seed_with((50, 100), &[])]);
+            c.mixer = mixer.into();
+            c.sweep = lrs
+                .iter()
+                .map(|&lr| {
+                    let mut r = seed_with((50, 100), &[]);
+                    r.lr = lr;
+                    r
+                })
+                .collect();
+            c.best_lr = best;
+            c
+        };
+        let v = swept("vort", &[1e-3, 3e-3, 1e-2], 1e-3);
+        let fixed = swept("power-law-0.9", &[1e-2, 1e-3, 3e-3], 3e-3);
+        let learned = swept("learned-order", &[3e-3, 1e-2, 3e-2, 1e-1], 1e-1);
+        assert_eq!(v.sweep_place(), SweepPlace::Smallest);
+        assert_eq!(
+            fixed.sweep_place(),
+            SweepPlace::Inside,
+            "listed out of order"
+        );
+        assert_eq!(learned.sweep_place(), SweepPlace::Largest);
+        assert_eq!(swept("x", &[3e-3], 3e-3).sweep_place(), SweepPlace::OneRate);
+        assert_eq!(swept("x", &[], 3e-3).sweep_place(), SweepPlace::OneRate);
+        let pair = |c: &CellResult| compare_pairs(&long_scores(c), &long_scores(&v));
+        let singles = [
+            ("the best fixed order", &fixed, pair(&fixed)),
+            (LEARNED, &learned, pair(&learned)),
+        ];
+        // both single orders recall more than the claim: the claim is behind
+        let note = unbracketed_note(&v, &singles, &[Some(true), Some(true)]);
+        assert!(
+            note.contains(
+                "behind at that rate, so at its own rate it may close the gap: vort (the \
+                 smallest rate swept); ahead at that rate, so a wider sweep keeps that rate \
+                 or takes one better on validation: learned-order (the largest rate swept)."
+            ),
+            "{note}"
+        );
+        assert!(!note.contains("power-law-0.9"), "{note}");
+        // every choice bracketed: nothing to say
+        let note = unbracketed_note(&fixed, &singles[..1], &[None]);
+        assert_eq!(note, "", "{note}");
     }
 
     /// The size trend states the claim's lead over the baseline and over the best ablation

@@ -45,7 +45,7 @@ use super::runner::lr_label;
 pub use super::stats::MIN_BIN;
 use super::stats::{pct, sum_rows, wilson};
 pub use lags::paper_lag_number;
-pub use results::{state_floats, CellResult, Extrapolation, RecallReport, RunResult};
+pub use results::{state_floats, CellResult, Extrapolation, RecallReport, RunResult, SweepPlace};
 pub use runner::{run, run_shard};
 
 use crate::tasks::TaskKind;

@@ -109,6 +109,52 @@ impl CellResult {
         let x: Vec<f64> = self.seeds.iter().map(|r| r.accuracy).collect();
         crate::reproduce::mean_sd(&x)
     }
+
+    /// Where the chosen rate sits among the rates swept. A choice at either end means the
+    /// sweep did not bracket an optimum: validation still rose toward that end, so the
+    /// rung's own best rate may lie beyond it (the d128 ladder's 3e-3, 1e-2, 3e-2 grid
+    /// chose its smallest rate for 8 of 12 rungs, and at d256 the next smaller rate lifted
+    /// every rung).
+    pub fn sweep_place(&self) -> SweepPlace {
+        let lrs = self.sweep.iter().map(|r| r.lr);
+        let (lo, hi) = lrs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), lr| {
+            (lo.min(lr), hi.max(lr))
+        });
+        if self.sweep.len() < 2 {
+            SweepPlace::OneRate
+        } else if self.best_lr <= lo {
+            SweepPlace::Smallest
+        } else if self.best_lr >= hi {
+            SweepPlace::Largest
+        } else {
+            SweepPlace::Inside
+        }
+    }
+}
+
+/// Where a sweep's chosen rate sits among the rates it swept ([`CellResult::sweep_place`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepPlace {
+    /// One rate ran (or none): nothing was swept.
+    OneRate,
+    /// The smallest rate swept: the optimum may lie below it.
+    Smallest,
+    /// The largest rate swept: the optimum may lie above it.
+    Largest,
+    /// Between two rates swept: the sweep brackets it.
+    Inside,
+}
+
+impl SweepPlace {
+    /// "one rate", "the smallest rate swept", "the largest rate swept"; None when bracketed.
+    pub fn unbracketed(self) -> Option<&'static str> {
+        match self {
+            Self::OneRate => Some("one rate"),
+            Self::Smallest => Some("the smallest rate swept"),
+            Self::Largest => Some("the largest rate swept"),
+            Self::Inside => None,
+        }
+    }
 }
 
 /// The whole experiment.

@@ -15,7 +15,7 @@ pub(super) fn section(rep: &RecallReport, out: &Path) -> Result<String, TrainErr
     let mut s = String::from(
         "## Learning-rate sweeps (seed 0: validation accuracy at the end of each run)\n\n",
     );
-    s.push_str("| cell | mixer | lr: val acc % (steps) |\n|---|---|---|\n");
+    s.push_str("| cell | mixer | lr: val acc % (steps) | chosen |\n|---|---|---|---|\n");
     for c in &rep.cells {
         let sw: Vec<String> = c
             .sweep
@@ -25,14 +25,23 @@ pub(super) fn section(rep: &RecallReport, out: &Path) -> Result<String, TrainErr
                 None => format!("{}: {} ({})", lr_label(r.lr), pct(r.val_accuracy), r.steps),
             })
             .collect();
+        let chosen = match c.sweep_place().unbracketed() {
+            Some(why) if c.sweep.len() > 1 => {
+                format!("{}: {why}, not bracketed", lr_label(c.best_lr))
+            }
+            _ => lr_label(c.best_lr),
+        };
         s.push_str(&format!(
-            "| {} | {} | {} |\n",
+            "| {} | {} | {} | {chosen} |\n",
             c.cell,
             c.mixer,
             sw.join("; ")
         ));
     }
-    s.push('\n');
+    s.push_str(
+        "\n\"Not bracketed\": validation chose the smallest or largest rate swept, so the \
+         mixer's best rate may lie beyond its sweep.\n\n",
+    );
     Ok(s)
 }
 

@@ -332,7 +332,24 @@ fn answer(runs: &[EvalResult], ablations: &[&NamedRun], far: usize) -> String {
             }
         );
     }
-    s + "\n"
+    s + &one_rate_note(ablations) + "\n"
+}
+
+/// Books presets train every run at one learning rate (they sweep none), so the answer says
+/// at which: a rung at a rate of its own might move (#39 item 2 asks for a sweep per rung).
+fn one_rate_note(ablations: &[&NamedRun]) -> String {
+    let mut lrs: Vec<f64> = ablations.iter().map(|a| a.config.train.lr).collect();
+    lrs.sort_by(f64::total_cmp);
+    lrs.dedup();
+    let lrs: Vec<String> = lrs
+        .into_iter()
+        .map(crate::reproduce::runner::lr_label)
+        .collect();
+    format!(
+        " Not swept: the rungs trained at the preset's learning rate ({}), not each at a rate \
+         swept for it, so a rung at its own rate might do better.",
+        lrs.join(", ")
+    )
 }
 
 /// What an ablation of VORT is, in words, and what VORT lower and VORT higher than it say.
@@ -655,6 +672,14 @@ mod tests {
         );
         assert!(
             a.contains("(oracle): oracle − vort = +0.100") && a.contains("predicts worse than"),
+            "{a}"
+        );
+        // books presets sweep no rate: the answer names the one the rungs shared
+        let lr = crate::reproduce::runner::lr_label(rungs[0].config.train.lr);
+        assert!(
+            a.contains(&format!(
+                "Not swept: the rungs trained at the preset's learning rate ({lr}),"
+            )),
             "{a}"
         );
         let a = answer_of(

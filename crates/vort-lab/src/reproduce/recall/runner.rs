@@ -304,6 +304,7 @@ fn run_pass(
                 .sum(),
         },
         done: 0,
+        to_train: runs_to_train(preset, out_dir, mode.shard),
         trained: 0,
         trained_s: 0.0,
         reused: 0,
@@ -332,6 +333,32 @@ fn run_pass(
     Ok((rep, pass.busy))
 }
 
+/// How many runs of the preset (of its `shard`) have no evaluation in `out_dir` yet: every
+/// sweep point without one, and each later seed that no swept rate has finished (the rate its
+/// seeds will run at is not known before the sweep ends, so a seed finished at any swept rate
+/// counts as done). An estimate for the ETA: it counts runs another process is training.
+fn runs_to_train(preset: &Preset, out_dir: &Path, shard: Option<Shard>) -> usize {
+    let finished = |c: &CellSpec, m: &MixerSpec, lr: f64, seed: u64| {
+        run_dir(out_dir, c, m, lr, seed).eval_path().exists()
+    };
+    let mut left = 0;
+    for (k, (c, m)) in preset.units().into_iter().enumerate() {
+        if shard.is_some_and(|s| !s.owns(k)) {
+            continue;
+        }
+        let (lrs, seeds) = (preset.lrs_of(c, m), preset.seeds_of(c, m));
+        left += lrs
+            .iter()
+            .filter(|&&lr| !finished(c, m, lr, seeds[0]))
+            .count();
+        left += seeds[1..]
+            .iter()
+            .filter(|&&seed| !lrs.iter().any(|&lr| finished(c, m, lr, seed)))
+            .count();
+    }
+    left
+}
+
 /// One pass over a preset's runs: the counts behind its progress lines (runs done, reused,
 /// trained and their seconds, for the ETA), and the runs skipped because another process holds
 /// them.
@@ -341,6 +368,8 @@ struct Pass<'a> {
     mode: Mode,
     total: usize,
     done: usize,
+    /// The runs without an evaluation when the pass began ([`runs_to_train`]): the ETA's.
+    to_train: usize,
     trained: usize,
     trained_s: f64,
     reused: usize,
@@ -446,7 +475,9 @@ impl Pass<'_> {
             return;
         }
         let eta = if self.trained > 0 {
-            let left = (self.total - self.done) as f64 * self.trained_s / self.trained as f64;
+            // runs still to train, not runs still to see: most of a resumed preset is reused
+            let left = self.to_train.saturating_sub(self.trained) as f64 * self.trained_s
+                / self.trained as f64;
             format!(", ETA {:.0} min", left / 60.0)
         } else {
             String::new()
@@ -498,4 +529,59 @@ fn nodes_of(cfg: &RunConfig) -> Result<usize, TrainError> {
     let model = train::run_model(cfg, &vm, &train::device())?;
     let nodes = model.blocks().next().map_or(0, vort::block::Block::nodes);
     Ok(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ETA counts the runs without an evaluation: the sweep points not finished, and the
+    /// later seeds that no swept rate has finished; a shard counts its own pairs only.
+    #[test]
+    fn the_eta_counts_only_the_runs_left_to_train() {
+        let preset = Preset::from_toml(
+            r#"
+name = "t"
+description = "d"
+seeds = [0, 1, 2]
+lrs = [1e-3, 3e-3]
+[base.task]
+kind = "mqar"
+seq_len = 64
+vocab_size = 256
+[[mixers]]
+name = "vort"
+role = "claim"
+model = { mixer = { kind = "vort" } }
+[[mixers]]
+name = "exponential"
+role = "baseline"
+model = { mixer = { kind = "exponential" } }
+[[cells]]
+name = "c"
+section = "lags"
+"#,
+            "t",
+        )
+        .unwrap();
+        let out = std::env::temp_dir().join(format!("vort-eta-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let units = preset.units();
+        let finish = |unit: usize, lr: f64, seed: u64| {
+            let (c, m) = units[unit];
+            let d = run_dir(&out, c, m, lr, seed);
+            std::fs::create_dir_all(d.path()).unwrap();
+            std::fs::write(d.eval_path(), "{}").unwrap();
+        };
+        // 2 pairs, each 2 sweep points at seed 0 and seeds 1-2 at the rate chosen
+        assert_eq!(runs_to_train(&preset, &out, None), 8);
+        finish(0, 1e-3, 0);
+        // seed 1 finished at a swept rate counts as done, whichever rate the sweep picks
+        finish(0, 3e-3, 1);
+        assert_eq!(runs_to_train(&preset, &out, None), 6);
+        let shard = |s: &str| Some(s.parse::<Shard>().unwrap());
+        assert_eq!(runs_to_train(&preset, &out, shard("1/2")), 2);
+        assert_eq!(runs_to_train(&preset, &out, shard("2/2")), 4);
+        std::fs::remove_dir_all(&out).unwrap();
+    }
 }

@@ -670,41 +670,9 @@ pub(super) fn log_fit(xy: &[(f64, f64)]) -> Option<(f64, f64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{lag_cell, seed_with};
+    use super::super::fixtures::{lag_cell, seed_with, RUNGS};
     use super::super::Preset;
     use super::*;
-
-    /// A claim (VORT), the best fixed order, one learned order per head and the oracle, in
-    /// one lags cell "c" of a 3-seed preset.
-    const RUNGS: &str = r#"
-name = "t"
-description = "d"
-seeds = [0, 1, 2]
-lrs = [1e-3]
-[base.task]
-kind = "mqar"
-seq_len = 64
-vocab_size = 256
-[[mixers]]
-name = "vort"
-role = "claim"
-model = { mixer = { kind = "vort", routing = "entity-only" } }
-[[mixers]]
-name = "power-law-0.9"
-role = "ablation"
-model = { mixer = { kind = "power-law", alpha = 0.9 } }
-[[mixers]]
-name = "learned-order"
-role = "ablation"
-model = { mixer = { kind = "vort", routing = "learned" } }
-[[mixers]]
-name = "oracle"
-role = "ablation"
-model = { mixer = { kind = "vort", routing = { oracle = { entity = 0.8, other = 0.35 } } } }
-[[cells]]
-name = "c"
-section = "lags"
-"#;
 
     /// The answer paragraph says what the paired verdicts at lags > 1000 say: order when a
     /// single order recalls more than the router, routing when the router beats both single

@@ -286,6 +286,38 @@ mod fixtures {
     use super::{CellResult, Extrapolation, RunResult, Section};
     use crate::train::eval::LagAccuracy;
 
+    /// A claim (VORT), the best fixed order, one learned order per head and the oracle, in
+    /// one lags cell "c" of a 3-seed preset.
+    pub(super) const RUNGS: &str = r#"
+name = "t"
+description = "d"
+seeds = [0, 1, 2]
+lrs = [1e-3]
+[base.task]
+kind = "mqar"
+seq_len = 64
+vocab_size = 256
+[[mixers]]
+name = "vort"
+role = "claim"
+model = { mixer = { kind = "vort", routing = "entity-only" } }
+[[mixers]]
+name = "power-law-0.9"
+role = "ablation"
+model = { mixer = { kind = "power-law", alpha = 0.9 } }
+[[mixers]]
+name = "learned-order"
+role = "ablation"
+model = { mixer = { kind = "vort", routing = "learned" } }
+[[mixers]]
+name = "oracle"
+role = "ablation"
+model = { mixer = { kind = "vort", routing = { oracle = { entity = 0.8, other = 0.35 } } } }
+[[cells]]
+name = "c"
+section = "lags"
+"#;
+
     pub(super) fn bucket(lo: usize, hi: usize, correct: usize, n: usize) -> LagAccuracy {
         LagAccuracy {
             label: String::new(),

@@ -539,31 +539,9 @@ mod tests {
     /// later seeds that no swept rate has finished; a shard counts its own pairs only.
     #[test]
     fn the_eta_counts_only_the_runs_left_to_train() {
-        let preset = Preset::from_toml(
-            r#"
-name = "t"
-description = "d"
-seeds = [0, 1, 2]
-lrs = [1e-3, 3e-3]
-[base.task]
-kind = "mqar"
-seq_len = 64
-vocab_size = 256
-[[mixers]]
-name = "vort"
-role = "claim"
-model = { mixer = { kind = "vort" } }
-[[mixers]]
-name = "exponential"
-role = "baseline"
-model = { mixer = { kind = "exponential" } }
-[[cells]]
-name = "c"
-section = "lags"
-"#,
-            "t",
-        )
-        .unwrap();
+        // four rungs, each 2 sweep points at seed 0 and seeds 1-2 at the rate chosen
+        let rungs = super::super::fixtures::RUNGS.replace("lrs = [1e-3]", "lrs = [1e-3, 3e-3]");
+        let preset = Preset::from_toml(&rungs, "t").unwrap();
         let out = std::env::temp_dir().join(format!("vort-eta-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&out);
         let units = preset.units();
@@ -573,15 +551,15 @@ section = "lags"
             std::fs::create_dir_all(d.path()).unwrap();
             std::fs::write(d.eval_path(), "{}").unwrap();
         };
-        // 2 pairs, each 2 sweep points at seed 0 and seeds 1-2 at the rate chosen
-        assert_eq!(runs_to_train(&preset, &out, None), 8);
+        assert_eq!(runs_to_train(&preset, &out, None), 16);
         finish(0, 1e-3, 0);
         // seed 1 finished at a swept rate counts as done, whichever rate the sweep picks
         finish(0, 3e-3, 1);
-        assert_eq!(runs_to_train(&preset, &out, None), 6);
+        assert_eq!(runs_to_train(&preset, &out, None), 14);
+        // shard 1/2 owns pairs 0 and 2, shard 2/2 pairs 1 and 3
         let shard = |s: &str| Some(s.parse::<Shard>().unwrap());
-        assert_eq!(runs_to_train(&preset, &out, shard("1/2")), 2);
-        assert_eq!(runs_to_train(&preset, &out, shard("2/2")), 4);
+        assert_eq!(runs_to_train(&preset, &out, shard("1/2")), 6);
+        assert_eq!(runs_to_train(&preset, &out, shard("2/2")), 8);
         std::fs::remove_dir_all(&out).unwrap();
     }
 }

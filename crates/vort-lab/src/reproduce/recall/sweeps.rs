@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{cells_where, color_of, lr_label, mixer_names, RecallReport};
+use super::{cells_where, color_of, lr_label, mixer_names, RecallReport, SweepPlace};
 use crate::plot::{panels_plot, Panel, Series};
 use crate::reproduce::stats::pct;
 use crate::train::TrainError;
@@ -25,8 +25,10 @@ pub(super) fn section(rep: &RecallReport, out: &Path) -> Result<String, TrainErr
                 None => format!("{}: {} ({})", lr_label(r.lr), pct(r.val_accuracy), r.steps),
             })
             .collect();
-        let chosen = match c.sweep_place().unbracketed() {
-            Some(why) if c.sweep.len() > 1 => {
+        // a choice at an edge of several rates is flagged; one rate ran is just that rate
+        let place = c.sweep_place();
+        let chosen = match place.unbracketed() {
+            Some(why) if place != SweepPlace::OneRate => {
                 format!("{}: {why}, not bracketed", lr_label(c.best_lr))
             }
             _ => lr_label(c.best_lr),

@@ -31,8 +31,10 @@ pub const PANEL_HEIGHT: u32 = 600;
 /// Most decades shown on a log axis (values further below the top are clipped).
 pub const MAX_DECADES: f64 = 40.0;
 
-/// Line colours, in order (the "tab10" palette).
-const PALETTE: [RGBColor; 10] = [
+/// Line colours, in order: the "tab10" palette, then the light partners of its first six in
+/// "tab20" (a ladder panel has 12 mixers; with 10 colours the 11th and 12th repeated the first
+/// two, and two mixers read as one).
+const PALETTE: [RGBColor; 16] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -43,6 +45,12 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    RGBColor(174, 199, 232),
+    RGBColor(255, 187, 120),
+    RGBColor(152, 223, 138),
+    RGBColor(255, 152, 150),
+    RGBColor(197, 176, 213),
+    RGBColor(196, 156, 148),
 ];
 
 /// Colours of reference levels ([`category_plot`]): dark, and none in [`PALETTE`], so a level
@@ -672,7 +680,10 @@ where
         .map(|p| p.1)
         .filter(|v| v.is_finite() && (!panel.log_y || *v > 0.0));
     // Lines run edge to edge; markers get a margin so the outer ones are not cut in half.
-    let has_points = panel.series.iter().any(|s| s.style == SeriesStyle::Points);
+    let has_points = panel
+        .series
+        .iter()
+        .any(|s| s.style == SeriesStyle::Points || s.points.len() == 1);
     let (x0, x1) = padded_range(xs, panel.log_x, if has_points { 0.03 } else { 0.0 });
     let (y0, y1) = padded_range(ys, panel.log_y, 0.05);
     // Ticks closer to 0 than 1e-9 of a linear axis's span are 0 (not -1.4e-20).
@@ -780,6 +791,11 @@ where
                 }),
         )?;
         let style = color.stroke_width(2);
+        // a line through one point draws nothing: that point gets a marker (a mixer swept at
+        // one rate, a memory measured at one width)
+        if s.style != SeriesStyle::Points && pts.len() == 1 {
+            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+        }
         let anno = match s.style {
             SeriesStyle::Line => chart.draw_series(LineSeries::new(pts, style))?,
             SeriesStyle::Dashed => chart.draw_series(DashedLineSeries::new(pts, 8, 5, style))?,
@@ -1026,6 +1042,55 @@ mod tests {
             legend_corner(&diagonal, (1e3, 1e5), (0.0, 1.0)),
             Some(SeriesLabelPosition::UpperLeft | SeriesLabelPosition::LowerRight)
         ));
+    }
+
+    /// Pixels of `color` in `panel` drawn into a bitmap of one panel.
+    fn pixels_of(panel: &Panel, color: RGBColor) -> usize {
+        ensure_font();
+        let (w, h) = (PANEL_WIDTH, PANEL_HEIGHT);
+        let mut buf = vec![0u8; 3 * (w * h) as usize];
+        {
+            let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
+            root.fill(&WHITE).unwrap();
+            draw_panel_dispatch(&root, panel).unwrap();
+            root.present().unwrap();
+        }
+        buf.chunks(3)
+            .filter(|p| p == &[color.0, color.1, color.2])
+            .count()
+    }
+
+    /// A line through one point is drawn (as a marker), and the 11th and 12th series of a
+    /// panel do not take the colours of the 1st and 2nd.
+    #[test]
+    fn a_single_point_line_shows_and_twelve_series_have_twelve_colours() {
+        let mut panel = Panel {
+            log_x: true,
+            ..Panel::default()
+        };
+        // eleven two-point lines, then one single point in the 12th colour
+        for i in 0..11 {
+            let y = i as f64 / 12.0;
+            panel
+                .series
+                .push(Series::line(format!("m{i}"), vec![(1e-3, y), (1e-1, y)]));
+        }
+        // nameless, so no legend entry paints its colour: only the marker can
+        panel.series.push(Series::line("", vec![(1e-2, 0.97)]));
+        let colors: std::collections::BTreeSet<_> = (0..12)
+            .map(|i| {
+                let c = PALETTE[i % PALETTE.len()];
+                (c.0, c.1, c.2)
+            })
+            .collect();
+        assert_eq!(colors.len(), 12);
+        let twelfth = PALETTE[11];
+        assert!(
+            pixels_of(&panel, twelfth) > 20,
+            "the single point is not drawn"
+        );
+        panel.series.pop();
+        assert_eq!(pixels_of(&panel, twelfth), 0);
     }
 
     #[test]

@@ -304,7 +304,6 @@ fn run_pass(
                 .sum(),
         },
         done: 0,
-        to_train: runs_to_train(preset, out_dir, mode.shard),
         trained: 0,
         trained_s: 0.0,
         reused: 0,
@@ -333,30 +332,67 @@ fn run_pass(
     Ok((rep, pass.busy))
 }
 
-/// How many runs of the preset (of its `shard`) have no evaluation in `out_dir` yet: every
-/// sweep point without one, and each later seed that no swept rate has finished (the rate its
-/// seeds will run at is not known before the sweep ends, so a seed finished at any swept rate
-/// counts as done). An estimate for the ETA: it counts runs another process is training.
-fn runs_to_train(preset: &Preset, out_dir: &Path, shard: Option<Shard>) -> usize {
+/// The runs of the preset (of its `shard`) with no evaluation in `out_dir` yet, as the (cell,
+/// mixer) each belongs to: every sweep point without one, and each later seed that no swept
+/// rate has finished (the rate its seeds will run at is not known before the sweep ends, so a
+/// seed finished at any swept rate counts as done). For the ETA: it counts runs another
+/// process is training.
+fn runs_left<'p>(
+    preset: &'p Preset,
+    out_dir: &Path,
+    shard: Option<Shard>,
+) -> Vec<(&'p CellSpec, &'p MixerSpec)> {
     let finished = |c: &CellSpec, m: &MixerSpec, lr: f64, seed: u64| {
         run_dir(out_dir, c, m, lr, seed).eval_path().exists()
     };
-    let mut left = 0;
+    let mut left = Vec::new();
     for (k, (c, m)) in preset.units().into_iter().enumerate() {
         if shard.is_some_and(|s| !s.owns(k)) {
             continue;
         }
         let (lrs, seeds) = (preset.lrs_of(c, m), preset.seeds_of(c, m));
-        left += lrs
+        let sweep = lrs.iter().filter(|&&lr| !finished(c, m, lr, seeds[0]));
+        let later = seeds[1..]
             .iter()
-            .filter(|&&lr| !finished(c, m, lr, seeds[0]))
-            .count();
-        left += seeds[1..]
-            .iter()
-            .filter(|&&seed| !lrs.iter().any(|&lr| finished(c, m, lr, seed)))
-            .count();
+            .filter(|&&seed| !lrs.iter().any(|&lr| finished(c, m, lr, seed)));
+        left.extend(std::iter::repeat_n((c, m), sweep.count() + later.count()));
     }
     left
+}
+
+/// Seconds of training left in `out_dir` ([`runs_left`]), each run priced at the mean
+/// training time of the finished runs of its (cell, mixer) there, else of its cell's, else at
+/// `fallback_s`: a d256 run costs ten d64 ones, so one mean over all runs misleads. The sum of
+/// every run left, as measured (at the threads those runs had): with two processes sharing
+/// the runs, each sees about half of it.
+fn seconds_left(preset: &Preset, out_dir: &Path, shard: Option<Shard>, fallback_s: f64) -> f64 {
+    let finished_s = |c: &CellSpec, m: &MixerSpec| -> Vec<f64> {
+        let mut secs = Vec::new();
+        for &lr in &preset.lrs_of(c, m) {
+            for &seed in &preset.seeds_of(c, m) {
+                let d = run_dir(out_dir, c, m, lr, seed);
+                if d.eval_path().exists() && d.train_seconds() > 0.0 {
+                    secs.push(d.train_seconds());
+                }
+            }
+        }
+        secs
+    };
+    let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    runs_left(preset, out_dir, shard)
+        .into_iter()
+        .map(|(c, m)| {
+            let same_cell: Vec<f64> = preset
+                .units()
+                .into_iter()
+                .filter(|(c2, _)| c2.name == c.name)
+                .flat_map(|(c2, m2)| finished_s(c2, m2))
+                .collect();
+            mean(&finished_s(c, m))
+                .or_else(|| mean(&same_cell))
+                .unwrap_or(fallback_s)
+        })
+        .sum()
 }
 
 /// One pass over a preset's runs: the counts behind its progress lines (runs done, reused,
@@ -368,8 +404,6 @@ struct Pass<'a> {
     mode: Mode,
     total: usize,
     done: usize,
-    /// The runs without an evaluation when the pass began ([`runs_to_train`]): the ETA's.
-    to_train: usize,
     trained: usize,
     trained_s: f64,
     reused: usize,
@@ -474,13 +508,13 @@ impl Pass<'_> {
         if !(self.mode.progress && (self.mode.print_reused || !was_reused)) {
             return;
         }
-        let eta = if self.trained > 0 {
-            // runs still to train, not runs still to see: most of a resumed preset is reused
-            let left = self.to_train.saturating_sub(self.trained) as f64 * self.trained_s
-                / self.trained as f64;
-            format!(", ETA {:.0} min", left / 60.0)
-        } else {
+        let eta = if was_reused {
             String::new()
+        } else {
+            // runs still to train, not runs still to see: most of a resumed preset is reused
+            let fallback = self.trained_s / self.trained as f64;
+            let left = seconds_left(self.preset, self.out_dir, self.mode.shard, fallback);
+            format!(", about {:.0} min of training left", left / 60.0)
         };
         let result = match r.diverged_at {
             Some(step) => format!("diverged at step {step} (non-finite loss or gradient)"),
@@ -536,30 +570,46 @@ mod tests {
     use super::*;
 
     /// The ETA counts the runs without an evaluation: the sweep points not finished, and the
-    /// later seeds that no swept rate has finished; a shard counts its own pairs only.
+    /// later seeds that no swept rate has finished; a shard counts its own pairs only. Each
+    /// is priced at its (cell, mixer)'s finished runs, else its cell's, else the fallback.
     #[test]
-    fn the_eta_counts_only_the_runs_left_to_train() {
+    fn the_eta_prices_only_the_runs_left_to_train() {
         // four rungs, each 2 sweep points at seed 0 and seeds 1-2 at the rate chosen
         let rungs = super::super::fixtures::RUNGS.replace("lrs = [1e-3]", "lrs = [1e-3, 3e-3]");
         let preset = Preset::from_toml(&rungs, "t").unwrap();
         let out = std::env::temp_dir().join(format!("vort-eta-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&out);
         let units = preset.units();
-        let finish = |unit: usize, lr: f64, seed: u64| {
+        assert!(units.iter().all(|(c, _)| c.name == units[0].0.name));
+        let finish = |unit: usize, lr: f64, seed: u64, secs: f64| {
             let (c, m) = units[unit];
             let d = run_dir(&out, c, m, lr, seed);
             std::fs::create_dir_all(d.path()).unwrap();
             std::fs::write(d.eval_path(), "{}").unwrap();
+            let line = format!(
+                "{{\"step\":10,\"loss\":1.0,\"task_loss\":1.0,\"acc\":0.5,\"lr\":0.001,\
+                 \"grad_norm\":1.0,\"tokens_per_s\":1.0,\"elapsed_s\":{secs}}}\n"
+            );
+            std::fs::write(d.metrics_path(), line).unwrap();
         };
-        assert_eq!(runs_to_train(&preset, &out, None), 16);
-        finish(0, 1e-3, 0);
+        let left = |shard: Option<Shard>| runs_left(&preset, &out, shard).len();
+        assert_eq!(left(None), 16);
+        // nothing finished: every run at the fallback
+        assert_eq!(seconds_left(&preset, &out, None, 7.0), 16.0 * 7.0);
+        finish(0, 1e-3, 0, 100.0);
         // seed 1 finished at a swept rate counts as done, whichever rate the sweep picks
-        finish(0, 3e-3, 1);
-        assert_eq!(runs_to_train(&preset, &out, None), 14);
+        finish(0, 3e-3, 1, 300.0);
+        assert_eq!(left(None), 14);
+        finish(1, 1e-3, 0, 1000.0);
+        // rung 0: 2 left at its mean 200 s; rung 1: 3 left at 1000 s; rungs 2 and 3: 8 left
+        // at the cell's mean (100 + 300 + 1000) / 3
+        let want = 2.0 * 200.0 + 3.0 * 1000.0 + 8.0 * 1400.0 / 3.0;
+        let got = seconds_left(&preset, &out, None, 7.0);
+        assert!((got - want).abs() < 1e-9, "{got} against {want}");
         // shard 1/2 owns pairs 0 and 2, shard 2/2 pairs 1 and 3
         let shard = |s: &str| Some(s.parse::<Shard>().unwrap());
-        assert_eq!(runs_to_train(&preset, &out, shard("1/2")), 6);
-        assert_eq!(runs_to_train(&preset, &out, shard("2/2")), 8);
+        assert_eq!(left(shard("1/2")), 6);
+        assert_eq!(left(shard("2/2")), 7);
         std::fs::remove_dir_all(&out).unwrap();
     }
 }

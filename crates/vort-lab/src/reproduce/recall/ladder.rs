@@ -604,16 +604,12 @@ fn lead_by_width(rep: &RecallReport, widths: &[usize], points: &[SizePoint]) -> 
     let ablations = rep.preset.with_role(Role::Ablation);
     let acc = |p: &SizePoint| 100.0 * p.accuracy();
     let at = |w: usize, m: &str| points.iter().find(|p| p.d_model == w && p.mixer == m);
-    let claim_widths: Vec<usize> = widths
-        .iter()
-        .copied()
-        .filter(|&w| at(w, claim).is_some())
-        .collect();
-    let everywhere = |m: &str| claim_widths.iter().all(|&w| at(w, m).is_some());
+    let claim_points: Vec<&SizePoint> = widths.iter().filter_map(|&w| at(w, claim)).collect();
+    let everywhere = |m: &str| claim_points.iter().all(|c| at(c.d_model, m).is_some());
     let mut parts = Vec::new();
     let mut leads = Vec::new();
-    for &w in &claim_widths {
-        let Some(c) = at(w, claim) else { continue };
+    for &c in &claim_points {
+        let w = c.d_model;
         let mut said = vec![];
         if let Some(b) = at(w, base) {
             said.push(format!("{:+.1} over {base}", acc(c) - acc(b)));

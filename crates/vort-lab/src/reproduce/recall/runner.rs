@@ -366,30 +366,35 @@ fn runs_left<'p>(
 /// every run left, as measured (at the threads those runs had): with two processes sharing
 /// the runs, each sees about half of it.
 fn seconds_left(preset: &Preset, out_dir: &Path, shard: Option<Shard>, fallback_s: f64) -> f64 {
-    let finished_s = |c: &CellSpec, m: &MixerSpec| -> Vec<f64> {
-        let mut secs = Vec::new();
+    let left = runs_left(preset, out_dir, shard);
+    if left.is_empty() {
+        return 0.0;
+    }
+    // the training seconds of every finished run, read once: (cell, mixer, seconds)
+    let mut finished = Vec::new();
+    for (c, m) in preset.units() {
         for &lr in &preset.lrs_of(c, m) {
             for &seed in &preset.seeds_of(c, m) {
                 let d = run_dir(out_dir, c, m, lr, seed);
-                if d.eval_path().exists() && d.train_seconds() > 0.0 {
-                    secs.push(d.train_seconds());
+                let secs = if d.eval_path().exists() {
+                    d.train_seconds()
+                } else {
+                    0.0
+                };
+                if secs > 0.0 {
+                    finished.push((c.name.as_str(), m.name.as_str(), secs));
                 }
             }
         }
-        secs
+    }
+    let mean = |keep: &dyn Fn(&(&str, &str, f64)) -> bool| {
+        let v: Vec<f64> = finished.iter().filter(|r| keep(r)).map(|r| r.2).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     };
-    let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-    runs_left(preset, out_dir, shard)
-        .into_iter()
+    left.into_iter()
         .map(|(c, m)| {
-            let same_cell: Vec<f64> = preset
-                .units()
-                .into_iter()
-                .filter(|(c2, _)| c2.name == c.name)
-                .flat_map(|(c2, m2)| finished_s(c2, m2))
-                .collect();
-            mean(&finished_s(c, m))
-                .or_else(|| mean(&same_cell))
+            mean(&|r| r.0 == c.name && r.1 == m.name)
+                .or_else(|| mean(&|r| r.0 == c.name))
                 .unwrap_or(fallback_s)
         })
         .sum()

@@ -482,9 +482,6 @@ fn a_tiny_books_run_trains_and_reports_bpc_by_context() {
     assert!(err.to_string().contains("vort data fetch books"), "{err}");
 }
 
-/// Training with the state carried through the books (`train.carry_state`): killed mid-book
-/// (mid-context) and resumed, the run is the uninterrupted one bit for bit, the carried state
-/// travelling in the checkpoint; the settings it needs are checked.
 /// The message of the bad-input error `c` edited by `edit` is refused with.
 fn refused_edit(
     c: &vort_lab::train::RunConfig,
@@ -558,18 +555,28 @@ fn recall_windows_mixed_into_books_batches_train_and_resume_exactly() {
     assert_eq!(a.final_loss.to_bits(), b.final_loss.to_bits());
     let books_only = train::run_with(&plain, &fresh_dir("mix-off"), false, &quiet_run).unwrap();
     assert_ne!(a.final_loss.to_bits(), books_only.final_loss.to_bits());
-    // refused: with the state carried, on a synthetic task, a share of 1
+    // the metrics count the recall rows of each step, as the mix drew them
+    let rows: Vec<Option<u64>> = train::RunDir::new(&whole)
+        .metrics()
+        .iter()
+        .map(|m| m.recall_rows)
+        .collect();
+    let mix = c.train.recall_mix.clone().unwrap();
+    let drawn: Vec<Option<u64>> = (0..8)
+        .map(|s| Some((0..2).filter(|&r| mix.is_recall(c.seed, s, r)).count() as u64))
+        .collect();
+    assert_eq!(rows, drawn);
+    assert!(drawn.iter().any(|&n| n > Some(0)) && drawn.iter().any(|&n| n < Some(2)));
+    // refused: on a synthetic task, a share of 1
     let refused = |edit: &dyn Fn(&mut RunConfig)| refused_edit(&c, edit);
-    assert!(refused(&|b| {
-        b.train.carry_state = true;
-        b.train.carry_context = 96;
-    })
-    .contains("recall_mix"));
     let mqar = vort_lab::tasks::TaskConfig::of_kind(vort_lab::tasks::TaskKind::Mqar);
     assert!(refused(&|b| b.task.spec = mqar.spec.clone()).contains("books"));
     assert!(refused(&|b| b.train.recall_mix.as_mut().unwrap().share = 1.0).contains("share"));
 }
 
+/// Training with the state carried through the books (`train.carry_state`): killed mid-book
+/// (mid-context) and resumed, the run is the uninterrupted one bit for bit, the carried state
+/// travelling in the checkpoint; the settings it needs are checked.
 #[test]
 fn a_carried_run_resumes_bit_exactly_mid_book() {
     use vort_lab::train::{self, checkpoint::Checkpoint, RunConfig, RunOptions};
@@ -665,6 +672,84 @@ fn a_carried_run_resumes_bit_exactly_mid_book() {
         e.is_bad_input() && e.to_string().contains("no books"),
         "{e}"
     );
+}
+
+/// Recall windows in a run that carries its state: a recall step trains fresh rows while
+/// the lanes wait (their carried state is the same after the step as before it, and they read
+/// their books on without a gap), and a run killed after a recall step resumes bit for bit.
+#[test]
+fn a_carried_run_mixes_recall_steps_while_the_lanes_wait() {
+    use vort_lab::tasks::recall_mix::{RecallMix, RecallWindow};
+    use vort_lab::train::{self, checkpoint::Checkpoint, RunOptions};
+    let (cache, data) = (
+        fresh_dir("carry-mix-cache"),
+        fresh_dir("carry-mix-data").join("books"),
+    );
+    fetch(&config(&data, &cache, vec![five_books(&cache)]), &mut quiet).unwrap();
+    let mut c = tiny_books_run(&data);
+    c.train.carry_state = true;
+    c.train.carry_context = 96;
+    c.train.recall_mix = Some(RecallMix {
+        share: 0.5,
+        kind: RecallWindow::Copy,
+        min_period: 4,
+        max_period: 16,
+        records: None,
+    });
+    c.validate().unwrap();
+    let mix = c.train.recall_mix.clone().unwrap();
+    let recall: Vec<bool> = (0..8).map(|s| mix.is_recall_step(c.seed, s)).collect();
+    // the lanes read window k at the (k+1)-th books step
+    let books: Vec<u64> = (0..8).map(|s| mix.book_steps_before(c.seed, s)).collect();
+    for s in 1..8 {
+        assert_eq!(books[s], books[s - 1] + u64::from(!recall[s - 1]));
+    }
+    // a recall step after a books step (the state is carried by then), found for this seed
+    let at = (1..7)
+        .find(|&s| recall[s] && !recall[s - 1])
+        .expect("seed 0 draws a recall step after a books step in steps 1-6") as u64;
+    let stopped = |n: u64| {
+        let dir = fresh_dir(&format!("carry-mix-stop{n}"));
+        let stop = RunOptions {
+            stop_at: Some(n),
+            ..RunOptions::default()
+        };
+        train::run_with(&c, &dir, false, &stop).unwrap();
+        (
+            dir.clone(),
+            Checkpoint::load(&dir.join(train::CHECKPOINT_FILE)).unwrap(),
+        )
+    };
+    let ((_, before), (parts, after)) = (stopped(at), stopped(at + 1));
+    let carried = |ck: &Checkpoint| -> Vec<(String, Vec<u32>)> {
+        ck.tensors
+            .iter()
+            .filter(|(k, _)| k.starts_with(train::STREAM_PREFIX))
+            .map(|(k, t)| (k.clone(), t.data.iter().map(|x| x.to_bits()).collect()))
+            .collect()
+    };
+    assert!(!carried(&before).is_empty());
+    assert_eq!(
+        carried(&before),
+        carried(&after),
+        "the recall step moved the lanes"
+    );
+    assert_ne!(
+        before.tensors["param/emb"].data,
+        after.tensors["param/emb"].data
+    );
+    // resumed after the recall step, the run is the uninterrupted one bit for bit
+    let quiet_run = RunOptions::default();
+    let a = train::run_with(&c, &fresh_dir("carry-mix-whole"), false, &quiet_run).unwrap();
+    let b = train::run_with(&c, &parts, true, &quiet_run).unwrap();
+    assert_eq!(a.final_loss.to_bits(), b.final_loss.to_bits());
+    let rows: Vec<Option<u64>> = train::RunDir::new(&parts)
+        .metrics()
+        .iter()
+        .map(|m| m.recall_rows)
+        .collect();
+    let drawn: Vec<Option<u64>> = recall.iter().map(|&r| Some(2 * u64::from(r))).collect();
+    assert_eq!(rows, drawn);
 }
 
 /// `reproduce books` on a tiny plan: every run, the table beside the paper, the plots, and a

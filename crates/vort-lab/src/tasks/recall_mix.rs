@@ -25,6 +25,13 @@
 //! chance `share`, decided and drawn from (seed, s, r) alone (so at batch size 1, a share of
 //! the steps); the other rows are the books rows they were, so a resumed run sees exactly the
 //! data an uninterrupted one would. Validation and test stay books.
+//!
+//! With the state carried (`train.carry_state`) the mix goes by step, not by row: step s is a
+//! recall step with chance `share` (row 0's draw), and then every row is a recall window read
+//! from an empty state, while the lanes through the books wait: their carried state and
+//! their place in the books are those of the last books step, so a lane reads its book
+//! without a gap. Lane window k is read at the (k+1)-th books step
+//! ([`RecallMix::book_steps_before`]), still a pure function of (seed, step).
 
 use serde::{Deserialize, Serialize};
 
@@ -135,6 +142,37 @@ impl RecallMix {
     /// Whether row `row` of training step `step` is a recall window (chance `share`).
     pub fn is_recall(&self, seed: u64, step: u64, row: usize) -> bool {
         Self::rng(seed, step, row).unif() < self.share
+    }
+
+    /// Whether training step `step` is a recall step of a run that carries its state (row
+    /// 0's draw of [`RecallMix::is_recall`]: at batch size 1, the steps the mix picks without
+    /// the state carried).
+    pub fn is_recall_step(&self, seed: u64, step: u64) -> bool {
+        self.is_recall(seed, step, 0)
+    }
+
+    /// Books steps (those [`RecallMix::is_recall_step`] does not pick) before step `step`:
+    /// the window of its lane that each row reads at a books step.
+    pub fn book_steps_before(&self, seed: u64, step: u64) -> u64 {
+        (0..step).filter(|&s| !self.is_recall_step(seed, s)).count() as u64
+    }
+
+    /// The batch of recall step `step`: row r is [`RecallMix::window`] of (seed, step, r).
+    pub fn recall_batch(&self, seq_len: usize, seed: u64, step: u64, b: usize) -> Batch {
+        let rows: Vec<Sample> = (0..b)
+            .map(|r| self.window(seq_len, seed, step, r))
+            .collect();
+        Batch::from_samples(&rows)
+    }
+
+    /// Rows of training batch `step` (of `b`) that are recall windows, with the state carried
+    /// or not: the count the metrics log.
+    pub fn recall_rows(&self, seed: u64, step: u64, b: usize, carried: bool) -> usize {
+        match carried {
+            true if self.is_recall_step(seed, step) => b,
+            true => 0,
+            false => (0..b).filter(|&r| self.is_recall(seed, step, r)).count(),
+        }
     }
 
     /// The recall window of row `row` at training step `step` (`seq_len` tokens, the

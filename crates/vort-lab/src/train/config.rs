@@ -247,9 +247,10 @@ impl RunConfig {
             self.check_carry()?;
         }
         if let Some(mix) = &t.recall_mix {
-            if self.task.kind() != crate::tasks::TaskKind::Books || t.carry_state {
+            if self.task.kind() != crate::tasks::TaskKind::Books {
                 return bad(
-                    "train.recall_mix mixes recall windows into books batches of independent                      windows: it needs task.kind = \"books\" and no train.carry_state",
+                    "train.recall_mix mixes recall windows into books batches: it needs \
+                     task.kind = \"books\"",
                 );
             }
             mix.validate(self.task.seq_len)

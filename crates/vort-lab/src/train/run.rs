@@ -66,6 +66,9 @@ pub struct Metrics {
     /// steps as `val_acc`; books: / ln 2 = held-out bits per byte on the validation books.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_loss: Option<f64>,
+    /// Rows of the step's batch that were recall windows (runs with `[train.recall_mix]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recall_rows: Option<u64>,
 }
 
 /// The validation part of a progress line: " val ACC loss NATS" at the steps it was scored.

@@ -242,6 +242,7 @@ pub fn optimizer_step(
         elapsed_s: 0.0,
         val_acc: None,
         val_loss: None,
+        recall_rows: None,
     })
 }
 
@@ -281,14 +282,23 @@ impl Trainer {
     pub fn train_step(&mut self, device: &Device) -> Result<Metrics, TrainError> {
         let c = &self.cfg;
         let (b, step) = (c.train.batch_size, self.step);
-        let m = match &mut self.carry {
-            Some(carry) => {
-                let (batch, fresh) = self.source.lane_batch(&carry.plan, c.seed, step, b)?;
+        let mix = c.train.recall_mix.as_ref();
+        let recall_step = mix.filter(|m| m.is_recall_step(c.seed, step));
+        let mut m = match (&mut self.carry, recall_step) {
+            // a recall step of a carried run: fresh rows, the lanes and their state wait
+            (Some(_), Some(recall)) => {
+                let batch = recall.recall_batch(c.task.seq_len, c.seed, step, b);
+                optimizer_step(&self.model, &mut self.opt, c, &batch, step, device, None)?
+            }
+            (Some(carry), None) => {
+                // lane window k is read at the (k+1)-th books step
+                let k = mix.map_or(step, |m| m.book_steps_before(c.seed, step));
+                let (batch, fresh) = self.source.lane_batch(&carry.plan, c.seed, k, b)?;
                 carry.state.reset_rows(&fresh)?;
                 let state = Some(&mut carry.state);
                 optimizer_step(&self.model, &mut self.opt, c, &batch, step, device, state)?
             }
-            None => {
+            (None, _) => {
                 let mut batch = self.source.batch(c.seed, Stream::Train, step, b);
                 if let Some(mix) = &c.train.recall_mix {
                     mix.mix_into(&mut batch, c.seed, step);
@@ -296,6 +306,7 @@ impl Trainer {
                 optimizer_step(&self.model, &mut self.opt, c, &batch, step, device, None)?
             }
         };
+        m.recall_rows = mix.map(|m| m.recall_rows(c.seed, step, b, self.carry.is_some()) as u64);
         self.step += 1;
         Ok(m)
     }

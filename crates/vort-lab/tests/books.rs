@@ -520,25 +520,44 @@ fn tiny_books_run(data: &Path) -> vort_lab::train::RunConfig {
     c
 }
 
+/// [`tiny_books_run`] on five fetched books (in fresh directories named by `tag`) with the
+/// state carried through contexts of three windows (96 bytes), then the row starts anew.
+fn tiny_carried_run(tag: &str) -> vort_lab::train::RunConfig {
+    let (cache, data) = (
+        fresh_dir(&format!("{tag}-cache")),
+        fresh_dir(&format!("{tag}-data")).join("books"),
+    );
+    fetch(&config(&data, &cache, vec![five_books(&cache)]), &mut quiet).unwrap();
+    let mut c = tiny_books_run(&data);
+    c.train.carry_state = true;
+    c.train.carry_context = 96;
+    c
+}
+
+/// Copy windows of periods 4-16 in half the rows (or steps) of a tiny books run.
+fn tiny_copy_mix() -> vort_lab::tasks::recall_mix::RecallMix {
+    use vort_lab::tasks::recall_mix::{RecallMix, RecallWindow};
+    RecallMix {
+        share: 0.5,
+        kind: RecallWindow::Copy,
+        min_period: 4,
+        max_period: 16,
+        records: None,
+    }
+}
+
 /// Recall windows mixed into the books batches (`[train.recall_mix]`): the run trains other
 /// numbers than books alone, resumes bit-exactly (the rows are a function of the step), and
 /// the table is checked and written only when present.
 #[test]
 fn recall_windows_mixed_into_books_batches_train_and_resume_exactly() {
-    use vort_lab::tasks::recall_mix::{RecallMix, RecallWindow};
     use vort_lab::train::{self, RunConfig, RunOptions};
     let (cache, data) = (fresh_dir("mix-cache"), fresh_dir("mix-data").join("books"));
     fetch(&config(&data, &cache, vec![five_books(&cache)]), &mut quiet).unwrap();
     let plain = tiny_books_run(&data);
     assert!(!plain.to_toml().unwrap().contains("recall_mix"));
     let mut c = plain.clone();
-    c.train.recall_mix = Some(RecallMix {
-        share: 0.5,
-        kind: RecallWindow::Copy,
-        min_period: 4,
-        max_period: 16,
-        records: None,
-    });
+    c.train.recall_mix = Some(tiny_copy_mix());
     c.validate().unwrap();
     let text = c.to_toml().unwrap();
     assert!(text.contains("[train.recall_mix]"), "{text}");
@@ -580,14 +599,7 @@ fn recall_windows_mixed_into_books_batches_train_and_resume_exactly() {
 #[test]
 fn a_carried_run_resumes_bit_exactly_mid_book() {
     use vort_lab::train::{self, checkpoint::Checkpoint, RunConfig, RunOptions};
-    let (cache, data) = (
-        fresh_dir("carry-cache"),
-        fresh_dir("carry-data").join("books"),
-    );
-    fetch(&config(&data, &cache, vec![five_books(&cache)]), &mut quiet).unwrap();
-    let mut c = tiny_books_run(&data);
-    c.train.carry_state = true;
-    c.train.carry_context = 96; // three windows, then the row starts anew
+    let c = tiny_carried_run("carry");
     let quiet_run = RunOptions::default();
     let (whole, parts) = (fresh_dir("carry-whole"), fresh_dir("carry-parts"));
     let a = train::run_with(&c, &whole, false, &quiet_run).unwrap();
@@ -679,25 +691,11 @@ fn a_carried_run_resumes_bit_exactly_mid_book() {
 /// their books on without a gap), and a run killed after a recall step resumes bit for bit.
 #[test]
 fn a_carried_run_mixes_recall_steps_while_the_lanes_wait() {
-    use vort_lab::tasks::recall_mix::{RecallMix, RecallWindow};
     use vort_lab::train::{self, checkpoint::Checkpoint, RunOptions};
-    let (cache, data) = (
-        fresh_dir("carry-mix-cache"),
-        fresh_dir("carry-mix-data").join("books"),
-    );
-    fetch(&config(&data, &cache, vec![five_books(&cache)]), &mut quiet).unwrap();
-    let mut c = tiny_books_run(&data);
-    c.train.carry_state = true;
-    c.train.carry_context = 96;
-    c.train.recall_mix = Some(RecallMix {
-        share: 0.5,
-        kind: RecallWindow::Copy,
-        min_period: 4,
-        max_period: 16,
-        records: None,
-    });
+    let mut c = tiny_carried_run("carry-mix");
+    let mix = tiny_copy_mix();
+    c.train.recall_mix = Some(mix.clone());
     c.validate().unwrap();
-    let mix = c.train.recall_mix.clone().unwrap();
     let recall: Vec<bool> = (0..8).map(|s| mix.is_recall_step(c.seed, s)).collect();
     // the lanes read window k at the (k+1)-th books step
     let books: Vec<u64> = (0..8).map(|s| mix.book_steps_before(c.seed, s)).collect();

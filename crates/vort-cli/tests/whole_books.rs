@@ -59,6 +59,28 @@ fn whole_books_score_every_test_byte_by_context_carried_and_reset() {
         let (c, r) = (b["carried"].as_f64().unwrap(), b["reset"].as_f64().unwrap());
         assert!(c.is_finite() && r.is_finite() && c > 0.0 && r > 0.0, "{b}");
     }
+    // the blocks of the paired verdicts tile every bucket of every book once, and pool to
+    // the bucket's means
+    let blocks = r["blocks"].as_array().unwrap();
+    for (k, b) in buckets.iter().enumerate() {
+        let mine: Vec<&serde_json::Value> = blocks.iter().filter(|x| x["bucket"] == k).collect();
+        let n: u64 = mine.iter().map(|x| x["n"].as_u64().unwrap()).sum();
+        assert_eq!(n, b["n"].as_u64().unwrap(), "bucket {k}");
+        for side in ["carried", "reset"] {
+            let pooled = mine
+                .iter()
+                .map(|x| x[side].as_f64().unwrap() * x["n"].as_f64().unwrap())
+                .sum::<f64>()
+                / n as f64;
+            assert!(
+                (pooled - b[side].as_f64().unwrap()).abs() < 1e-9,
+                "{k} {side}"
+            );
+        }
+    }
+    // 512-byte blocks below 8K: per book 1 + 3 + the rest of 2K-8K in blocks of 512
+    let per_book = |len: u64| 1 + 3 + (len - 1 - 2048).div_ceil(512);
+    assert_eq!(blocks.len() as u64, per_book(5000) + per_book(3000));
     // the markdown table says the same
     let o = vort(&["eval", "--run", run.to_str().unwrap(), "--whole-books"]);
     let text = String::from_utf8_lossy(&o.stdout);

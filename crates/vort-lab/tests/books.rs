@@ -830,6 +830,11 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         md.contains("## Whole books") && md.contains("| 0-512 |"),
         "{md}"
     );
+    // and the paired verdicts by context (one seed: SE over the blocks)
+    assert!(
+        md.contains("### Verdicts by context") && md.contains("| vort − exponential |"),
+        "{md}"
+    );
     // the compressors ran on exactly the 2 × 32 scored bytes, beside every model
     let a = rep.anchors.as_ref().expect("anchors measured in the run");
     assert_eq!((a.seq_len, a.windows), (32, 2));

@@ -348,6 +348,31 @@ pub struct BookBucket {
     pub reset: f64,
 }
 
+/// The length of the blocks a context bucket (lo, hi) is cut into for the paired verdicts
+/// ([`ContextBlock`]): 512 bytes, or a 32nd of the bucket's upper end where that is longer (so
+/// 12-28 blocks a book in each bucket past 2K, few enough to commit, enough for an SE).
+pub fn block_len(hi: usize) -> usize {
+    (hi / 32).max(512)
+}
+
+/// One block of context of one book, scored both ways: the unit of the whole-books paired
+/// verdicts (two models, or carried against reset, on the same bytes block by block). Block b
+/// of bucket k holds the book's bytes at contexts lo_k + b·[`block_len`] onwards, to the
+/// bucket's end or the book's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextBlock {
+    /// Index of the book in [`BooksByContext::books`].
+    pub book: usize,
+    /// Index of the bucket in [`BOOK_BUCKETS`].
+    pub bucket: usize,
+    /// Bytes in the block.
+    pub n: usize,
+    /// Mean bits per byte with the state carried.
+    pub carried: f64,
+    /// Mean bits per byte with the state reset every window.
+    pub reset: f64,
+}
+
 /// One book of [`BooksByContext`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BookStream {
@@ -371,6 +396,10 @@ pub struct BooksByContext {
     pub books: Vec<BookStream>,
     /// Per bucket of [`BOOK_BUCKETS`] (empty buckets left out), bytes pooled over the books.
     pub buckets: Vec<BookBucket>,
+    /// Every book's blocks of context, book by book, in context order (empty in streams
+    /// cached before the verdicts).
+    #[serde(default)]
+    pub blocks: Vec<ContextBlock>,
     /// Throughput of the two streams together (bytes/s).
     pub bytes_per_s: f64,
 }
@@ -406,7 +435,8 @@ pub fn stream_books_by_context(
     let (t0, mut done) = (std::time::Instant::now(), 0);
     let mut sums = vec![(0usize, 0f64, 0f64); BOOK_BUCKETS.len()];
     let mut per_book = Vec::new();
-    for (title, text) in texts {
+    let mut blocks = Vec::new();
+    for (book, (title, text)) in texts.into_iter().enumerate() {
         let mut bits = [Vec::new(), Vec::new()];
         for (k, reset) in [false, true].into_iter().enumerate() {
             bits[k] = byte_bits_resetting(model, text, window, reset, device, |d| {
@@ -423,6 +453,23 @@ pub fn stream_books_by_context(
                 sums[b].0 += 1;
                 sums[b].1 += f64::from(*c);
                 sums[b].2 += f64::from(*r);
+            }
+        }
+        for (bucket, &(_, lo, hi)) in BOOK_BUCKETS.iter().enumerate() {
+            // contexts lo..=hi are bytes lo - 1 ..= hi - 1 of `bits`
+            let (start, end) = (lo - 1, hi.min(bits[0].len()));
+            let step = block_len(hi);
+            for a in (start..end).step_by(step) {
+                let b = (a + step).min(end);
+                let mean =
+                    |v: &[f32]| v[a..b].iter().map(|&x| f64::from(x)).sum::<f64>() / (b - a) as f64;
+                blocks.push(ContextBlock {
+                    book,
+                    bucket,
+                    n: b - a,
+                    carried: mean(&bits[0]),
+                    reset: mean(&bits[1]),
+                });
             }
         }
         let mean = |v: &[f32]| v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len() as f64;
@@ -450,6 +497,7 @@ pub fn stream_books_by_context(
         window,
         books: per_book,
         buckets,
+        blocks,
         bytes_per_s: total as f64 / t0.elapsed().as_secs_f64().max(1e-9),
     })
 }

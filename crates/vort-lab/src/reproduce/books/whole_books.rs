@@ -1,10 +1,12 @@
-//! The books report's whole-books section (issue #40 item 3), for presets that ask for it
-//! (`whole_books = true`): every seed-0 model streams every test book from its first byte (to
-//! 2^20 bytes), the state carried and reset every window
+//! The books report's whole-books section (issue #40 items 3 and 5), for presets that ask for
+//! it (`whole_books = true`): every model (every seed that kept weights) streams every test
+//! book from its first byte (to 2^20 bytes), the state carried and reset every window
 //! ([`crate::train::stream::stream_books_by_context`], `vort eval --whole-books`), each
-//! cached as the run's `whole_books.json`. The section gives BPC by context bucket per model,
-//! and `bpc_whole_books.png` plots it against context on a log axis, the compressors on the
-//! same books as horizontal lines.
+//! cached as the run's `whole_books.json`. The section gives BPC by context bucket per model
+//! and the paired verdicts per bucket (VORT against each other mixer with the state carried,
+//! and carried against reset per mixer, over blocks of context:
+//! [`crate::train::stream::ContextBlock`]); `bpc_whole_books.png` plots the seed-0 models
+//! against context on a log axis, the compressors on the same books as horizontal lines.
 
 use std::path::Path;
 
@@ -12,9 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{BooksReport, Skipped};
 use crate::plot::{panels_plot, Panel, Series};
+use crate::reproduce::stats::{compare_pairs, Paired, Scores};
 use crate::tasks::books::BookCorpus;
 use crate::train::eval::EvalResult;
-use crate::train::stream::{stream_books_by_context, BooksByContext, BOOK_BUCKETS};
+use crate::train::stream::{stream_books_by_context, BooksByContext, ContextBlock, BOOK_BUCKETS};
 use crate::train::{self, RunConfig, RunDir, TrainError};
 
 /// File name of the figure.
@@ -42,11 +45,12 @@ fn test_books(corpus: &BookCorpus) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-/// The streams of every seed-0 run (`runs` with `results`, in plan order) but those that need
-/// marks and full softmax attention: its cache when it is of these weights and books, else
-/// measured from its weights (node tables rebuilt for the longest book) and cached. The runs
-/// left out (oracle routing, full softmax; neither a cache nor weights) are returned with the
-/// reason.
+/// The streams of every run (`runs` with `results`, in plan order) but those that need marks
+/// and full softmax attention: its cache when it is of these weights and books and holds the
+/// blocks the verdicts pair, else measured from its weights or checkpoint (node tables rebuilt
+/// for the longest book) and cached. The runs left out (oracle routing, full softmax; neither
+/// a cache nor weights: seeds past 0 on a machine that did not train them) are returned with
+/// the reason.
 ///
 /// # Errors
 /// Streaming and I/O errors.
@@ -60,7 +64,7 @@ pub(super) fn measure(
     let books = test_books(corpus);
     let longest = crate::train::stream::longest_book_lag(&books);
     let (mut rows, mut skipped) = (Vec::new(), Vec::new());
-    for (c, e) in runs.iter().zip(results).filter(|(c, _)| c.seed == 0) {
+    for (c, e) in runs.iter().zip(results) {
         if let Some(k) = Skipped::needing_marks(c, e) {
             skipped.push(k);
             continue;
@@ -80,7 +84,10 @@ pub(super) fn measure(
             .and_then(|t| serde_json::from_str::<WholeBooksRow>(&t).ok())
             .filter(|r| {
                 let mine: Vec<&str> = r.result.books.iter().map(|b| b.title.as_str()).collect();
-                r.step == e.step && r.result.window == c.task.seq_len && mine == titles
+                r.step == e.step
+                    && r.result.window == c.task.seq_len
+                    && mine == titles
+                    && !r.result.blocks.is_empty()
             });
         if let Some(r) = cached {
             rows.push(r);
@@ -157,7 +164,156 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
             .collect();
         s += &format!("| {} s{} | {} |\n", r.mixer, r.seed, cells.join(" | "));
     }
-    s + &skipped
+    s + &verdicts(&rep.whole_books) + &skipped
+}
+
+/// Per run of `mixer`: (seed, its blocks in bucket `bucket`, scored by `score`) as units.
+fn units_of(
+    rows: &[WholeBooksRow],
+    mixer: &str,
+    bucket: usize,
+    score: fn(&ContextBlock) -> f64,
+) -> Vec<(u64, Scores)> {
+    rows.iter()
+        .filter(|r| r.mixer == mixer && !r.result.blocks.is_empty())
+        .map(|r| {
+            let v = r.result.blocks.iter().filter(|b| b.bucket == bucket);
+            (r.seed, Scores::Units(v.map(score).collect()))
+        })
+        .collect()
+}
+
+/// `a` − `b` with the state carried, in bucket `bucket`, paired by seed over the blocks.
+fn mixer_gap(rows: &[WholeBooksRow], a: &str, b: &str, bucket: usize) -> Paired {
+    let carried = |x: &ContextBlock| x.carried;
+    compare_pairs(
+        &units_of(rows, a, bucket, carried),
+        &units_of(rows, b, bucket, carried),
+    )
+}
+
+/// Carried − reset for `mixer` in bucket `bucket`, each seed paired with itself.
+fn carry_gain(rows: &[WholeBooksRow], mixer: &str, bucket: usize) -> Paired {
+    compare_pairs(
+        &units_of(rows, mixer, bucket, |x| x.carried),
+        &units_of(rows, mixer, bucket, |x| x.reset),
+    )
+}
+
+/// A paired difference as "+0.012 ± 0.003 (n 2, lower)": bits, so "lower" is better for a.
+fn cell(p: &Paired) -> String {
+    if p.diff.is_finite() {
+        format!(
+            "{:+.3} ± {:.3} (n {}, {})",
+            p.diff,
+            p.se,
+            p.pairs.len(),
+            p.word
+        )
+    } else {
+        format!("- ({})", p.word)
+    }
+}
+
+/// The whole-books verdicts (issue #40 item 5): per context bucket, VORT against every other
+/// mixer with the state carried, and carried against reset per mixer, by the paired rule over
+/// blocks of context ([`crate::train::stream::ContextBlock`]); then whether VORT's gap to the
+/// exponential grows with context: its gap in the last bucket against the last bucket inside
+/// the first window (2K-8K for windows of 8192: where carrying changes nothing), SE
+/// √(SE₁² + SE₂²) (the two are on disjoint bytes).
+fn verdicts(rows: &[WholeBooksRow]) -> String {
+    let mut mixers: Vec<&str> = Vec::new();
+    for r in rows.iter().filter(|r| !r.result.blocks.is_empty()) {
+        if !mixers.contains(&r.mixer.as_str()) {
+            mixers.push(&r.mixer);
+        }
+    }
+    let buckets: Vec<usize> = (0..BOOK_BUCKETS.len())
+        .filter(|&k| {
+            rows.iter()
+                .any(|r| r.result.blocks.iter().any(|b| b.bucket == k))
+        })
+        .collect();
+    if mixers.is_empty() || buckets.is_empty() {
+        return String::new();
+    }
+    let header = |cols: &[String]| {
+        format!(
+            "| context | {} |\n|---|{}\n",
+            cols.join(" | "),
+            "---|".repeat(cols.len())
+        )
+    };
+    let mut s = String::from(
+        "\n### Verdicts by context\n\nRule: seed k of one model is paired with seed k of the \
+         other on the same bytes; the unit is a block of context of one test book (512 bytes, or \
+         a 32nd of the bucket's upper end where that is longer: 12-28 blocks a book in each \
+         bucket past 2K), each block's difference averaged over the pairs; a difference counts \
+         when it exceeds twice its SE (sd over blocks / √blocks). Neighbouring blocks of one \
+         book are not independent samples, so the SE is optimistic. Bits a byte: negative is \
+         the first model better.\n\n",
+    );
+    let others: Vec<&str> = mixers.iter().copied().filter(|m| *m != "vort").collect();
+    if mixers.contains(&"vort") && !others.is_empty() {
+        let cols: Vec<String> = others.iter().map(|m| format!("vort − {m}")).collect();
+        s += "VORT against each mixer, the state carried:\n\n";
+        s += &header(&cols);
+        for &k in &buckets {
+            let c: Vec<String> = others
+                .iter()
+                .map(|m| cell(&mixer_gap(rows, "vort", m, k)))
+                .collect();
+            s += &format!("| {} | {} |\n", BOOK_BUCKETS[k].0, c.join(" | "));
+        }
+        s += "\n";
+    }
+    let cols: Vec<String> = mixers
+        .iter()
+        .map(|m| format!("{m}: carried − reset"))
+        .collect();
+    s += "Carried against reset, per mixer (does context past the window help?):\n\n";
+    s += &header(&cols);
+    for &k in &buckets {
+        let c: Vec<String> = mixers
+            .iter()
+            .map(|m| cell(&carry_gain(rows, m, k)))
+            .collect();
+        s += &format!("| {} | {} |\n", BOOK_BUCKETS[k].0, c.join(" | "));
+    }
+    // the last bucket inside the first window (where carrying changes nothing)
+    let window = rows[0].result.window;
+    let near = buckets
+        .iter()
+        .copied()
+        .filter(|&k| BOOK_BUCKETS[k].2 <= window)
+        .max();
+    let far = *buckets.last().unwrap_or(&0);
+    if let (Some(near), true) = (
+        near.filter(|&n| far > n),
+        mixers.contains(&"vort") && mixers.contains(&"exponential"),
+    ) {
+        let (a, b) = (
+            mixer_gap(rows, "vort", "exponential", near),
+            mixer_gap(rows, "vort", "exponential", far),
+        );
+        if a.diff.is_finite() && b.diff.is_finite() {
+            let (d, se) = (b.diff - a.diff, (a.se.powi(2) + b.se.powi(2)).sqrt());
+            let word = if d < -2.0 * se {
+                "yes: the gap grows in VORT's favour"
+            } else if d > 2.0 * se {
+                "no: it shrinks (or turns against VORT)"
+            } else {
+                "not distinguishable"
+            };
+            s += &format!(
+                "\nDoes VORT's gap to the exponential grow with context (the paper: \"the \
+                 advantage grew with context length\")? vort − exponential at {} minus at {}: \
+                 {d:+.3} ± {se:.3}: **{word}**.\n",
+                BOOK_BUCKETS[far].0, BOOK_BUCKETS[near].0
+            );
+        }
+    }
+    s + "\n"
 }
 
 /// BPC against context (log axis), carried (solid) and reset (dashed) per model, with each
@@ -172,7 +328,8 @@ pub(super) fn figure(rep: &BooksReport, out: &Path) -> Result<(), TrainError> {
     }
     let mid = |b: &crate::train::stream::BookBucket| ((b.lo * b.hi) as f64).sqrt();
     let mut series = Vec::new();
-    for (i, r) in rep.whole_books.iter().enumerate() {
+    // seed 0 only: a line per seed and stream would bury the figure (the table has every seed)
+    for (i, r) in rep.whole_books.iter().filter(|r| r.seed == 0).enumerate() {
         let name = format!("{} s{}", r.mixer, r.seed);
         let pts = |f: fn(&crate::train::stream::BookBucket) -> f64| {
             r.result.buckets.iter().map(|b| (mid(b), f(b))).collect()
@@ -202,4 +359,93 @@ pub(super) fn figure(rep: &BooksReport, out: &Path) -> Result<(), TrainError> {
         }],
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::stream::{BookBucket, BookStream};
+
+    /// A stream of one book whose blocks in bucket k score `base[k] + wobble` carried (the
+    /// wobble differs per block, so the SE is not zero) and `reset[k]` reset.
+    fn row(mixer: &str, seed: u64, carried: [f64; 4], reset: [f64; 4]) -> WholeBooksRow {
+        let mut blocks = Vec::new();
+        for k in 0..4 {
+            for b in 0..12 {
+                let wobble = 0.01 * ((b * 7 + seed as usize) % 5) as f64;
+                blocks.push(ContextBlock {
+                    book: 0,
+                    bucket: k,
+                    n: 512,
+                    carried: carried[k] + wobble,
+                    reset: reset[k] + wobble,
+                });
+            }
+        }
+        WholeBooksRow {
+            mixer: mixer.into(),
+            seed,
+            step: 10,
+            result: BooksByContext {
+                window: 8192,
+                books: vec![BookStream {
+                    title: "t".into(),
+                    bytes: 1,
+                    carried: 0.0,
+                    reset: 0.0,
+                }],
+                buckets: Vec::<BookBucket>::new(),
+                blocks,
+                bytes_per_s: 1.0,
+            },
+        }
+    }
+
+    #[test]
+    fn verdicts_pair_blocks_by_seed_and_see_a_gap_grow() {
+        // VORT 0.1 bits below the exponential inside the window (buckets 0-2), 0.3 below at
+        // 8K-32K; carrying helps VORT by 0.2 there and the exponential by nothing
+        let rows = [0, 1]
+            .into_iter()
+            .flat_map(|seed| {
+                [
+                    row("vort", seed, [2.0, 2.0, 2.0, 1.7], [2.0, 2.0, 2.0, 1.9]),
+                    row(
+                        "exponential",
+                        seed,
+                        [2.1, 2.1, 2.1, 2.0],
+                        [2.1, 2.1, 2.1, 2.0],
+                    ),
+                ]
+            })
+            .collect::<Vec<_>>();
+        let gap = mixer_gap(&rows, "vort", "exponential", 3);
+        assert_eq!(gap.pairs, [0, 1]);
+        assert!(
+            (gap.diff + 0.3).abs() < 1e-12 && gap.word == "lower",
+            "{gap:?}"
+        );
+        let gain = carry_gain(&rows, "vort", 3);
+        assert!(
+            (gain.diff + 0.2).abs() < 1e-12 && gain.word == "lower",
+            "{gain:?}"
+        );
+        // no difference at all: the SE is zero, the difference zero, not "lower"
+        let none = carry_gain(&rows, "exponential", 3);
+        assert_eq!(none.diff, 0.0);
+        assert_eq!(none.word, "not distinguishable");
+        let md = verdicts(&rows);
+        assert!(
+            md.contains("| 8K-32K | -0.300 ± 0.000 (n 2, lower) |"),
+            "{md}"
+        );
+        assert!(md.contains("at 8K-32K minus at 2K-8K: -0.200"), "{md}");
+        assert!(
+            md.contains("**yes: the gap grows in VORT's favour**"),
+            "{md}"
+        );
+        // a seed without its pair is left out, not paired with another seed
+        let lone = [rows[0].clone(), rows[3].clone()];
+        assert!(mixer_gap(&lone, "vort", "exponential", 3).pairs.is_empty());
+    }
 }

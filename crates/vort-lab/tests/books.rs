@@ -835,6 +835,11 @@ fn tiny_books_reproduction_writes_report_plots_and_streams() {
         md.contains("### Verdicts by context") && md.contains("| vort − exponential |"),
         "{md}"
     );
+    // the streams beside the compressors, carried and reset, per book and for the split
+    assert!(
+        md.contains("| vort, carried |") && md.contains("| exponential, reset |"),
+        "{md}"
+    );
     // the compressors ran on exactly the 2 × 32 scored bytes, beside every model
     let a = rep.anchors.as_ref().expect("anchors measured in the run");
     assert_eq!((a.seq_len, a.windows), (32, 2));

@@ -17,7 +17,9 @@ use crate::plot::{panels_plot, Panel, Series};
 use crate::reproduce::stats::{compare_pairs, Paired, Scores};
 use crate::tasks::books::BookCorpus;
 use crate::train::eval::EvalResult;
-use crate::train::stream::{stream_books_by_context, BooksByContext, ContextBlock, BOOK_BUCKETS};
+use crate::train::stream::{
+    stream_books_by_context, BookStream, BooksByContext, ContextBlock, BOOK_BUCKETS,
+};
 use crate::train::{self, RunConfig, RunDir, TrainError};
 
 /// File name of the figure.
@@ -164,7 +166,72 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
             .collect();
         s += &format!("| {} s{} | {} |\n", r.mixer, r.seed, cells.join(" | "));
     }
+    if let Some(a) = &rep.anchors {
+        s += &format!(
+            "\nThe models streamed whole against the compressors, by test book and for the split \
+             (the models: mean bits a byte of every byte of each book but its first, to 2^20; \
+             seeds pooled; the compressors: the scored bytes of the test windows, as in \
+             \"Against the compressors\": the same books to within a window's tail). A \
+             compressor sees the whole book before each byte, as the carried state does.\n\n{}",
+            super::anchors::table(a, &compressor_rows(&rep.whole_books, a))
+        );
+    }
     s + &verdicts(&rep.whole_books) + &skipped
+}
+
+/// Per mixer (report order), two rows for the compressor table: carried and reset, each book's
+/// mean bits a byte averaged over the seeds streamed, matched to the anchors' books by title;
+/// the split the byte-weighted mean over the books.
+fn compressor_rows(
+    rows: &[WholeBooksRow],
+    anchors: &super::anchors::Anchors,
+) -> Vec<super::anchors::ModelBpc> {
+    let mut mixers: Vec<&str> = Vec::new();
+    for r in rows {
+        if !mixers.contains(&r.mixer.as_str()) {
+            mixers.push(&r.mixer);
+        }
+    }
+    let mut out = Vec::new();
+    for m in mixers {
+        let runs: Vec<&WholeBooksRow> = rows.iter().filter(|r| r.mixer == m).collect();
+        for (side, pick) in [
+            (
+                "carried",
+                (|b: &BookStream| b.carried) as fn(&BookStream) -> f64,
+            ),
+            ("reset", |b: &BookStream| b.reset),
+        ] {
+            // (bits, bytes) of one book averaged over the runs that streamed it
+            let book = |title: &str| {
+                let v: Vec<(f64, usize)> = runs
+                    .iter()
+                    .filter_map(|r| r.result.books.iter().find(|b| b.title == title))
+                    .map(|b| (pick(b), b.bytes.saturating_sub(1)))
+                    .collect();
+                (!v.is_empty()).then(|| {
+                    let mean = v.iter().map(|x| x.0).sum::<f64>() / v.len() as f64;
+                    (mean, v[0].1)
+                })
+            };
+            let per: Vec<Option<(f64, usize)>> = anchors
+                .measured
+                .books
+                .iter()
+                .map(|b| book(&b.label))
+                .collect();
+            let n: usize = per.iter().flatten().map(|x| x.1).sum();
+            let split = (n > 0 && per.iter().all(Option::is_some))
+                .then(|| per.iter().flatten().map(|x| x.0 * x.1 as f64).sum::<f64>() / n as f64);
+            out.push(super::anchors::ModelBpc {
+                mixer: format!("{m}, {side}"),
+                seeds: runs.len(),
+                books: per.iter().map(|x| x.map(|x| x.0)).collect(),
+                split,
+            });
+        }
+    }
+    out
 }
 
 /// Per run of `mixer`: (seed, its blocks in bucket `bucket`, scored by `score`) as units.
@@ -364,7 +431,7 @@ pub(super) fn figure(rep: &BooksReport, out: &Path) -> Result<(), TrainError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::stream::{BookBucket, BookStream};
+    use crate::train::stream::BookBucket;
 
     /// A stream of one book whose blocks in bucket k score `base[k] + wobble` carried (the
     /// wobble differs per block, so the SE is not zero) and `reset[k]` reset.

@@ -239,7 +239,7 @@ pub struct Preset {
     /// A test accuracy from which a seed counts as having learned the task (recall).
     #[serde(default)]
     pub learned_accuracy: f64,
-    /// Books: every seed-0 model also streams every test book whole, the state carried and
+    /// Books: every model (every seed with weights) also streams every test book whole, the state carried and
     /// reset (`vort eval --whole-books`; the report's whole-books section and figure).
     #[serde(default)]
     pub whole_books: bool,

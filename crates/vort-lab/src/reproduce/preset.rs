@@ -239,8 +239,9 @@ pub struct Preset {
     /// A test accuracy from which a seed counts as having learned the task (recall).
     #[serde(default)]
     pub learned_accuracy: f64,
-    /// Books: every model (every seed with weights) also streams every test book whole, the state carried and
-    /// reset (`vort eval --whole-books`; the report's whole-books section and figure).
+    /// Books: every model (every seed with weights or a checkpoint) also streams every test
+    /// book whole, the state carried and reset (`vort eval --whole-books`; the report's
+    /// whole-books section, its paired verdicts, and its figure).
     #[serde(default)]
     pub whole_books: bool,
     /// RULER: the lengths (bytes) every trained model is scored at, one table column each.

@@ -179,6 +179,17 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
     s + &verdicts(&rep.whole_books) + &skipped
 }
 
+/// The mixers of `rows`, each once, in the order they first appear (plan order).
+fn mixers_of<'a>(rows: impl Iterator<Item = &'a WholeBooksRow>) -> Vec<&'a str> {
+    let mut mixers: Vec<&str> = Vec::new();
+    for r in rows {
+        if !mixers.contains(&r.mixer.as_str()) {
+            mixers.push(&r.mixer);
+        }
+    }
+    mixers
+}
+
 /// Per mixer (report order), two rows for the compressor table: carried and reset, each book's
 /// mean bits a byte averaged over the seeds streamed, matched to the anchors' books by title;
 /// the split the byte-weighted mean over the books.
@@ -186,14 +197,8 @@ fn compressor_rows(
     rows: &[WholeBooksRow],
     anchors: &super::anchors::Anchors,
 ) -> Vec<super::anchors::ModelBpc> {
-    let mut mixers: Vec<&str> = Vec::new();
-    for r in rows {
-        if !mixers.contains(&r.mixer.as_str()) {
-            mixers.push(&r.mixer);
-        }
-    }
     let mut out = Vec::new();
-    for m in mixers {
+    for m in mixers_of(rows.iter()) {
         let runs: Vec<&WholeBooksRow> = rows.iter().filter(|r| r.mixer == m).collect();
         for (side, pick) in [
             (
@@ -289,12 +294,7 @@ fn cell(p: &Paired) -> String {
 /// the first window (2K-8K for windows of 8192: where carrying changes nothing), SE
 /// √(SE₁² + SE₂²) (the two are on disjoint bytes).
 fn verdicts(rows: &[WholeBooksRow]) -> String {
-    let mut mixers: Vec<&str> = Vec::new();
-    for r in rows.iter().filter(|r| !r.result.blocks.is_empty()) {
-        if !mixers.contains(&r.mixer.as_str()) {
-            mixers.push(&r.mixer);
-        }
-    }
+    let mixers = mixers_of(rows.iter().filter(|r| !r.result.blocks.is_empty()));
     let buckets: Vec<usize> = (0..BOOK_BUCKETS.len())
         .filter(|&k| {
             rows.iter()

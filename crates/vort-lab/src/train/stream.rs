@@ -373,6 +373,30 @@ pub struct ContextBlock {
     pub reset: f64,
 }
 
+/// Book `book`'s blocks of context ([`ContextBlock`]), from its bits a byte carried and reset
+/// (byte i of each given i + 1 bytes of context).
+fn context_blocks(book: usize, carried: &[f32], reset: &[f32]) -> Vec<ContextBlock> {
+    let mut blocks = Vec::new();
+    for (bucket, &(_, lo, hi)) in BOOK_BUCKETS.iter().enumerate() {
+        // contexts lo..=hi are bytes lo - 1 ..= hi - 1
+        let (start, end) = (lo - 1, hi.min(carried.len()));
+        let step = block_len(hi);
+        for a in (start..end).step_by(step) {
+            let b = (a + step).min(end);
+            let mean =
+                |v: &[f32]| v[a..b].iter().map(|&x| f64::from(x)).sum::<f64>() / (b - a) as f64;
+            blocks.push(ContextBlock {
+                book,
+                bucket,
+                n: b - a,
+                carried: mean(carried),
+                reset: mean(reset),
+            });
+        }
+    }
+    blocks
+}
+
 /// One book of [`BooksByContext`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BookStream {
@@ -455,23 +479,7 @@ pub fn stream_books_by_context(
                 sums[b].2 += f64::from(*r);
             }
         }
-        for (bucket, &(_, lo, hi)) in BOOK_BUCKETS.iter().enumerate() {
-            // contexts lo..=hi are bytes lo - 1 ..= hi - 1 of `bits`
-            let (start, end) = (lo - 1, hi.min(bits[0].len()));
-            let step = block_len(hi);
-            for a in (start..end).step_by(step) {
-                let b = (a + step).min(end);
-                let mean =
-                    |v: &[f32]| v[a..b].iter().map(|&x| f64::from(x)).sum::<f64>() / (b - a) as f64;
-                blocks.push(ContextBlock {
-                    book,
-                    bucket,
-                    n: b - a,
-                    carried: mean(&bits[0]),
-                    reset: mean(&bits[1]),
-                });
-            }
-        }
+        blocks.extend(context_blocks(book, &bits[0], &bits[1]));
         let mean = |v: &[f32]| v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len() as f64;
         per_book.push(BookStream {
             title: title.to_string(),

@@ -304,13 +304,6 @@ fn verdicts(rows: &[WholeBooksRow]) -> String {
     if mixers.is_empty() || buckets.is_empty() {
         return String::new();
     }
-    let header = |cols: &[String]| {
-        format!(
-            "| context | {} |\n|---|{}\n",
-            cols.join(" | "),
-            "---|".repeat(cols.len())
-        )
-    };
     let mut s = String::from(
         "\n### Verdicts by context\n\nRule: seed k of one model is paired with seed k of the \
          other on the same bytes; the unit is a block of context of one test book (512 bytes, or \
@@ -324,14 +317,9 @@ fn verdicts(rows: &[WholeBooksRow]) -> String {
     if mixers.contains(&"vort") && !others.is_empty() {
         let cols: Vec<String> = others.iter().map(|m| format!("vort − {m}")).collect();
         s += "VORT against each mixer, the state carried:\n\n";
-        s += &header(&cols);
-        for &k in &buckets {
-            let c: Vec<String> = others
-                .iter()
-                .map(|m| cell(&mixer_gap(rows, "vort", m, k)))
-                .collect();
-            s += &format!("| {} | {} |\n", BOOK_BUCKETS[k].0, c.join(" | "));
-        }
+        s += &bucket_table(&buckets, &cols, |k, i| {
+            cell(&mixer_gap(rows, "vort", others[i], k))
+        });
         s += "\n";
     }
     let cols: Vec<String> = mixers
@@ -339,48 +327,69 @@ fn verdicts(rows: &[WholeBooksRow]) -> String {
         .map(|m| format!("{m}: carried − reset"))
         .collect();
     s += "Carried against reset, per mixer (does context past the window help?):\n\n";
-    s += &header(&cols);
-    for &k in &buckets {
-        let c: Vec<String> = mixers
-            .iter()
-            .map(|m| cell(&carry_gain(rows, m, k)))
-            .collect();
-        s += &format!("| {} | {} |\n", BOOK_BUCKETS[k].0, c.join(" | "));
-    }
-    // the last bucket inside the first window (where carrying changes nothing)
-    let window = rows[0].result.window;
-    let near = buckets
-        .iter()
-        .copied()
-        .filter(|&k| BOOK_BUCKETS[k].2 <= window)
-        .max();
-    let far = *buckets.last().unwrap_or(&0);
-    if let (Some(near), true) = (
-        near.filter(|&n| far > n),
-        mixers.contains(&"vort") && mixers.contains(&"exponential"),
-    ) {
-        let (a, b) = (
-            mixer_gap(rows, "vort", "exponential", near),
-            mixer_gap(rows, "vort", "exponential", far),
-        );
-        if a.diff.is_finite() && b.diff.is_finite() {
-            let (d, se) = (b.diff - a.diff, (a.se.powi(2) + b.se.powi(2)).sqrt());
-            let word = if d < -2.0 * se {
-                "yes: the gap grows in VORT's favour"
-            } else if d > 2.0 * se {
-                "no: it shrinks (or turns against VORT)"
-            } else {
-                "not distinguishable"
-            };
-            s += &format!(
-                "\nDoes VORT's gap to the exponential grow with context (the paper: \"the \
-                 advantage grew with context length\")? vort − exponential at {} minus at {}: \
-                 {d:+.3} ± {se:.3}: **{word}**.\n",
-                BOOK_BUCKETS[far].0, BOOK_BUCKETS[near].0
-            );
-        }
+    s += &bucket_table(&buckets, &cols, |k, i| {
+        cell(&carry_gain(rows, mixers[i], k))
+    });
+    if mixers.contains(&"vort") && mixers.contains(&"exponential") {
+        s += &growth_line(rows, &buckets);
     }
     s + "\n"
+}
+
+/// A table with a row per bucket of `buckets` and a column per `cols`, cell (bucket, column)
+/// from `cell_of`.
+fn bucket_table(
+    buckets: &[usize],
+    cols: &[String],
+    cell_of: impl Fn(usize, usize) -> String,
+) -> String {
+    let mut s = format!(
+        "| context | {} |\n|---|{}\n",
+        cols.join(" | "),
+        "---|".repeat(cols.len())
+    );
+    for &k in buckets {
+        let c: Vec<String> = (0..cols.len()).map(|i| cell_of(k, i)).collect();
+        s += &format!("| {} | {} |\n", BOOK_BUCKETS[k].0, c.join(" | "));
+    }
+    s
+}
+
+/// Whether VORT's gap to the exponential grows with context: vort − exponential in the last
+/// of `buckets` minus in the last bucket inside the first window (where carrying changes
+/// nothing), SE √(SE₁² + SE₂²) (disjoint bytes); empty when either is missing.
+fn growth_line(rows: &[WholeBooksRow], buckets: &[usize]) -> String {
+    let window = rows.first().map_or(0, |r| r.result.window);
+    let far = *buckets.last().unwrap_or(&0);
+    let Some(near) = buckets
+        .iter()
+        .copied()
+        .filter(|&k| BOOK_BUCKETS[k].2 <= window && k < far)
+        .max()
+    else {
+        return String::new();
+    };
+    let (a, b) = (
+        mixer_gap(rows, "vort", "exponential", near),
+        mixer_gap(rows, "vort", "exponential", far),
+    );
+    if !(a.diff.is_finite() && b.diff.is_finite()) {
+        return String::new();
+    }
+    let (d, se) = (b.diff - a.diff, (a.se.powi(2) + b.se.powi(2)).sqrt());
+    let word = if d < -2.0 * se {
+        "yes: the gap grows in VORT's favour"
+    } else if d > 2.0 * se {
+        "no: it shrinks (or turns against VORT)"
+    } else {
+        "not distinguishable"
+    };
+    format!(
+        "\nDoes VORT's gap to the exponential grow with context (the paper: \"the advantage \
+         grew with context length\")? vort − exponential at {} minus at {}: {d:+.3} ± {se:.3}: \
+         **{word}**.\n",
+        BOOK_BUCKETS[far].0, BOOK_BUCKETS[near].0
+    )
 }
 
 /// BPC against context (log axis), carried (solid) and reset (dashed) per model, with each

@@ -285,10 +285,15 @@ impl Trainer {
         let mix = c.train.recall_mix.as_ref();
         let recall_step = mix.filter(|m| m.is_recall_step(c.seed, step));
         let mut m = match (&mut self.carry, recall_step) {
-            // a recall step of a carried run: fresh rows, the lanes and their state wait
-            (Some(_), Some(recall)) => {
+            // a recall step of a carried run: recall rows read from a copy of the lanes' state
+            // (so a recall window follows book text, as a repeat in a book does: from an empty
+            // state the model learnt that an empty state means random letters, and wrote them
+            // from every fresh start), and the copy is dropped: the lanes wait
+            (Some(carry), Some(recall)) => {
                 let batch = recall.recall_batch(c.task.seq_len, c.seed, step, b);
-                optimizer_step(&self.model, &mut self.opt, c, &batch, step, device, None)?
+                let mut scratch = carry.state.clone();
+                let state = Some(&mut scratch);
+                optimizer_step(&self.model, &mut self.opt, c, &batch, step, device, state)?
             }
             (Some(carry), None) => {
                 // lane window k is read at the (k+1)-th books step

@@ -686,9 +686,10 @@ fn a_carried_run_resumes_bit_exactly_mid_book() {
     );
 }
 
-/// Recall windows in a run that carries its state: a recall step trains fresh rows while
-/// the lanes wait (their carried state is the same after the step as before it, and they read
-/// their books on without a gap), and a run killed after a recall step resumes bit for bit.
+/// Recall windows in a run that carries its state: a recall step trains recall rows that read
+/// from a copy of the lanes' state while the lanes wait (their carried state is the same after
+/// the step as before it, and they read their books on without a gap), and a run killed after
+/// a recall step resumes bit for bit.
 #[test]
 fn a_carried_run_mixes_recall_steps_while_the_lanes_wait() {
     use vort_lab::train::{self, checkpoint::Checkpoint, RunOptions};
@@ -718,7 +719,7 @@ fn a_carried_run_mixes_recall_steps_while_the_lanes_wait() {
             Checkpoint::load(&dir.join(train::CHECKPOINT_FILE)).unwrap(),
         )
     };
-    let ((_, before), (parts, after)) = (stopped(at), stopped(at + 1));
+    let ((first, before), (parts, after)) = (stopped(at), stopped(at + 1));
     let carried = |ck: &Checkpoint| -> Vec<(String, Vec<u32>)> {
         ck.tensors
             .iter()
@@ -748,6 +749,37 @@ fn a_carried_run_mixes_recall_steps_while_the_lanes_wait() {
         .collect();
     let drawn: Vec<Option<u64>> = recall.iter().map(|&r| Some(2 * u64::from(r))).collect();
     assert_eq!(rows, drawn);
+    // the recall rows read from the lanes' state, not from an empty one (from an empty state a
+    // model learns that emptiness means a recall window): the same checkpoint with the lanes'
+    // state emptied takes another recall step, and leaves the emptied lanes as they were
+    let one_more = |dir: &std::path::Path| {
+        let stop = RunOptions {
+            stop_at: Some(at + 1),
+            ..RunOptions::default()
+        };
+        train::run_with(&c, dir, true, &stop).unwrap();
+        Checkpoint::load(&dir.join(train::CHECKPOINT_FILE)).unwrap()
+    };
+    let emptied = fresh_dir("carry-mix-emptied");
+    let mut ck = before.clone();
+    for (k, t) in ck.tensors.iter_mut() {
+        if k.starts_with(train::STREAM_PREFIX) {
+            t.data.iter_mut().for_each(|x| *x = 0.0);
+        }
+    }
+    for f in ["config.toml", "metrics.jsonl"] {
+        let (from, to) = (first.join(f), emptied.join(f));
+        std::fs::copy(from, to).unwrap();
+    }
+    ck.save(&emptied.join(train::CHECKPOINT_FILE)).unwrap();
+    let from_empty = one_more(&emptied);
+    assert_ne!(
+        from_empty.tensors["param/emb"].data, after.tensors["param/emb"].data,
+        "the recall step ignored the lanes' state"
+    );
+    assert!(carried(&from_empty)
+        .iter()
+        .all(|(_, v)| v.iter().all(|&x| f32::from_bits(x) == 0.0)));
 }
 
 /// `reproduce books` on a tiny plan: every run, the table beside the paper, the plots, and a

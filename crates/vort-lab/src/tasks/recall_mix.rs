@@ -31,8 +31,9 @@
 //! from a copy of its lane's carried state (a repeat that follows book text, as in a book; from
 //! an empty state a model learns that an empty state means a recall window), while the lanes
 //! through the books wait: their carried state and their place in the books are those of the
-//! last books step, so a lane reads its book without a gap. Lane window k is read at the (k+1)-th books step
-//! ([`RecallMix::book_steps_before`]), still a pure function of (seed, step).
+//! last books step, so a lane reads its book without a gap. Lane window k is read at the
+//! (k+1)-th books step ([`RecallMix::book_steps_before`]), still a pure function of (seed,
+//! step).
 
 use serde::{Deserialize, Serialize};
 

@@ -179,15 +179,13 @@ pub(super) fn markdown(rep: &BooksReport) -> String {
     s + &verdicts(&rep.whole_books) + &skipped
 }
 
-/// The mixers of `rows`, each once, in the order they first appear (plan order).
-fn mixers_of<'a>(rows: impl Iterator<Item = &'a WholeBooksRow>) -> Vec<&'a str> {
-    let mut mixers: Vec<&str> = Vec::new();
-    for r in rows {
-        if !mixers.contains(&r.mixer.as_str()) {
-            mixers.push(&r.mixer);
-        }
-    }
-    mixers
+/// The mixers of `rows` in report order ([`super::Memories`]: the kinds first, as in the
+/// report's other tables).
+fn mixers_of<'a>(rows: impl Iterator<Item = &'a WholeBooksRow>) -> Vec<String> {
+    let names = rows.map(|r| r.mixer.as_str());
+    super::Memories::new(names, &crate::reproduce::KINDS)
+        .order()
+        .to_vec()
 }
 
 /// Per mixer (report order), two rows for the compressor table: carried and reset, each book's
@@ -294,7 +292,8 @@ fn cell(p: &Paired) -> String {
 /// the first window (2K-8K for windows of 8192: where carrying changes nothing), SE
 /// √(SE₁² + SE₂²) (the two are on disjoint bytes).
 fn verdicts(rows: &[WholeBooksRow]) -> String {
-    let mixers = mixers_of(rows.iter().filter(|r| !r.result.blocks.is_empty()));
+    let names = mixers_of(rows.iter().filter(|r| !r.result.blocks.is_empty()));
+    let mixers: Vec<&str> = names.iter().map(String::as_str).collect();
     let buckets: Vec<usize> = (0..BOOK_BUCKETS.len())
         .filter(|&k| {
             rows.iter()
